@@ -1,0 +1,132 @@
+"""Parsing the spec's common NetConf keys and capability arguments into typed objects.
+
+Every check raises :class:`~podnet.cni.errors.InvalidConfig` (code 7) whose message names the
+key (``runtimeConfig.portMappings[1].hostPort: …``), before any state is touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from podnet.cni.errors import IncompatibleVersion, InvalidConfig
+from podnet.cni.version import SUPPORTED_VERSIONS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROTOCOLS = ("tcp", "udp")
+
+
+class PortMappingArg:
+    """One ``runtimeConfig.portMappings`` item (CNI CONVENTIONS.md "portMappings").
+
+    ``host_port``/``container_port``: 1-65535; ``protocol``: "tcp" | "udp" (lower-cased);
+    ``host_ip``: canonical address string, or "" for any.
+    """
+
+    __slots__ = ("host_port", "container_port", "protocol", "host_ip")
+
+    def __init__(self, host_port: int, container_port: int, protocol: str, host_ip: str) -> None:
+        self.host_port = host_port
+        self.container_port = container_port
+        self.protocol = protocol
+        self.host_ip = host_ip
+
+    def __repr__(self) -> str:
+        host = self.host_ip or "*"
+        return f"{host}:{self.host_port}/{self.protocol}->{self.container_port}"
+
+
+def require_version(raw: dict[str, Any]) -> str:
+    """The config's ``cniVersion``; code 1 when absent from SUPPORTED_VERSIONS."""
+    version = raw.get("cniVersion")
+    if not isinstance(version, str) or version not in SUPPORTED_VERSIONS:
+        raise IncompatibleVersion(
+            f"incompatible CNI versions: config is {version!r}, "
+            f"plugin supports {list(SUPPORTED_VERSIONS)}"
+        )
+    return version
+
+
+def require_str(raw: dict[str, Any], key: str, *, optional: bool = False) -> str:
+    value = raw.get(key)
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str) or not value:
+        raise InvalidConfig(f"{key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def opt_bool(raw: dict[str, Any], key: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidConfig(f"{key}: must be true or false, got {value!r}")
+    return value
+
+
+def opt_int(raw: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidConfig(f"{key}: must be an integer in {low}-{high}, got {value!r}")
+    return value
+
+
+def _port(item: dict[str, Any], key: str, where: str) -> int:
+    value = item.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfig(f"{where}.{key}: must be an integer port, got {value!r}")
+    if not 1 <= value <= 65535:
+        raise InvalidConfig(f"{where}.{key}: {value} is out of range 1-65535")
+    return value
+
+
+def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
+    """``runtimeConfig.portMappings`` validated; [] when absent. Code 7 on any bad item."""
+    runtime = raw.get("runtimeConfig") or {}
+    if not isinstance(runtime, dict):
+        raise InvalidConfig("runtimeConfig: must be an object")
+    items = runtime.get("portMappings") or []
+    if not isinstance(items, list):
+        raise InvalidConfig("runtimeConfig.portMappings: must be a list")
+    out = []
+    for i, item in enumerate(items):
+        where = f"runtimeConfig.portMappings[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidConfig(f"{where}: must be an object")
+        host_port = _port(item, "hostPort", where)
+        container_port = _port(item, "containerPort", where)
+        protocol = item.get("protocol") or "tcp"
+        if not isinstance(protocol, str) or protocol.lower() not in PROTOCOLS:
+            raise InvalidConfig(f"{where}.protocol: {protocol!r} is not tcp or udp")
+        host_ip = item.get("hostIP") or ""
+        if not isinstance(host_ip, str):
+            raise InvalidConfig(f"{where}.hostIP: must be a string")
+        if host_ip:
+            try:
+                host_ip = str(ipaddress.ip_address(host_ip))
+            except ValueError:
+                raise InvalidConfig(f"{where}.hostIP: {host_ip!r} is not an IP address") from None
+            if host_ip in ("0.0.0.0", "::"):
+                host_ip = ""
+        out.append(PortMappingArg(host_port, container_port, protocol.lower(), host_ip))
+    seen: dict[tuple[str, int, str], int] = {}
+    for i, m in enumerate(out):
+        key = (m.host_ip, m.host_port, m.protocol)
+        if key in seen:
+            raise InvalidConfig(
+                f"runtimeConfig.portMappings[{i}]: duplicates portMappings[{seen[key]}] "
+                f"({m.protocol} hostPort {m.host_port})"
+            )
+        seen[key] = i
+    return out
+
+
+def parse_cni_args(value: str) -> dict[str, str]:
+    """CNI_ARGS ``K=V;K2=V2`` as a dict (``IgnoreUnknown`` kept); malformed pairs are skipped."""
+    out = {}
+    for pair in value.split(";"):
+        key, sep, val = pair.partition("=")
+        if sep and key:
+            out[key.strip()] = val.strip()
+    return out

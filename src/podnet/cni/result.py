@@ -1,0 +1,90 @@
+"""CNI results and their conversion between spec versions: the one place that knows the shapes.
+
+podnet builds every result in the 1.x shape (1.0.0 and 1.1.0 are identical)::
+
+    {"cniVersion": "1.1.0",
+     "interfaces": [{"name": str, "mac": str, "mtu": int?, "sandbox": str?}],
+     "ips": [{"address": "10.244.0.5/32", "gateway": "10.244.0.1", "interface": int}],
+     "routes": [{"dst": "0.0.0.0/0", "gw": str?}],
+     "dns": {}}
+
+and converts it once, on output, to the config's version. 0.3.0, 0.3.1 and 0.4.0 results carry
+``"version": "4"|"6"`` in each ip (CNI SPEC 0.4.0 "Result"); 1.0.0 removed it. Converters are
+registered per (from-generation, to-generation) as in containernetworking/cni's convert table.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs ~10 ms of import per plugin call; type checkers see True
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    Result = dict[str, Any]
+
+
+def _generation(version: str) -> str:
+    return "1" if version.startswith("1.") else "0"
+
+
+def _v1_to_v04(result: Result) -> Result:
+    out = {k: v for k, v in result.items() if k in ("interfaces", "routes", "dns")}
+    ips = []
+    for ip in result.get("ips", []):
+        converted = dict(ip)
+        converted["version"] = "6" if ":" in ip["address"] else "4"
+        ips.append(converted)
+    out["ips"] = ips
+    return out
+
+
+def _v04_to_v1(result: Result) -> Result:
+    out = {k: v for k, v in result.items() if k in ("interfaces", "routes", "dns")}
+    out["ips"] = [{k: v for k, v in ip.items() if k != "version"} for ip in result.get("ips", [])]
+    return out
+
+
+def _same(result: Result) -> Result:
+    return {k: v for k, v in result.items() if k in ("interfaces", "ips", "routes", "dns")}
+
+
+_CONVERTERS: dict[tuple[str, str], Callable[[Result], Result]] = {
+    ("1", "1"): _same,
+    ("0", "0"): _same,
+    ("1", "0"): _v1_to_v04,
+    ("0", "1"): _v04_to_v1,
+}
+
+
+def convert(result: Result, to_version: str) -> Result:
+    """Return ``result`` (any supported version, its own ``cniVersion`` key) in ``to_version``.
+
+    Empty lists are kept out of the output, as the reference plugins print them. Raises KeyError
+    for an unsupported pair (callers validate versions before).
+    """
+    from_version = str(result.get("cniVersion", "1.1.0"))
+    body = _CONVERTERS[(_generation(from_version), _generation(to_version))](result)
+    out: Result = {"cniVersion": to_version}
+    for key in ("interfaces", "ips", "routes", "dns"):
+        if key in body and (body[key] or key == "dns"):
+            out[key] = body[key]
+    return out
+
+
+def sandbox_addresses(result: Result, ifname: str) -> list[str]:
+    """The CIDR addresses of the sandbox interface ``ifname`` in a (prev)result of any version.
+
+    An ip without an ``interface`` index is counted in (0.3.x results may omit it).
+    """
+    interfaces = result.get("interfaces", [])
+    out = []
+    for ip in result.get("ips", []):
+        idx = ip.get("interface")
+        if idx is None or (
+            0 <= idx < len(interfaces)
+            and interfaces[idx].get("name") == ifname
+            and interfaces[idx].get("sandbox")
+        ):
+            out.append(ip["address"])
+    return out

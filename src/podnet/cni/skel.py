@@ -1,0 +1,189 @@
+"""The plugin skeleton: environment, stdin, verb dispatch, result and error printing.
+
+Modeled on libcni's ``pkg/skel`` (CNI SPEC 1.1.0 "Parameters", "Error"): env, stdin and stdout
+are parameters so it is testable; a per-verb table says which ``CNI_*`` variables are required
+and which config version a verb needs; anything that escapes a verb and is not a
+:class:`CNIError` becomes code 999. Nothing but the result or the error goes to stdout; logs go
+to ``logFile`` (config) or ``CNI_LOG_FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from podnet.cni import errors, version
+from podnet.cni.errors import CNIError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any
+
+VERBS = ("ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS")
+
+#: Required environment per verb (spec "Parameters"); CNI_NETNS is optional for DEL.
+REQUIRED_ENV: dict[str, tuple[str, ...]] = {
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "GC": ("CNI_PATH",),
+    "STATUS": ("CNI_PATH",),
+    "VERSION": (),
+}
+
+
+class Call:
+    """One invocation: ``command``, ``container_id``, ``netns``, ``ifname``, ``args`` (CNI_ARGS
+    as a dict), ``path`` (CNI_PATH list), ``config`` (parsed stdin), ``stdin`` (raw bytes)."""
+
+    __slots__ = ("command", "container_id", "netns", "ifname", "args", "path", "config", "stdin")
+
+    def __init__(self, env: Mapping[str, str], stdin: bytes, config: dict[str, Any]) -> None:
+        from podnet.cni.netconf import parse_cni_args
+
+        self.command = env.get("CNI_COMMAND", "")
+        self.container_id = env.get("CNI_CONTAINERID", "")
+        self.netns = env.get("CNI_NETNS", "")
+        self.ifname = env.get("CNI_IFNAME", "")
+        self.args = parse_cni_args(env.get("CNI_ARGS", ""))
+        self.path = [p for p in env.get("CNI_PATH", "").split(os.pathsep) if p]
+        self.config = config
+        self.stdin = stdin
+
+
+def _valid_container_id(cid: str) -> bool:
+    # Spec: alphanumeric, underscore, dot, hyphen; starts with an alphanumeric character.
+    return bool(cid) and cid[0].isalnum() and cid.isascii() and all(
+        c.isalnum() or c in "_.-" for c in cid
+    )
+
+
+def _check_env(command: str, env: Mapping[str, str]) -> None:
+    missing = [k for k in REQUIRED_ENV[command] if not env.get(k)]
+    if missing:
+        raise errors.InvalidEnv(f"required env variables [{','.join(missing)}] missing")
+    cid = env.get("CNI_CONTAINERID", "")
+    if command in ("ADD", "DEL", "CHECK") and not _valid_container_id(cid):
+        raise errors.InvalidEnv(
+            f"invalid CNI_CONTAINERID {cid!r}: must be alphanumeric, '_', '.', '-' "
+            "and start with an alphanumeric character"
+        )
+    ifname = env.get("CNI_IFNAME", "")
+    if command in ("ADD", "DEL", "CHECK"):
+        from podnet.link.names import valid_ifname
+
+        if not valid_ifname(ifname):
+            raise errors.InvalidEnv(
+                f"invalid CNI_IFNAME {ifname!r}: 1-15 characters, no '/', ':' or whitespace"
+            )
+
+
+def version_info(requested: str) -> dict[str, Any]:
+    """The VERSION answer (spec "VERSION"): ``{"cniVersion", "supportedVersions"}``."""
+    shown = requested if requested in version.SUPPORTED_VERSIONS else version.CURRENT_VERSION
+    return {"cniVersion": shown, "supportedVersions": list(version.SUPPORTED_VERSIONS)}
+
+
+class Log:
+    """Appends one line per event to ``logFile``/``CNI_LOG_FILE``; a no-op without a path.
+
+    The logging module would add ~5 ms of imports to every plugin call; this is all it needs.
+    """
+
+    def __init__(self, path: str, prefix: str) -> None:
+        self.path = path
+        self.prefix = prefix
+
+    def __call__(self, message: str) -> None:
+        if not self.path:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        try:
+            with open(self.path, "a") as f:
+                f.write(f"{stamp} {self.prefix} {message}\n")
+        except OSError:
+            pass  # a broken log file must not fail the network setup
+
+
+def run(
+    plugin: str,
+    handlers: Mapping[str, Callable[[Call], dict[str, Any] | None]],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[str] | None = None,
+) -> int:
+    """Run one plugin call; returns the exit status (0 success, 1 CNI error).
+
+    ``handlers`` maps verbs to functions returning a result (1.x shape, converted here to the
+    config's ``cniVersion``) or None (nothing printed). VERSION is answered here without
+    calling anything else.
+    """
+    env = os.environ if env is None else env
+    out = sys.stdout if stdout is None else stdout
+    raw_stdin = (sys.stdin.buffer if stdin is None else stdin).read()
+    command = env.get("CNI_COMMAND", "")
+    cni_version = version.CURRENT_VERSION
+    log = Log(env.get("CNI_LOG_FILE", ""), f"{plugin}[{os.getpid()}]")
+    started = time.monotonic()
+    try:
+        if command not in VERBS:
+            raise errors.InvalidEnv(
+                f"unknown CNI_COMMAND {command!r}: must be one of {', '.join(VERBS)}"
+            )
+        try:
+            config = json.loads(raw_stdin) if raw_stdin.strip() else None
+        except ValueError as err:
+            raise errors.DecodeFailure(f"error reading network config from stdin: {err}") from None
+        if command == "VERSION":
+            requested = config.get("cniVersion", "") if isinstance(config, dict) else ""
+            out.write(json.dumps(version_info(str(requested))) + "\n")
+            return 0
+        if not isinstance(config, dict):
+            raise errors.DecodeFailure("network config on stdin must be a JSON object")
+        if isinstance(config.get("cniVersion"), str):
+            cni_version = config["cniVersion"]
+        from podnet.cni.netconf import require_version
+
+        cni_version = require_version(config)
+        log_file = config.get("logFile")
+        if isinstance(log_file, str) and log_file:
+            log.path = log_file
+        minimum = version.MIN_VERSION_FOR_VERB.get(command)
+        if minimum and not version.at_least(cni_version, minimum):
+            raise errors.IncompatibleVersion(
+                f"config version {cni_version} does not allow {command} (needs >= {minimum})"
+            )
+        _check_env(command, env)
+        handler = handlers.get(command)
+        if handler is None:
+            raise CNIError(f"{plugin} does not implement {command}", code=errors.INTERNAL)
+        call = Call(env, raw_stdin, config)
+        result = handler(call)
+        if result is not None:
+            from podnet.cni.result import convert
+
+            out.write(json.dumps(convert(result, cni_version)) + "\n")
+        log(_describe(env, command) + f" ok in {1000 * (time.monotonic() - started):.1f} ms")
+        return 0
+    except CNIError as err:
+        out.write(json.dumps(err.to_json(cni_version)) + "\n")
+        detail = f" ({err.details})" if err.details else ""
+        log(f"{_describe(env, command)} error {err.code}: {err.msg}{detail}")
+        return 1
+    except Exception as err:  # noqa: BLE001 - the spec wants every failure as a CNI error
+        wrapped = CNIError(f"{type(err).__name__}: {err}", code=errors.INTERNAL)
+        out.write(json.dumps(wrapped.to_json(cni_version)) + "\n")
+        import traceback
+
+        log(f"{_describe(env, command)} internal error: {traceback.format_exc()}")
+        return 1
+
+
+def _describe(env: Mapping[str, str], command: str) -> str:
+    cid = env.get("CNI_CONTAINERID", "")
+    ifname = env.get("CNI_IFNAME", "")
+    return f"{command} container={cid or '-'} ifname={ifname or '-'}"

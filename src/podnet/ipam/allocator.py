@@ -1,0 +1,86 @@
+"""Choosing pod addresses from configured ranges.
+
+Rules (issue 2, cni-kindnet): one address per family, from the first range of that family with
+a free address; never a range's network address, its gateway (network + 1) or its last address
+(the IPv4 broadcast; excluded for IPv6 too, to keep one rule). Probing starts at a random offset
+and walks forward, so allocation costs O(pods) at worst and O(1) on a sparse range, and a freed
+address is not handed out again at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+from podnet.cni.errors import NoFreeAddress
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def gateway(network: Network) -> str:
+    """The range's gateway: its first host address (network + 1)."""
+    return str(network.network_address + 1)
+
+
+def usable_count(network: Network) -> int:
+    """Addresses a range can give pods: all but network, gateway and last."""
+    return max(network.num_addresses - 3, 0)
+
+
+def pick(
+    network: Network,
+    is_used: Callable[[str], bool],
+    used_count: int,
+    rng: random.Random | None = None,
+) -> str | None:
+    """A free address of ``network`` or None when it is full.
+
+    ``is_used(addr)`` answers for one address; ``used_count`` bounds the probe: after
+    ``used_count + 1`` probes of a range holding only ``used_count`` allocations, one must have
+    been free, so a None answer is exact.
+    """
+    size = usable_count(network)
+    if size <= 0:
+        return None
+    rng = rng or random.Random()
+    first = int(network.network_address) + 2
+    offset = rng.randrange(size)
+    cls = type(network.network_address)
+    for step in range(min(size, used_count + 1)):
+        candidate = str(cls(first + (offset + step) % size))
+        if not is_used(candidate):
+            return candidate
+    return None
+
+
+def allocate(
+    ranges: Sequence[Network],
+    is_used: Callable[[int, str], bool],
+    used_counts: dict[int, int],
+    rng: random.Random | None = None,
+) -> dict[int, tuple[str, str, Network]]:
+    """One address per family present in ``ranges``: ``{family: (address, gateway, range)}``.
+
+    ``is_used(family, addr)`` and ``used_counts[family]`` describe current allocations.
+    Raises :class:`NoFreeAddress` (code 100) naming the family's ranges when all are full.
+    """
+    out: dict[int, tuple[str, str, Network]] = {}
+    families = []
+    for net in ranges:
+        if net.version not in families:
+            families.append(net.version)
+    for family in families:
+        candidates = [n for n in ranges if n.version == family]
+        for net in candidates:
+            addr = pick(net, lambda a, f=family: is_used(f, a), used_counts.get(family, 0), rng)
+            if addr is not None:
+                out[family] = (addr, gateway(net), net)
+                break
+        else:
+            names = ", ".join(str(n) for n in candidates)
+            raise NoFreeAddress(f"no free IPv{family} address in range(s) {names}")
+    return out

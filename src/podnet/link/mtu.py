@@ -1,0 +1,50 @@
+"""The node's default MTU: that of the link holding the default route (cni-kindnet's choice)."""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+
+SIOCGIFMTU = 0x8921
+DEFAULT_MTU = 1500
+
+
+def _default_route_ifname() -> str | None:
+    # /proc/net is the calling thread's netns, unlike /sys (mount namespace).
+    try:
+        with open("/proc/net/route") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[1] == "00000000" and fields[7] == "00000000":
+                    return fields[0]
+    except (OSError, StopIteration, IndexError):
+        pass
+    try:
+        with open("/proc/net/ipv6_route") as f:
+            for line in f:
+                fields = line.split()
+                if fields[0] == "0" * 32 and fields[1] == "00" and fields[9] != "lo":
+                    return fields[9]
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def link_mtu(ifname: str) -> int:
+    """MTU in bytes of ``ifname`` in the current netns (SIOCGIFMTU); OSError if absent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16si", ifname.encode(), 0)
+        return int(struct.unpack("16si", fcntl.ioctl(s.fileno(), SIOCGIFMTU, req))[1])
+
+
+def default_mtu() -> int:
+    """MTU in bytes of the default-route link (IPv4, else IPv6); 1500 without a default route."""
+    ifname = _default_route_ifname()
+    if ifname is None:
+        return DEFAULT_MTU
+    try:
+        return link_mtu(ifname)
+    except OSError:
+        return DEFAULT_MTU

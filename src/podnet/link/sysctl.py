@@ -1,0 +1,66 @@
+"""sysctls of the current network namespace, written through ``/proc/sys/net``.
+
+``/proc/sys/net`` always shows the namespace of the thread that opens it, so after
+:meth:`podnet.link.netns.NetNS.entered` these functions act on the pod's namespace.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+def write(key: str, value: str) -> None:
+    """Set ``key`` (dotted, e.g. ``net.ipv4.ip_forward``) to ``value``; OSError on failure."""
+    path = "/proc/sys/" + key.replace(".", "/")
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def read(key: str) -> str:
+    """The value of ``key`` (dotted), stripped."""
+    with open("/proc/sys/" + key.replace(".", "/")) as f:
+        return f.read().strip()
+
+
+def _conf(family: int, ifname: str, name: str) -> str:
+    # Interface names may contain dots, so build the path, not a dotted key.
+    return f"/proc/sys/net/ipv{family}/conf/{ifname}/{name}"
+
+
+def _write_path(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def interface_exists(ifname: str) -> bool:
+    """True when ``ifname`` exists in the current netns (any family's conf dir is there)."""
+    return os.path.exists(_conf(4, ifname, "")) or os.path.exists(_conf(6, ifname, ""))
+
+
+def configure_host_side(host_if: str, families: Iterable[int]) -> None:
+    """Node-side settings for a pod's host veth (FIELD-NOTES §2, seed 000 "SNAT").
+
+    IPv4: ``ip_forward=1``; ``route_localnet=1`` on the host veth so 127.0.0.1 → hostPort can be
+    DNATed to the pod and masqueraded. IPv6: ``all.forwarding=1``; DAD and RA off on the host veth.
+    """
+    for family in families:
+        if family == 4:
+            write("net.ipv4.ip_forward", "1")
+            _write_path(_conf(4, host_if, "route_localnet"), "1")
+        else:
+            _write_path(_conf(6, host_if, "accept_dad"), "0")
+            _write_path(_conf(6, host_if, "accept_ra"), "0")
+            if read("net.ipv6.conf.all.forwarding") != "1":
+                write("net.ipv6.conf.all.forwarding", "1")
+
+
+def configure_pod_side(ifname: str, families: Iterable[int]) -> None:
+    """Pod-side settings, run inside the pod netns: IPv6 DAD and router advertisements off."""
+    if 6 in families:
+        _write_path(_conf(6, ifname, "accept_dad"), "0")
+        _write_path(_conf(6, ifname, "dad_transmits"), "0")
+        _write_path(_conf(6, ifname, "accept_ra"), "0")

@@ -1,0 +1,174 @@
+"""The pod's point-to-point veth (ptp, as cni-kindnet wires it), as ``ip -batch`` data + apply.
+
+Layout for a pod with address P and gateway G of family 4 (6 is the same with /128)::
+
+    host netns:  <host_if> (G/32 on it)   route P/32 dev <host_if>
+    pod netns:   <ifname>  P/32           route G/32 dev <ifname> scope link
+                                          route default via G dev <ifname> src P
+
+Source: seed 001 and cni-kindnet's pod wiring (FIELD-NOTES §2); CNI_IFNAME is honoured.
+"""
+
+from __future__ import annotations
+
+from podnet import proc
+from podnet.cni.errors import InterfaceExists, KernelError
+from podnet.link import sysctl
+from podnet.link.netns import NetNS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class PodLink:
+    """What to build for one attachment.
+
+    ``addresses``: list of ``(family, pod_ip, gateway_ip)`` with family 4 or 6 (plain addresses,
+    no prefix); ``mtu`` in bytes (> 0); MACs as ``"aa:bb:…"``.
+    """
+
+    __slots__ = ("host_if", "ifname", "netns", "mtu", "addresses", "host_mac", "pod_mac", "alias")
+
+    def __init__(
+        self,
+        *,
+        host_if: str,
+        ifname: str,
+        netns: str,
+        mtu: int,
+        addresses: Sequence[tuple[int, str, str]],
+        host_mac: str,
+        pod_mac: str,
+        alias: str = "",
+    ) -> None:
+        self.host_if = host_if
+        self.ifname = ifname
+        self.netns = netns
+        self.mtu = mtu
+        self.addresses = list(addresses)
+        self.host_mac = host_mac
+        self.pod_mac = pod_mac
+        self.alias = alias
+
+
+def host_batch(link: PodLink) -> list[str]:
+    """``ip -batch`` lines run in the node netns: create the pair, address and route the host end."""
+    lines = [
+        f"link add {link.host_if} mtu {link.mtu} address {link.host_mac} type veth "
+        f"peer name {link.ifname} mtu {link.mtu} address {link.pod_mac} netns {link.netns}",
+        f"link set {link.host_if} up",
+    ]
+    if link.alias:
+        lines.insert(1, f'link set {link.host_if} alias "{link.alias}"')
+    for family, pod_ip, gateway in link.addresses:
+        plen = 32 if family == 4 else 128
+        nodad = " nodad" if family == 6 else ""
+        lines.append(f"addr add {gateway}/{plen} dev {link.host_if}{nodad}")
+        lines.append(f"route add {pod_ip}/{plen} dev {link.host_if}")
+    return lines
+
+
+def pod_batch(link: PodLink) -> list[str]:
+    """``ip -batch`` lines run inside the pod netns: address the pod end, link and default routes."""
+    lines = [f"link set {link.ifname} up"]
+    for family, pod_ip, gateway in link.addresses:
+        plen = 32 if family == 4 else 128
+        nodad = " nodad" if family == 6 else ""
+        default = "0.0.0.0/0" if family == 4 else "::/0"
+        lines.append(f"addr add {pod_ip}/{plen} dev {link.ifname}{nodad}")
+        lines.append(f"route add {gateway}/{plen} dev {link.ifname} scope link")
+        lines.append(
+            f"route add {default} via {gateway} dev {link.ifname} src {pod_ip}"
+        )
+    return lines
+
+
+def _batch(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def create_pair(link: PodLink) -> None:
+    """Create the pair and configure the host end (run in the node netns).
+
+    Raises :class:`InterfaceExists` (102) when ``ifname`` already exists in the pod netns, and
+    :class:`KernelError` (104) with ``ip``'s message otherwise; nothing is left on failure.
+    """
+    try:
+        with NetNS(link.netns) as pod_ns, pod_ns.entered():
+            exists = sysctl.interface_exists(link.ifname)
+    except (OSError, ValueError) as err:
+        raise KernelError(f"cannot enter netns {link.netns}: {err}") from err
+    if exists:
+        raise InterfaceExists(f"interface {link.ifname} already exists in netns {link.netns}")
+    try:
+        try:
+            proc.run(["ip", "-batch", "-"], _batch(host_batch(link)))
+        except proc.ToolError as err:
+            if "File exists" not in err.stderr or not sysctl.interface_exists(link.host_if):
+                raise
+            # A host end left by an attachment whose DEL never ran: it has no owner (the caller
+            # holds the store's lock and found no row), so replace it once.
+            delete_host(link.host_if)
+            proc.run(["ip", "-batch", "-"], _batch(host_batch(link)))
+    except proc.ToolError as err:
+        if "File exists" not in err.stderr:
+            delete_host(link.host_if)
+        raise KernelError(
+            f"failed to create veth {link.host_if} (peer {link.ifname} in {link.netns})",
+            err.stderr.strip(),
+        ) from err
+    try:
+        sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
+    except OSError as err:
+        delete_host(link.host_if)
+        raise KernelError(f"failed to set sysctls of {link.host_if}", str(err)) from err
+
+
+def configure_pod(link: PodLink) -> None:
+    """Address and route the pod end inside its netns (after :func:`create_pair`).
+
+    Raises :class:`KernelError` (104); the caller removes the pair on failure.
+    """
+    try:
+        with NetNS(link.netns) as pod_ns, pod_ns.entered():
+            sysctl.configure_pod_side(link.ifname, {f for f, _, _ in link.addresses})
+            proc.run(["ip", "-batch", "-"], _batch(pod_batch(link)))
+    except proc.ToolError as err:
+        raise KernelError(
+            f"failed to configure {link.ifname} in {link.netns}", err.stderr.strip()
+        ) from err
+    except (OSError, ValueError) as err:
+        raise KernelError(f"failed to configure {link.ifname} in {link.netns}", str(err)) from err
+
+
+def start_delete_host(host_if: str) -> proc.Spawned:
+    """Start deleting the host end (the kernel removes the peer); wait with :func:`finish_delete`.
+
+    The deletion waits for an RCU grace period (~20 ms), so callers overlap it with other work.
+    """
+    return proc.spawn(["ip", "link", "del", host_if])
+
+
+def finish_delete(spawned: proc.Spawned) -> None:
+    """Collect a deletion; a link that is already gone is success (DEL is idempotent)."""
+    rc, _, err = spawned.wait()
+    if rc != 0 and "Cannot find device" not in err and "does not exist" not in err:
+        raise KernelError(f"failed to delete {spawned.argv[-1]}", err.strip())
+
+
+def delete_host(host_if: str) -> None:
+    """Delete the host end now; gone already is success. Raises :class:`KernelError`."""
+    finish_delete(start_delete_host(host_if))
+
+
+def list_host_links(prefix: str, alias: str) -> list[str]:
+    """Names of the veths in the current netns named ``prefix…`` with alias ``alias``."""
+    import json
+
+    links = json.loads(proc.run(["ip", "-j", "link", "show", "type", "veth"]) or "[]")
+    return [
+        link["ifname"]
+        for link in links
+        if link.get("ifname", "").startswith(prefix) and link.get("ifalias") == alias
+    ]

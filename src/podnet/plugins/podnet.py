@@ -1,0 +1,347 @@
+"""``podnet``: the main CNI plugin — IPAM, the pod's veth, egress masquerade and hostPorts, with
+all node state in one SQLite database and no daemon (seed 001, issue 2).
+
+ADD holds the database write lock (``BEGIN IMMEDIATE``) from allocation until the firewall
+reflects the change, so concurrent ADD/DEL can neither lose nor duplicate a mapping; a failed ADD
+rolls the transaction back and removes the links it created. DEL starts the veth deletion (an
+RCU grace period, ~20 ms) before anything else and overlaps it with the database and nft work.
+"""
+
+from __future__ import annotations
+
+import os
+
+from podnet.cni import errors, skel
+from podnet.cni.errors import CNIError
+from podnet.link import names
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from podnet.cni.skel import Call
+    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.store import Store
+    from podnet.store.db import Pod, PortMapping
+
+PLUGIN = "podnet"
+
+
+def _conf(call: Call) -> PodnetConf:
+    from podnet.plugins.podnet_conf import PodnetConf
+
+    return PodnetConf(call.config)
+
+
+def _open(conf: PodnetConf) -> Store:
+    from podnet.store import open_store
+
+    return open_store(conf.data_dir, busy_timeout=conf.busy_timeout)
+
+
+# -- ADD ---------------------------------------------------------------------------------------
+def _mappings_for(
+    conf: PodnetConf, container_id: str, addresses: dict[int, str]
+) -> list[PortMapping]:
+    """Requested portMappings → store entries, one per pod family for a wildcard hostIP."""
+    from podnet.store.db import PortMapping
+
+    out = []
+    for i, m in enumerate(conf.port_mappings):
+        if m.host_ip:
+            family = 6 if ":" in m.host_ip else 4
+            if family not in addresses:
+                raise errors.InvalidConfig(
+                    f"runtimeConfig.portMappings[{i}].hostIP: {m.host_ip} is IPv{family} but the "
+                    f"pod has no IPv{family} address"
+                )
+            out.append(PortMapping(container_id, m.host_ip, m.host_port, m.protocol,
+                                   addresses[family], m.container_port))  # fmt: skip
+        else:
+            for family, addr in sorted(addresses.items()):
+                wildcard = "::" if family == 6 else "0.0.0.0"
+                out.append(PortMapping(container_id, wildcard, m.host_port, m.protocol, addr,
+                                       m.container_port))  # fmt: skip
+    return out
+
+
+def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
+    for entry in entries:
+        holders = store.hostport_holders(entry)
+        if holders:
+            h = holders[0]
+            raise errors.HostPortConflict(
+                f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is already held "
+                f"by container {h.container_id} ({h.host_ip}:{h.host_port}/{h.protocol} -> "
+                f"{h.container_ip}:{h.container_port})"
+            )
+
+
+def _firewall_add(store: Store, conf: PodnetConf, entries: list[PortMapping],
+                  rebuild: bool) -> Any:  # fmt: skip
+    """Start the nft update for an ADD; returns a handle for :func:`_firewall_wait`.
+
+    Incremental (map elements + the config's ranges, which also probes that the table exists)
+    unless ``rebuild``; a failed incremental update falls back to a rebuild from the store.
+    """
+    from podnet.firewall import hostports, nft
+
+    if rebuild:
+        return ("rebuild", None)
+    probe = "".join(
+        f"add element {hostports.FAMILY} {hostports.TABLE} ranges_v{n.version} {{ {n} }}\n"
+        for n in conf.ranges
+    )
+    return ("incremental", nft.start(probe + hostports.add_script(entries)))
+
+
+def _firewall_wait(store: Store, handle: Any) -> None:
+    from podnet.firewall import nft
+
+    mode, spawned = handle
+    if mode == "incremental" and spawned.wait()[0] == 0:
+        return
+    rebuild_firewall(store)
+
+
+def rebuild_firewall(store: Store) -> None:
+    """Replace table ``inet podnet`` with one built from the store (atomic). KernelError (104)."""
+    from podnet.firewall import hostports, nft
+
+    ranges = [(subnet, masq) for _, subnet, _, masq in store.ranges()]
+    nft.apply(hostports.table_script(ranges, store.portmaps()), "rebuild table inet podnet")
+
+
+def _udp_ports(entries: list[PortMapping]) -> list[tuple[int, int]]:
+    return [(e.family, e.host_port) for e in entries if e.protocol == "udp"]
+
+
+def cmd_add(call: Call) -> dict[str, Any]:
+    """ADD (spec "ADD"): allocate, wire the veth, publish hostPorts; returns a 1.x result.
+
+    Errors: 7 bad config, 100 no free address, 101 hostPort held (names the holder), 102
+    CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5 database I/O.
+    """
+    from podnet.ipam.allocator import allocate
+    from podnet.link import veth
+    from podnet.link.mtu import default_mtu
+
+    conf = _conf(call)
+    cid, ifname = call.container_id, call.ifname
+    if not os.path.exists(call.netns):
+        raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+    host_if = names.host_ifname(cid, ifname)
+    mtu = conf.mtu or default_mtu()
+    with _open(conf) as store, store.write():
+        existing = store.get_pod(cid)
+        if existing is not None:
+            raise errors.InterfaceExists(
+                f"container {cid} already has a podnet attachment ({existing.ifname} in "
+                f"{existing.netns}); DEL it first"
+            )
+        ranges_changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
+        used = {f: store.used_addresses(f) for f in {n.version for n in conf.ranges}}
+        alloc = allocate(
+            conf.ranges,
+            lambda family, addr: addr in used[family],
+            {f: len(u) for f, u in used.items()},
+        )
+        addresses = {family: a[0] for family, a in alloc.items()}
+        entries = _mappings_for(conf, cid, addresses)
+        _check_hostports(store, entries)
+        link = veth.PodLink(
+            host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+            addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+            host_mac=names.random_mac(), pod_mac=names.random_mac(),
+            alias=link_alias(conf),
+        )  # fmt: skip
+        store.insert_pod(
+            container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
+            ifname=ifname, network_name=conf.name, host_mac=link.host_mac, pod_mac=link.pod_mac,
+            ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+            ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+            ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+            name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
+            uid=call.args.get("K8S_POD_UID"),
+        )  # fmt: skip
+        store.insert_portmaps(entries)
+        veth.create_pair(link)
+        try:
+            handle = _firewall_add(store, conf, entries, ranges_changed)
+            veth.configure_pod(link)
+            _firewall_wait(store, handle)
+        except BaseException:
+            veth.delete_host(link.host_if)
+            raise
+    if _udp_ports(entries):
+        from podnet.firewall.conntrack import flush_udp_ports
+
+        flush_udp_ports(_udp_ports(entries))
+    return _result(link, alloc)
+
+
+def link_alias(conf: PodnetConf) -> str:
+    """The alias podnet sets on its host veths: names the database that owns them, so GC of
+    one ``dataDir`` never touches another's links."""
+    return f"podnet:{conf.data_dir}"
+
+
+def _result(link: Any, alloc: dict[int, tuple[str, str, Any]]) -> dict[str, Any]:
+    ips, routes = [], []
+    for family, (addr, gw, _net) in sorted(alloc.items()):
+        plen = 32 if family == 4 else 128
+        ips.append({"address": f"{addr}/{plen}", "gateway": gw, "interface": 1})
+        routes.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gw})
+    return {
+        "cniVersion": "1.1.0",
+        "interfaces": [
+            {"name": link.host_if, "mac": link.host_mac, "mtu": link.mtu},
+            {"name": link.ifname, "mac": link.pod_mac, "mtu": link.mtu, "sandbox": link.netns},
+        ],
+        "ips": ips,
+        "routes": routes,
+        "dns": {},
+    }
+
+
+def result_from_pod(pod: Pod) -> dict[str, Any]:
+    """The ADD result of a stored pod (for CHECK and state tools)."""
+    from podnet.link.veth import PodLink
+
+    alloc: dict[int, tuple[str, str, Any]] = {}
+    if pod.ip_address_v4:
+        alloc[4] = (str(pod.ip_address_v4), str(pod.ip_gateway_v4), None)
+    if pod.ip_address_v6:
+        alloc[6] = (str(pod.ip_address_v6), str(pod.ip_gateway_v6), None)
+    link = PodLink(host_if=str(pod.interface_name), ifname=str(pod.ifname), netns=str(pod.netns),
+                   mtu=int(pod.interface_mtu or 0), addresses=[], host_mac=str(pod.host_mac),
+                   pod_mac=str(pod.pod_mac))  # fmt: skip
+    return _result(link, alloc)
+
+
+# -- DEL ---------------------------------------------------------------------------------------
+def cmd_del(call: Call) -> None:
+    """DEL (spec "DEL"): release everything of (CNI_CONTAINERID, CNI_IFNAME); idempotent.
+
+    Works with an empty, stale or deleted CNI_NETNS: the host veth name is derived from the
+    container ID and ifname, and the address is released from the store regardless.
+    """
+    from podnet.link import veth
+
+    conf = _conf(call)
+    deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
+    udp: list[tuple[int, int]] = []
+    with _open(conf) as store, store.write():
+        pod = store.get_pod(call.container_id)
+        if pod is not None and pod.ifname in (None, call.ifname):
+            entries = store.portmaps(call.container_id)
+            store.delete_pod(call.container_id)
+            if entries:
+                _firewall_del(store, entries)
+            udp = _udp_ports(entries)
+    veth.finish_delete(deleting)
+    if udp:
+        from podnet.firewall.conntrack import flush_udp_ports
+
+        flush_udp_ports(udp)
+
+
+def _firewall_del(store: Store, entries: list[PortMapping]) -> None:
+    from podnet.firewall import hostports, nft
+
+    if not nft.try_apply(hostports.delete_script(entries)):
+        rebuild_firewall(store)
+
+
+# -- CHECK -------------------------------------------------------------------------------------
+def cmd_check(call: Call) -> None:
+    """CHECK (spec "CHECK"): the row, the pod interface, routes, host route and hostPort map
+    elements must all be as ADD left them; the first difference → code 103 naming it."""
+    from podnet.plugins import podnet_check
+
+    conf = _conf(call)
+    with _open(conf) as store:
+        pod = store.get_pod(call.container_id)
+        if pod is None or pod.ifname != call.ifname:
+            raise CNIError(
+                f"container {call.container_id} has no podnet attachment {call.ifname}",
+                code=errors.UNKNOWN_CONTAINER,
+            )
+        podnet_check.check(call, pod, store.portmaps(call.container_id))
+
+
+# -- GC and STATUS -------------------------------------------------------------------------------
+def cmd_gc(call: Call) -> None:
+    """GC (spec 1.1 "GC"): remove every attachment not in ``cni.dev/valid-attachments`` — rows,
+    host veths (also podnet veths with no row) and hostPort rules. Keeps going on errors and
+    reports them together at the end."""
+    from podnet.link import veth
+
+    conf = _conf(call)
+    valid_raw = call.config.get("cni.dev/valid-attachments") or []
+    if not isinstance(valid_raw, list):
+        raise errors.InvalidConfig("cni.dev/valid-attachments: must be a list")
+    valid = {(a.get("containerID"), a.get("ifname")) for a in valid_raw if isinstance(a, dict)}
+    failures: list[str] = []
+    with _open(conf) as store, store.write():
+        keep: set[str] = set()
+        for pod in store.pods():
+            if (pod.container_id, pod.ifname) in valid or pod.network_name not in (None, conf.name):
+                keep.add(str(pod.interface_name))
+                continue
+            store.delete_pod(str(pod.container_id))
+        try:
+            rebuild_firewall(store)
+        except CNIError as err:
+            failures.append(f"{err.msg}: {err.details}")
+        try:
+            leaked = [
+                n for n in veth.list_host_links(names.HOST_PREFIX, link_alias(conf)) if n not in keep
+            ]
+        except Exception as err:  # noqa: BLE001 - keep going, report at the end
+            failures.append(f"listing links: {err}")
+            leaked = []
+        deletions = [veth.start_delete_host(n) for n in leaked]
+        for d in deletions:
+            try:
+                veth.finish_delete(d)
+            except CNIError as err:
+                failures.append(f"{err.msg}: {err.details}")
+    if failures:
+        raise CNIError("GC finished with errors", "; ".join(failures))
+
+
+def cmd_status(call: Call) -> None:
+    """STATUS (spec 1.1): code 50 when some family's ranges have no free address, or when the
+    tools or the database are unusable; exit 0 (nothing printed) when ADD can be served."""
+    import ipaddress
+
+    from podnet import proc
+    from podnet.ipam.allocator import usable_count
+
+    conf = _conf(call)
+    for tool in ("ip", "nft"):
+        try:
+            proc.which(tool)
+        except FileNotFoundError as err:
+            raise errors.Unavailable(f"{tool} is not installed", str(err)) from None
+    try:
+        store = _open(conf)
+    except CNIError as err:
+        raise errors.Unavailable(f"state database unusable: {err.msg}") from None
+    with store:
+        for family in sorted({n.version for n in conf.ranges}):
+            nets = [n for n in conf.ranges if n.version == family]
+            used = [ipaddress.ip_address(a) for a in store.used_addresses(family)]
+            if all(sum(1 for a in used if a in n) >= usable_count(n) for n in nets):
+                raise errors.Unavailable(
+                    f"no free IPv{family} address left in {', '.join(str(n) for n in nets)}"
+                )
+
+
+HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "STATUS": cmd_status}
+
+
+def main() -> None:
+    """Console script ``podnet``: one CNI call per process."""
+    raise SystemExit(skel.run(PLUGIN, HANDLERS))

@@ -1,0 +1,113 @@
+"""CHECK of a ``podnet`` attachment against the kernel (spec "CHECK"; cni-kindnet's is a no-op).
+
+Each mismatch raises :class:`~podnet.cni.errors.CheckFailed` (code 103) naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from podnet import proc
+from podnet.cni.errors import CheckFailed
+from podnet.link.netns import NetNS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from podnet.cni.skel import Call
+    from podnet.store.db import Pod, PortMapping
+
+
+def _ip_json(*args: str) -> list[dict[str, Any]]:
+    out = proc.run(["ip", "-j", *args])
+    return json.loads(out) if out.strip() else []
+
+
+def _families(pod: Pod) -> list[tuple[int, str, str]]:
+    out = []
+    if pod.ip_address_v4:
+        out.append((4, str(pod.ip_address_v4), str(pod.ip_gateway_v4)))
+    if pod.ip_address_v6:
+        out.append((6, str(pod.ip_address_v6), str(pod.ip_gateway_v6)))
+    return out
+
+
+def _check_prev_result(call: Call, pod: Pod) -> None:
+    from podnet.cni.result import sandbox_addresses
+
+    prev = call.config.get("prevResult")
+    if not isinstance(prev, dict):
+        return
+    got = {a.split("/")[0] for a in sandbox_addresses(prev, call.ifname)}
+    for _, addr, _ in _families(pod):
+        if addr not in got:
+            raise CheckFailed(f"prevResult lacks the pod address {addr} of {call.ifname}")
+
+
+def _check_pod_side(call: Call, pod: Pod) -> None:
+    ifname = call.ifname
+    try:
+        ns = NetNS(call.netns)
+    except OSError as err:
+        raise CheckFailed(f"netns {call.netns} is not accessible: {err}") from err
+    with ns, ns.entered():
+        links = _ip_json("link", "show")
+        link = next((x for x in links if x.get("ifname") == ifname), None)
+        if link is None:
+            raise CheckFailed(f"interface {ifname} is missing from netns {call.netns}")
+        if "UP" not in link.get("flags", []):
+            raise CheckFailed(f"interface {ifname} in {call.netns} is down")
+        if pod.pod_mac and link.get("address") != pod.pod_mac:
+            raise CheckFailed(f"interface {ifname} has MAC {link.get('address')}, want {pod.pod_mac}")
+        if pod.interface_mtu and link.get("mtu") != pod.interface_mtu:
+            raise CheckFailed(f"interface {ifname} has MTU {link.get('mtu')}, want {pod.interface_mtu}")
+        addrs = _ip_json("addr", "show", "dev", ifname)
+        have = {(a["local"], a["prefixlen"]) for x in addrs for a in x.get("addr_info", [])}
+        for family, addr, gw in _families(pod):
+            plen = 32 if family == 4 else 128
+            if (addr, plen) not in have:
+                raise CheckFailed(f"interface {ifname} lacks address {addr}/{plen}")
+            routes = _ip_json(f"-{family}", "route", "show", "dev", ifname)
+            dsts = {(r.get("dst"), r.get("gateway")) for r in routes}
+            if (gw, None) not in dsts:
+                raise CheckFailed(f"route to gateway {gw} dev {ifname} is missing in the pod")
+            if ("default", gw) not in dsts:
+                raise CheckFailed(f"default route via {gw} dev {ifname} is missing in the pod")
+
+
+def _check_host_side(pod: Pod) -> None:
+    host_if = str(pod.interface_name)
+    links = _ip_json("link", "show", "type", "veth")
+    link = next((x for x in links if x.get("ifname") == host_if), None)
+    if link is None:
+        raise CheckFailed(f"host interface {host_if} is missing")
+    if "UP" not in link.get("flags", []):
+        raise CheckFailed(f"host interface {host_if} is down")
+    for family, addr, _ in _families(pod):
+        routes = _ip_json(f"-{family}", "route", "show", "dev", host_if)
+        if not any(r.get("dst") == addr for r in routes):
+            raise CheckFailed(f"host route to {addr} dev {host_if} is missing")
+
+
+def _check_hostports(entries: list[PortMapping]) -> None:
+    from podnet.firewall import nft
+
+    for family in (4, 6):
+        wanted = [e for e in entries if e.family == family]
+        if not wanted:
+            continue
+        have = nft.map_elements(family)
+        if have is None:
+            raise CheckFailed("nftables table inet podnet is missing")
+        for e in wanted:
+            if nft.expected_element(e) not in have:
+                raise CheckFailed(f"hostPort map element missing: {nft.expected_element(e)}")
+
+
+def check(call: Call, pod: Pod, entries: list[PortMapping]) -> None:
+    """Verify prevResult, pod interface/addresses/routes, host veth/route, hostPort elements."""
+    _check_prev_result(call, pod)
+    _check_pod_side(call, pod)
+    _check_host_side(pod)
+    _check_hostports(entries)

@@ -1,0 +1,336 @@
+"""One connection setup, explicit transactions and every query podnet runs.
+
+Connections: WAL journal, a busy timeout (seconds), ``foreign_keys=ON`` on every connection (so
+``ON DELETE CASCADE`` of seed 001's ``portmap_entries`` works), autocommit mode with explicit
+``BEGIN IMMEDIATE`` for anything that writes. A lock still held after the busy timeout becomes
+:class:`~podnet.cni.errors.TryAgainLater` (CNI code 11).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
+from podnet.store.schema import MIGRATIONS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from types import TracebackType
+
+DB_NAME = "podnet.db"
+
+#: Columns of ``pods`` in the order :class:`Pod` takes them.
+POD_COLUMNS = (
+    "container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6, ip_gateway_v4, "
+    "ip_gateway_v6, interface_name, interface_mtu, creation_timestamp"
+)
+
+
+class Pod:
+    """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs)."""
+
+    __slots__ = (
+        "container_id", "name", "namespace", "uid", "netns", "ip_address_v4", "ip_address_v6",
+        "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
+        "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac",
+    )  # fmt: skip
+
+    def __init__(self, row: Sequence[object]) -> None:
+        for slot, value in zip(self.__slots__, row, strict=True):
+            setattr(self, slot, value)
+
+    def as_dict(self) -> dict[str, object]:
+        return {slot: getattr(self, slot) for slot in self.__slots__}
+
+
+class PortMapping:
+    """A row of ``portmap_entries``: host_ip ("0.0.0.0"/"::" = any), ports 1-65535, tcp|udp."""
+
+    __slots__ = ("container_id", "host_ip", "host_port", "protocol", "container_ip",
+                 "container_port")  # fmt: skip
+
+    def __init__(
+        self,
+        container_id: str,
+        host_ip: str,
+        host_port: int,
+        protocol: str,
+        container_ip: str,
+        container_port: int,
+    ) -> None:
+        self.container_id = container_id
+        self.host_ip = host_ip
+        self.host_port = host_port
+        self.protocol = protocol
+        self.container_ip = container_ip
+        self.container_port = container_port
+
+    @property
+    def family(self) -> int:
+        return 6 if ":" in self.container_ip else 4
+
+    @property
+    def wildcard(self) -> bool:
+        return self.host_ip in ("0.0.0.0", "::")
+
+    def as_dict(self) -> dict[str, object]:
+        return {slot: getattr(self, slot) for slot in self.__slots__}
+
+    def __repr__(self) -> str:
+        return (
+            f"PortMapping({self.host_ip}:{self.host_port}/{self.protocol} -> "
+            f"{self.container_ip}:{self.container_port} [{self.container_id}])"
+        )
+
+
+def _locked(err: sqlite3.OperationalError) -> bool:
+    return "locked" in str(err) or "busy" in str(err)
+
+
+class Store:
+    """The node state. Use :meth:`write` for every change; reads may run outside it."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self.conn = conn
+        self.path = path
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions -------------------------------------------------------------------
+    def write(self) -> _WriteTxn:
+        """``with store.write():`` — a ``BEGIN IMMEDIATE`` transaction, committed on success.
+
+        The write lock is taken at BEGIN, so reads inside see the latest state and concurrent
+        writers wait (busy timeout) instead of failing at COMMIT. Raises TryAgainLater (11).
+        """
+        return _WriteTxn(self.conn)
+
+    # -- ranges -------------------------------------------------------------------------
+    def ranges(self) -> list[tuple[int, str, str | None, bool]]:
+        """All ``ipam_ranges`` rows: ``(id, subnet, description, ip_masq)``."""
+        rows = self.conn.execute(
+            "SELECT r.id, r.subnet, r.description, COALESCE(o.ip_masq, 1) FROM ipam_ranges r "
+            "LEFT JOIN range_options o ON o.range_id = r.id ORDER BY r.id"
+        ).fetchall()
+        return [(i, s, d, bool(m)) for i, s, d, m in rows]
+
+    def sync_ranges(self, subnets: Sequence[str], ip_masq: bool, description: str) -> bool:
+        """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
+
+        Ranges of other configs sharing the database are left alone.
+        """
+        known = {subnet: (rid, masq) for rid, subnet, _, masq in self.ranges()}
+        changed = False
+        for subnet in subnets:
+            if subnet not in known:
+                cur = self.conn.execute(
+                    "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)",
+                    (subnet, description),
+                )
+                self.conn.execute(
+                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?)",
+                    (cur.lastrowid, int(ip_masq)),
+                )
+                changed = True
+            elif known[subnet][1] != ip_masq:
+                self.conn.execute(
+                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?) "
+                    "ON CONFLICT (range_id) DO UPDATE SET ip_masq = excluded.ip_masq",
+                    (known[subnet][0], int(ip_masq)),
+                )
+                changed = True
+        return changed
+
+    # -- pods ---------------------------------------------------------------------------
+    def get_pod(self, container_id: str) -> Pod | None:
+        """The pod row with its attachment, or None."""
+        row = self.conn.execute(
+            f"SELECT {_qualified(POD_COLUMNS)}, a.ifname, a.network_name, a.host_mac, a.pod_mac "
+            "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
+            "WHERE p.container_id = ?",
+            (container_id,),
+        ).fetchone()
+        return Pod(row) if row else None
+
+    def pods(self) -> list[Pod]:
+        """Every pod row with its attachment, oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_qualified(POD_COLUMNS)}, a.ifname, a.network_name, a.host_mac, a.pod_mac "
+            "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
+            "ORDER BY p.creation_timestamp, p.rowid"
+        ).fetchall()
+        return [Pod(r) for r in rows]
+
+    def used_addresses(self, family: int) -> set[str]:
+        """Every allocated address of ``family`` (4 or 6)."""
+        col = "ip_address_v4" if family == 4 else "ip_address_v6"
+        rows = self.conn.execute(f"SELECT {col} FROM pods WHERE {col} IS NOT NULL")
+        return {r[0] for r in rows}
+
+    def address_used(self, family: int, address: str) -> bool:
+        """True when ``address`` is allocated (an index lookup on the UNIQUE column)."""
+        col = "ip_address_v4" if family == 4 else "ip_address_v6"
+        q = f"SELECT 1 FROM pods WHERE {col} = ?"
+        return self.conn.execute(q, (address,)).fetchone() is not None
+
+    def insert_pod(
+        self,
+        *,
+        container_id: str,
+        netns: str,
+        interface_name: str,
+        interface_mtu: int,
+        ifname: str,
+        network_name: str,
+        host_mac: str,
+        pod_mac: str,
+        ip_address_v4: str | None = None,
+        ip_address_v6: str | None = None,
+        ip_gateway_v4: str | None = None,
+        ip_gateway_v6: str | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        uid: str | None = None,
+    ) -> None:
+        """Insert a pod and its attachment (inside :meth:`write`)."""
+        self.conn.execute(
+            "INSERT INTO pods (container_id, name, namespace, uid, netns, ip_address_v4, "
+            "ip_address_v6, ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6,
+             ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu),
+        )  # fmt: skip
+        self.conn.execute(
+            "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (container_id, ifname, network_name, host_mac, pod_mac),
+        )
+
+    def delete_pod(self, container_id: str) -> None:
+        """Delete a pod; its ``portmap_entries`` and attachment go by ON DELETE CASCADE."""
+        self.conn.execute("DELETE FROM pods WHERE container_id = ?", (container_id,))
+
+    # -- hostPorts ----------------------------------------------------------------------
+    def portmaps(self, container_id: str | None = None) -> list[PortMapping]:
+        """``portmap_entries`` of one container, or of all when ``container_id`` is None."""
+        q = (
+            "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
+            "FROM portmap_entries"
+        )
+        if container_id is None:
+            rows = self.conn.execute(q + " ORDER BY id").fetchall()
+        else:
+            rows = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
+        return [PortMapping(*r) for r in rows]
+
+    def hostport_holders(self, entry: PortMapping) -> list[PortMapping]:
+        """Entries that clash with ``entry``: same protocol and hostPort and either the same
+        hostIP, or one side a wildcard of the same family (the overlap cni-kindnet missed)."""
+        wildcard = "::" if entry.family == 6 else "0.0.0.0"
+        rows = self.conn.execute(
+            "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
+            "FROM portmap_entries WHERE host_port = ? AND protocol = ? AND "
+            "(host_ip = ? OR host_ip = ? OR ? = ?) "
+            "AND (instr(host_ip, ':') > 0) = ?",
+            (entry.host_port, entry.protocol, entry.host_ip, wildcard, entry.host_ip, wildcard,
+             entry.family == 6),
+        ).fetchall()  # fmt: skip
+        return [PortMapping(*r) for r in rows]
+
+    def insert_portmaps(self, entries: Iterable[PortMapping]) -> None:
+        """Insert hostPort entries (inside :meth:`write`)."""
+        self.conn.executemany(
+            "INSERT INTO portmap_entries (container_id, host_ip, host_port, protocol, "
+            "container_ip, container_port) VALUES (?, ?, ?, ?, ?, ?)",
+            [(e.container_id, e.host_ip, e.host_port, e.protocol, e.container_ip,
+              e.container_port) for e in entries],
+        )  # fmt: skip
+
+
+def _qualified(columns: str) -> str:
+    return ", ".join("p." + c.strip() for c in columns.split(","))
+
+
+class _WriteTxn:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as err:
+            if _locked(err):
+                raise TryAgainLater("node state database is locked; try again later") from err
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.OperationalError as err:
+                self.conn.execute("ROLLBACK")
+                if _locked(err):
+                    raise TryAgainLater("node state database is locked; try again later") from err
+                raise
+        else:
+            self.conn.execute("ROLLBACK")
+
+
+def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True) -> Store:
+    """Open (creating ``data_dir`` and migrating if needed) ``<data_dir>/podnet.db``.
+
+    ``busy_timeout`` in seconds. Raises :class:`CNIError` code 5 when the directory or file
+    cannot be created or opened, TryAgainLater (11) when a migration cannot get the lock.
+    With ``create=False`` a missing database raises FileNotFoundError (for read-only tools).
+    """
+    path = os.path.join(data_dir, DB_NAME)
+    if not create and not os.path.exists(path):
+        raise FileNotFoundError(path)
+    try:
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+        conn.execute("PRAGMA foreign_keys = ON")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except (OSError, sqlite3.Error) as err:
+        raise CNIError(f"cannot open state database {path}: {err}", code=IO_FAILURE) from err
+    store = Store(conn, path)
+    if version < len(MIGRATIONS):
+        _migrate(store)
+    return store
+
+
+def _migrate(store: Store) -> None:
+    conn = store.conn
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.OperationalError as err:
+        if not _locked(err):
+            raise
+    with store.write():
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "name TEXT PRIMARY KEY, applied_at DATETIME DEFAULT CURRENT_TIMESTAMP)"
+        )
+        done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+        for name, ddl in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")

@@ -1,0 +1,65 @@
+"""Schema migrations, applied in order and recorded by name in ``schema_migrations``.
+
+``0001_seed_schema`` is seed 001's DDL verbatim (cni-kindnet's three tables); podnet's own
+tables come only through later named migrations. ``PRAGMA user_version`` holds the number of
+applied migrations, so an up-to-date database costs one pragma read per connection.
+"""
+
+from __future__ import annotations
+
+SEED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ipam_ranges (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, -- Unique identifier for the IP range
+  subnet TEXT NOT NULL, -- Subnet in CIDR notation (e.g., "10.244.0.0/16")
+  description TEXT -- Optional description of the IP range
+);
+CREATE TABLE IF NOT EXISTS pods (
+  container_id TEXT PRIMARY KEY, -- ID of the pod Sandbox on the container runtime
+  name TEXT, -- Kubernetes name of the pod
+  namespace TEXT, -- Kubernetes namespace of the pod
+  uid TEXT, -- Kubernetes UID of the pod
+  netns TEXT NOT NULL, -- Network namespace path of the pod
+  ip_address_v4 TEXT, -- IPv4 address assigned to the pod
+  ip_address_v6 TEXT, -- IPv6 address assigned to the pod
+  ip_gateway_v4 TEXT, -- IPv4 gateway assigned to the pod
+  ip_gateway_v6 TEXT, -- IPv6 gateway assigned to the pod
+  interface_name TEXT NOT NULL, -- Name of the network interface of the pod in the host
+  interface_mtu INTEGER, -- Interface mtu
+  creation_timestamp DATETIME DEFAULT CURRENT_TIMESTAMP, -- Timestamp of pod creation
+  UNIQUE (ip_address_v4), -- Unique constraint for IPv4 address
+  UNIQUE (ip_address_v6) -- Unique constraint for IPv6 address
+);
+CREATE TABLE IF NOT EXISTS portmap_entries (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  container_id TEXT NOT NULL,
+  host_ip TEXT NOT NULL,
+  host_port INTEGER NOT NULL,
+  protocol TEXT NOT NULL,
+  container_ip TEXT NOT NULL,
+  container_port INTEGER NOT NULL,
+  FOREIGN KEY (container_id) REFERENCES pods(container_id) ON DELETE CASCADE,
+  UNIQUE (host_ip, host_port, protocol) -- Unique constraint
+);
+"""
+
+# The pod-side interface name and network of each pod row (seed 001 keeps only the host side),
+# needed by CHECK and by GC's valid-attachments (containerID, ifname); and per-range options.
+ATTACHMENTS = """
+CREATE TABLE pod_attachments (
+  container_id TEXT PRIMARY KEY REFERENCES pods(container_id) ON DELETE CASCADE,
+  ifname TEXT NOT NULL, -- CNI_IFNAME: the interface name inside the pod netns
+  network_name TEXT NOT NULL, -- NetConf "name"
+  host_mac TEXT,
+  pod_mac TEXT
+);
+CREATE TABLE range_options (
+  range_id INTEGER PRIMARY KEY REFERENCES ipam_ranges(id) ON DELETE CASCADE,
+  ip_masq INTEGER NOT NULL DEFAULT 1 -- masquerade egress from this range (NetConf ipMasq)
+);
+"""
+
+#: (name, DDL) in order; append only.
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("0001_seed_schema", SEED_SCHEMA),
+    ("0002_pod_attachments_range_options", ATTACHMENTS),
+)

@@ -1,0 +1,93 @@
+"""Test hosts in network namespaces: a node namespace that plays the node, pod namespaces,
+and a client namespace wired to the node ("another host"). Everything is torn down by
+:meth:`Lab.close`, which the fixtures call even when a test fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+VENV_BIN = Path(os.environ.get("PODNET_BIN", str(Path(__file__).resolve().parents[1] / ".venv" / "bin")))
+PLUGIN = str(VENV_BIN / "podnet")
+
+# Documentation ranges (RFC 5737 / 3849) between the node and the client namespace.
+NODE_ADDR4, CLIENT_ADDR4 = "192.0.2.1", "192.0.2.2"
+NODE_ADDR6, CLIENT_ADDR6 = "2001:db8:1::1", "2001:db8:1::2"
+
+
+def sh(*argv: str, check: bool = True, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True, input=input, timeout=timeout)
+
+
+class Lab:
+    """Namespaces created by one test; names are unique so tests can run side by side."""
+
+    def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex[:6]
+        self.namespaces: list[str] = []
+        self.node = self.netns("node")
+        sh("ip", "-n", self.node, "link", "set", "lo", "up")
+
+    def netns(self, role: str) -> str:
+        name = f"pnt-{self.tag}-{role}"
+        sh("ip", "netns", "add", name)
+        self.namespaces.append(name)
+        return name
+
+    def pod(self, role: str = "pod") -> str:
+        """A new pod namespace (loopback up); returns its name. Path: ``/run/netns/<name>``."""
+        name = self.netns(f"{role}{len(self.namespaces)}")
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        return name
+
+    def client(self) -> str:
+        """A namespace linked to the node: node 192.0.2.1 / 2001:db8:1::1, client .2 / ::2."""
+        name = self.netns("client")
+        sh("ip", "link", "add", "up0", "netns", self.node, "type", "veth", "peer", "name", "up0", "netns", name)
+        for ns, a4, a6 in ((self.node, NODE_ADDR4, NODE_ADDR6), (name, CLIENT_ADDR4, CLIENT_ADDR6)):
+            sh("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", "up0")
+            sh("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", "up0", "nodad")
+            sh("ip", "-n", ns, "link", "set", "up0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.node, "route", "add", "default", "via", CLIENT_ADDR4)
+        sh("ip", "-n", self.node, "-6", "route", "add", "default", "via", CLIENT_ADDR6)
+        return name
+
+    def exec(self, ns: str, *argv: str, check: bool = True, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return sh("ip", "netns", "exec", ns, *argv, check=check, input=input, timeout=timeout)
+
+    def cni(
+        self,
+        command: str,
+        conf: dict[str, Any],
+        *,
+        container_id: str = "",
+        netns: str | None = None,
+        ifname: str = "eth0",
+        plugin: str = PLUGIN,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> tuple[int, Any]:
+        """Run one plugin call inside the node namespace; ``(exit status, parsed stdout or None)``."""
+        full = {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container_id,
+            "CNI_NETNS": f"/run/netns/{netns}" if netns else "",
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": "/opt/cni/bin:/usr/lib/cni",
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        }
+        full.update(env or {})
+        argv = ["ip", "netns", "exec", self.node, "env", "-i"] + [f"{k}={v}" for k, v in full.items()] + [plugin]
+        proc = subprocess.run(argv, input=stdin if stdin is not None else json.dumps(conf), capture_output=True, text=True, timeout=120)
+        out = proc.stdout.strip()
+        return proc.returncode, (json.loads(out) if out else None)
+
+    def close(self) -> None:
+        for ns in reversed(self.namespaces):
+            sh("ip", "netns", "del", ns, check=False)
+        self.namespaces.clear()
