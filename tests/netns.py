@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 VENV_BIN = Path(os.environ.get("PODNET_BIN", str(Path(__file__).resolve().parents[1] / ".venv" / "bin")))
 PLUGIN = str(VENV_BIN / "podnet")
+ECHO = str(Path(__file__).resolve().parent / "echo.py")
 
 # Documentation ranges (RFC 5737 / 3849) between the node and the client namespace.
 NODE_ADDR4, CLIENT_ADDR4 = "192.0.2.1", "192.0.2.2"
@@ -29,6 +31,7 @@ class Lab:
     def __init__(self) -> None:
         self.tag = uuid.uuid4().hex[:6]
         self.namespaces: list[str] = []
+        self.processes: list[subprocess.Popen[str]] = []
         self.node = self.netns("node")
         sh("ip", "-n", self.node, "link", "set", "lo", "up")
 
@@ -87,7 +90,25 @@ class Lab:
         out = proc.stdout.strip()
         return proc.returncode, (json.loads(out) if out else None)
 
+    def serve(self, ns: str, name: str, port: int) -> None:
+        """Start the echo server (TCP and UDP, IPv4 and IPv6) in ``ns``; stopped by close()."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, ECHO, "serve", name, str(port)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        self.processes.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+    def talk(self, ns: str, proto: str, host: str, port: int) -> str:
+        """What the echo server at host:port answers a client in ``ns``; "" when unreachable."""
+        out = self.exec(ns, sys.executable, ECHO, proto, host, str(port), check=False, timeout=20)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
     def close(self) -> None:
+        for proc in self.processes:
+            proc.kill()
+            proc.wait()
+        self.processes.clear()
         for ns in reversed(self.namespaces):
             sh("ip", "netns", "del", ns, check=False)
         self.namespaces.clear()

@@ -81,17 +81,15 @@ def _firewall_add(store: Store, conf: PodnetConf, entries: list[PortMapping],
                   rebuild: bool) -> Any:  # fmt: skip
     """Start the nft update for an ADD; returns a handle for :func:`_firewall_wait`.
 
-    Incremental (map elements + the config's ranges, which also probes that the table exists)
-    unless ``rebuild``; a failed incremental update falls back to a rebuild from the store.
+    Incremental (the mappings' map elements, after ``add chain`` of an existing chain, a no-op
+    that fails when the table is missing, e.g. after a reboot) unless ``rebuild``; a failed
+    incremental update falls back to a rebuild from the store.
     """
     from podnet.firewall import hostports, nft
 
     if rebuild:
         return ("rebuild", None)
-    probe = "".join(
-        f"add element {hostports.FAMILY} {hostports.TABLE} ranges_v{n.version} {{ {n} }}\n"
-        for n in conf.ranges
-    )
+    probe = f"add chain {hostports.FAMILY} {hostports.TABLE} hostports\n"
     return ("incremental", nft.start(probe + hostports.add_script(entries)))
 
 

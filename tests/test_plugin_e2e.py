@@ -1,0 +1,120 @@
+"""The podnet plugin end to end, in real namespaces with real TCP and UDP (issue 2, items 2-9).
+
+Every supported spec version × IPv4 / IPv6 / dual stack: ADD, the result's shape, reachability
+through the pod IP, a node address from another host, 127.0.0.1, hairpin and another pod; CHECK;
+DEL leaves nothing; DEL again succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, Lab
+
+pytestmark = pytest.mark.root
+
+VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+RANGES = {"v4": ["10.244.2.0/24"], "v6": ["fd00:10:244::/64"],
+          "dual": ["10.244.2.0/24", "fd00:10:244::/64"]}
+
+
+def netconf(data_dir: Path, version: str = "1.1.0", ranges: list[str] | None = None,
+            mappings: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "cniVersion": version, "name": "kindnet", "type": "podnet",
+        "ranges": ranges or RANGES["dual"], "dataDir": str(data_dir),
+        "capabilities": {"portMappings": True}, **extra,
+    }
+    if mappings is not None:
+        conf["runtimeConfig"] = {"portMappings": mappings}
+    return conf
+
+
+def db_rows(data_dir: Path, table: str) -> list[tuple]:
+    with sqlite3.connect(data_dir / "podnet.db") as conn:
+        return conn.execute(f"SELECT * FROM {table}").fetchall()
+
+
+def host_veths(lab: Lab) -> list[str]:
+    out = lab.exec(lab.node, "ip", "-j", "link", "show", "type", "veth").stdout
+    return [link["ifname"] for link in json.loads(out or "[]") if link["ifname"].startswith("pn")]
+
+
+def map_elements(lab: Lab) -> str:
+    out = lab.exec(lab.node, "nft", "-j", "list", "table", "inet", "podnet", check=False)
+    if out.returncode != 0:
+        return ""
+    items = json.loads(out.stdout)["nftables"]
+    return json.dumps([i["map"].get("elem", []) for i in items if "map" in i and i["map"]["name"].startswith("hostports")])
+
+
+def pod_ips(result: dict[str, Any]) -> dict[int, str]:
+    return {6 if ":" in ip["address"] else 4: ip["address"].split("/")[0] for ip in result["ips"]}
+
+
+def url_host(addr: str) -> str:
+    return addr
+
+
+@pytest.mark.parametrize("stack", ["v4", "v6", "dual"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lifecycle(lab: Lab, tmp_path: Path, version: str, stack: str) -> None:
+    client = lab.client()
+    pod_a, pod_b = lab.pod("a"), lab.pod("b")
+    maps = [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 15353, "containerPort": 80, "protocol": "udp"}]
+    conf_a = netconf(tmp_path, version, RANGES[stack], maps)
+    rc, res_a = lab.cni("ADD", conf_a, container_id="pod-a", netns=pod_a)
+    assert rc == 0, res_a
+    rc, res_b = lab.cni("ADD", netconf(tmp_path, version, RANGES[stack],
+                                       [{"hostPort": 18081, "containerPort": 80}]),
+                        container_id="pod-b", netns=pod_b)
+    assert rc == 0, res_b
+
+    # Result shape in the config's version.
+    assert res_a["cniVersion"] == version
+    assert [i["name"] for i in res_a["interfaces"]][1] == "eth0"
+    assert res_a["interfaces"][1]["sandbox"] == f"/run/netns/{pod_a}"
+    for ip in res_a["ips"]:
+        assert ("version" in ip) is version.startswith("0."), ip
+        assert ip["interface"] == 1
+    ips_a, ips_b = pod_ips(res_a), pod_ips(res_b)
+    assert set(ips_a) == ({4} if stack == "v4" else {6} if stack == "v6" else {4, 6})
+
+    lab.serve(pod_a, "A", 80)
+    lab.serve(pod_b, "B", 80)
+    node_addr = {4: NODE_ADDR4, 6: NODE_ADDR6}
+    for family, ip in ips_a.items():
+        # The pod itself from the node, and through the hostPort from another host (client ns).
+        assert lab.talk(lab.node, "tcp", ip, 80).startswith("A ")
+        assert lab.talk(client, "tcp", node_addr[family], 18080).startswith("A ")
+        assert lab.talk(client, "udp", node_addr[family], 15353).startswith("A ")
+        # Hairpin: pod A through its own hostPort, and pod B through A's.
+        assert lab.talk(pod_a, "tcp", node_addr[family], 18080).startswith("A ")
+        assert lab.talk(pod_b, "tcp", node_addr[family], 18080).startswith("A ")
+        assert lab.talk(pod_a, "tcp", node_addr[family], 18081).startswith("B ")
+    if 4 in ips_a:
+        answer = lab.talk(lab.node, "tcp", "127.0.0.1", 18080)
+        assert answer.startswith("A "), answer  # localhost, masqueraded
+        assert lab.talk(lab.node, "udp", "127.0.0.1", 15353).startswith("A ")
+        # Traffic from the other host is not masqueraded: the pod sees the client's address.
+        assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == f"A ::ffff:{CLIENT_ADDR4}"
+
+    if version not in ("0.3.0", "0.3.1"):
+        rc, out = lab.cni("CHECK", {**conf_a, "prevResult": res_a}, container_id="pod-a", netns=pod_a)
+        assert rc == 0, out
+
+    for cid, ns in (("pod-a", pod_a), ("pod-b", pod_b)):
+        rc, out = lab.cni("DEL", conf_a, container_id=cid, netns=ns)
+        assert rc == 0 and out is None, out
+    assert db_rows(tmp_path, "pods") == [] and db_rows(tmp_path, "portmap_entries") == []
+    assert host_veths(lab) == []
+    assert "18080" not in map_elements(lab) and "18081" not in map_elements(lab)
+    assert lab.talk(client, "tcp", NODE_ADDR4 if 4 in ips_a else NODE_ADDR6, 18080) == ""
+    rc, out = lab.cni("DEL", conf_a, container_id="pod-a", netns=pod_a)  # again
+    assert rc == 0, out

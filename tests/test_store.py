@@ -1,0 +1,124 @@
+"""The SQLite store: seed 001's schema column for column, migrations, conflicts (no root)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from podnet.cni.errors import CNIError
+from podnet.store import open_store
+from podnet.store.db import PortMapping
+from podnet.store.schema import SEED_SCHEMA
+
+SEED_PATH = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_f1c294133b789409.txt"
+
+
+def _seed_ddl() -> str:
+    """The CREATE TABLE statements exactly as seed 001 prints them (falls back to our copy)."""
+    if not SEED_PATH.exists():
+        return SEED_SCHEMA
+    text = SEED_PATH.read_text()
+    stmts = []
+    for table in ("ipam_ranges", "pods", "portmap_entries"):
+        start = text.index(f"CREATE TABLE IF NOT EXISTS {table}")
+        stmts.append(text[start : text.index(");", start) + 2])
+    return "\n".join(stmts)
+
+
+def _table_info(conn: sqlite3.Connection, table: str) -> list[tuple]:
+    return conn.execute(f"PRAGMA table_info({table})").fetchall()
+
+
+@pytest.mark.parametrize("table", ["ipam_ranges", "pods", "portmap_entries"])
+def test_table_info_matches_seed(tmp_path: Path, table: str) -> None:
+    reference = sqlite3.connect(":memory:")
+    reference.executescript(_seed_ddl())
+    with open_store(str(tmp_path)) as store:
+        assert _table_info(store.conn, table) == _table_info(reference, table)
+        ours = store.conn.execute(f"PRAGMA foreign_key_list({table})").fetchall()
+        assert ours == reference.execute(f"PRAGMA foreign_key_list({table})").fetchall()
+        ours_idx = [r[2:] for r in store.conn.execute(f"PRAGMA index_list({table})")]
+        assert ours_idx == [r[2:] for r in reference.execute(f"PRAGMA index_list({table})")]
+
+
+def test_connection_setup_and_migrations(tmp_path: Path) -> None:
+    with open_store(str(tmp_path)) as store:
+        assert store.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        names = [r[0] for r in store.conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
+        assert names == ["0001_seed_schema", "0002_pod_attachments_range_options"]
+    with open_store(str(tmp_path)) as again:  # re-open: nothing re-applied
+        assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == 2
+
+
+def _pod(store, cid: str, v4: str) -> None:  # type: ignore[no-untyped-def]
+    store.insert_pod(container_id=cid, netns="/x", interface_name="pn" + cid, interface_mtu=1500,
+                     ifname="eth0", network_name="n", host_mac="", pod_mac="", ip_address_v4=v4)
+
+
+def test_cascade_deletes_portmaps(tmp_path: Path) -> None:
+    with open_store(str(tmp_path)) as store, store.write():
+        _pod(store, "a", "10.0.0.2")
+        store.insert_portmaps([PortMapping("a", "0.0.0.0", 80, "tcp", "10.0.0.2", 80)])
+        store.delete_pod("a")
+        assert store.portmaps() == []
+
+
+@pytest.mark.parametrize(
+    ("held", "asked", "clash"),
+    [
+        ("0.0.0.0", "0.0.0.0", True),
+        ("0.0.0.0", "192.0.2.1", True),   # wildcard then specific: cni-kindnet's overlap
+        ("192.0.2.1", "0.0.0.0", True),
+        ("192.0.2.1", "192.0.2.1", True),
+        ("192.0.2.1", "192.0.2.2", False),
+        ("::", "0.0.0.0", False),          # other family
+    ],
+)
+def test_hostport_holders(tmp_path: Path, held: str, asked: str, clash: bool) -> None:
+    with open_store(str(tmp_path)) as store, store.write():
+        _pod(store, "a", "10.0.0.2")
+        cip = "fd00::2" if ":" in held else "10.0.0.2"
+        store.insert_portmaps([PortMapping("a", held, 80, "tcp", cip, 80)])
+        asked_cip = "fd00::3" if ":" in asked else "10.0.0.3"
+        holders = store.hostport_holders(PortMapping("b", asked, 80, "tcp", asked_cip, 80))
+        assert bool(holders) is clash
+        assert not store.hostport_holders(PortMapping("b", asked, 80, "udp", asked_cip, 80))
+
+
+def test_locked_database_is_code_11(tmp_path: Path) -> None:
+    open_store(str(tmp_path)).close()
+    holder = sqlite3.connect(str(tmp_path / "podnet.db"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with open_store(str(tmp_path), busy_timeout=0.2) as store:
+            with pytest.raises(CNIError) as info, store.write():
+                pass
+        assert info.value.code == 11
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_writers_serialise(tmp_path: Path) -> None:
+    open_store(str(tmp_path)).close()
+    errors: list[BaseException] = []
+
+    def add(i: int) -> None:
+        try:
+            with open_store(str(tmp_path)) as store, store.write():
+                _pod(store, f"c{i}", f"10.0.{i // 250}.{i % 250 + 2}")
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with open_store(str(tmp_path)) as store:
+        assert len(store.pods()) == 32
