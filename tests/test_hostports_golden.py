@@ -39,4 +39,4 @@ def test_golden(name: str) -> None:
 
 def test_adjacent_ranges_collapse() -> None:
     text = hostports.table_script(RANGES, [])
-    assert "elements = { 10.244.2.0/23 }" in text
+    assert "set ranges_v4 { type ipv4_addr; flags interval; elements = { 10.244.2.0/23 }; }" in text

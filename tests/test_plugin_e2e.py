@@ -83,7 +83,8 @@ def test_lifecycle(lab: Lab, tmp_path: Path, version: str, stack: str) -> None:
     for ip in res_a["ips"]:
         assert ("version" in ip) is version.startswith("0."), ip
         assert ip["interface"] == 1
-    ips_a, ips_b = pod_ips(res_a), pod_ips(res_b)
+    ips_a = pod_ips(res_a)
+    assert set(pod_ips(res_b)) == set(ips_a)
     assert set(ips_a) == ({4} if stack == "v4" else {6} if stack == "v6" else {4, 6})
 
     lab.serve(pod_a, "A", 80)

@@ -154,7 +154,7 @@ def test_check_reports_what_differs(lab: Lab, tmp_path: Path) -> None:
     assert rc == 0
     conf_check = {**conf, "prevResult": res}
     assert lab.cni("CHECK", conf_check, container_id="c1", netns=pod)[0] == 0
-    lab.exec(lab.node, "nft", "flush", "map", "inet", "podnet", "hostports_v4")
+    lab.exec(lab.node, "nft", "flush", "map", "inet", "podnet", "hostports_any_v4")
     rc, out = lab.cni("CHECK", conf_check, container_id="c1", netns=pod)
     assert rc != 0 and out["code"] == 103 and "8080" in out["msg"]
     lab.exec(pod, "ip", "route", "del", "default")

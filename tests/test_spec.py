@@ -6,8 +6,10 @@ import io
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from podnet.cni import result, skel, version
+from podnet.cni import fastjson, result, skel, version
 from podnet.cni.errors import CNIError
 
 V1 = {
@@ -112,3 +114,26 @@ def test_result_printed_in_config_version() -> None:
 def test_cni_error_json_shape() -> None:
     err = CNIError("m", "d", code=7)
     assert err.to_json("1.0.0") == {"cniVersion": "1.0.0", "code": 7, "msg": "m", "details": "d"}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_fastjson_matches_json(value: object) -> None:
+    text = fastjson.dumps(value)
+    assert json.loads(text) == value
+    assert fastjson.loads(text) == value
+    assert fastjson.loads(json.dumps(value, indent=2).encode()) == value
+
+
+@pytest.mark.parametrize("bad", ["", "{", "[1,]", '{"a": 1} x', "nul", '{"a": "\x01"}'])
+def test_fastjson_rejects_what_json_rejects(bad: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(bad)
+    with pytest.raises(ValueError):
+        fastjson.loads(bad)

@@ -9,12 +9,11 @@ to ``logFile`` (config) or ``CNI_LOG_FILE``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
-from podnet.cni import errors, version
+from podnet.cni import errors, fastjson, version
 from podnet.cni.errors import CNIError
 
 TYPE_CHECKING = False
@@ -135,12 +134,12 @@ def run(
                 f"unknown CNI_COMMAND {command!r}: must be one of {', '.join(VERBS)}"
             )
         try:
-            config = json.loads(raw_stdin) if raw_stdin.strip() else None
+            config = fastjson.loads(raw_stdin) if raw_stdin.strip() else None
         except ValueError as err:
             raise errors.DecodeFailure(f"error reading network config from stdin: {err}") from None
         if command == "VERSION":
             requested = config.get("cniVersion", "") if isinstance(config, dict) else ""
-            out.write(json.dumps(version_info(str(requested))) + "\n")
+            out.write(fastjson.dumps(version_info(str(requested))) + "\n")
             return 0
         if not isinstance(config, dict):
             raise errors.DecodeFailure("network config on stdin must be a JSON object")
@@ -166,17 +165,17 @@ def run(
         if result is not None:
             from podnet.cni.result import convert
 
-            out.write(json.dumps(convert(result, cni_version)) + "\n")
+            out.write(fastjson.dumps(convert(result, cni_version)) + "\n")
         log(_describe(env, command) + f" ok in {1000 * (time.monotonic() - started):.1f} ms")
         return 0
     except CNIError as err:
-        out.write(json.dumps(err.to_json(cni_version)) + "\n")
+        out.write(fastjson.dumps(err.to_json(cni_version)) + "\n")
         detail = f" ({err.details})" if err.details else ""
         log(f"{_describe(env, command)} error {err.code}: {err.msg}{detail}")
         return 1
     except Exception as err:  # noqa: BLE001 - the spec wants every failure as a CNI error
         wrapped = CNIError(f"{type(err).__name__}: {err}", code=errors.INTERNAL)
-        out.write(json.dumps(wrapped.to_json(cni_version)) + "\n")
+        out.write(fastjson.dumps(wrapped.to_json(cni_version)) + "\n")
         import traceback
 
         log(f"{_describe(env, command)} internal error: {traceback.format_exc()}")

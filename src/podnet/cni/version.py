@@ -22,7 +22,9 @@ def at_least(version: str, minimum: str) -> bool:
     return parse(version) >= parse(minimum)
 
 
-def highest_common(wanted: list[str], supported: tuple[str, ...] = SUPPORTED_VERSIONS) -> str | None:
+def highest_common(
+    wanted: list[str], supported: tuple[str, ...] = SUPPORTED_VERSIONS
+) -> str | None:
     """The highest version in both lists (libcni's choice for ``cniVersions``), or None."""
     common = [v for v in wanted if v in supported]
     return max(common, key=parse) if common else None

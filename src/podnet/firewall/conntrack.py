@@ -30,6 +30,6 @@ def flush_udp_ports(ports: Iterable[tuple[int, int]]) -> None:
         except FileNotFoundError as err:
             raise KernelError("conntrack is not installed", str(err)) from err
     for spawned in started:
-        rc, _, err = spawned.wait()
+        rc, _, stderr = spawned.wait()
         if rc not in (0, 1):
-            raise KernelError("conntrack failed to flush UDP entries", err.strip())
+            raise KernelError("conntrack failed to flush UDP entries", stderr.strip())

@@ -34,12 +34,11 @@ def try_apply(script: str) -> bool:
     return rc == 0
 
 
-def map_elements(family: int) -> set[str] | None:
-    """Elements of ``hostports_v<family>`` as normalised ``element()`` strings; None if no table."""
+def map_elements(name: str) -> set[str] | None:
+    """Elements of map ``name`` of table inet podnet as normalised ``element()`` strings; None
+    when the table or map is missing."""
     try:
-        out = proc.run(
-            ["nft", "list", "map", hostports.FAMILY, hostports.TABLE, hostports.map_name(family)]
-        )
+        out = proc.run(["nft", "list", "map", hostports.FAMILY, hostports.TABLE, name])
     except proc.ToolError:
         return None
     start_at = out.find("elements = {")

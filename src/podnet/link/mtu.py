@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+# _socket, not socket: socket.py builds its IntEnums at import (~5 ms per plugin call).
+import _socket
 import fcntl
-import socket
 import struct
 
 SIOCGIFMTU = 0x8921
@@ -34,9 +35,12 @@ def _default_route_ifname() -> str | None:
 
 def link_mtu(ifname: str) -> int:
     """MTU in bytes of ``ifname`` in the current netns (SIOCGIFMTU); OSError if absent."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
         req = struct.pack("16si", ifname.encode(), 0)
-        return int(struct.unpack("16si", fcntl.ioctl(s.fileno(), SIOCGIFMTU, req))[1])
+        return int(struct.unpack("16si", fcntl.ioctl(sock.fileno(), SIOCGIFMTU, req))[1])
+    finally:
+        sock.close()
 
 
 def default_mtu() -> int:

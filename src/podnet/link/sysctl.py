@@ -58,9 +58,9 @@ def configure_host_side(host_if: str, families: Iterable[int]) -> None:
                 write("net.ipv6.conf.all.forwarding", "1")
 
 
-def configure_pod_side(ifname: str, families: Iterable[int]) -> None:
-    """Pod-side settings, run inside the pod netns: IPv6 DAD and router advertisements off."""
-    if 6 in families:
-        _write_path(_conf(6, ifname, "accept_dad"), "0")
-        _write_path(_conf(6, ifname, "dad_transmits"), "0")
-        _write_path(_conf(6, ifname, "accept_ra"), "0")
+def pod_side_paths(ifname: str, families: Iterable[int]) -> list[str]:
+    """sysctl files to set to 0 inside the pod netns: IPv6 DAD and router advertisements off
+    on the pod interface (cni-kindnet does the same); none for an IPv4-only pod."""
+    if 6 not in families:
+        return []
+    return [_conf(6, ifname, name) for name in ("accept_dad", "dad_transmits", "accept_ra")]

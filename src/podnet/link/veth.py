@@ -14,7 +14,6 @@ from __future__ import annotations
 from podnet import proc
 from podnet.cni.errors import InterfaceExists, KernelError
 from podnet.link import sysctl
-from podnet.link.netns import NetNS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ class PodLink:
 
 
 def host_batch(link: PodLink) -> list[str]:
-    """``ip -batch`` lines run in the node netns: create the pair, address and route the host end."""
+    """``ip -batch`` lines for the node netns: create the pair, address and route the host end."""
     lines = [
         f"link add {link.host_if} mtu {link.mtu} address {link.host_mac} type veth "
         f"peer name {link.ifname} mtu {link.mtu} address {link.pod_mac} netns {link.netns}",
@@ -70,7 +69,7 @@ def host_batch(link: PodLink) -> list[str]:
 
 
 def pod_batch(link: PodLink) -> list[str]:
-    """``ip -batch`` lines run inside the pod netns: address the pod end, link and default routes."""
+    """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
     lines = [f"link set {link.ifname} up"]
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
@@ -88,36 +87,38 @@ def _batch(lines: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def create_pair(link: PodLink) -> None:
-    """Create the pair and configure the host end (run in the node netns).
+def start_create_pair(link: PodLink) -> proc.Spawned:
+    """Start creating the pair and configuring the host end (in the node netns); collect with
+    :func:`finish_create_pair`, or :func:`abandon_pair` when the caller fails meanwhile."""
+    return proc.spawn(["ip", "-batch", "-"], _batch(host_batch(link)))
+
+
+def abandon_pair(link: PodLink, spawned: proc.Spawned) -> None:
+    """Wait for a started creation and remove whatever it made."""
+    spawned.wait()
+    delete_host(link.host_if)
+
+
+def finish_create_pair(link: PodLink, spawned: proc.Spawned) -> None:
+    """Wait for :func:`start_create_pair` and set the host-side sysctls.
 
     Raises :class:`InterfaceExists` (102) when ``ifname`` already exists in the pod netns, and
     :class:`KernelError` (104) with ``ip``'s message otherwise; nothing is left on failure.
+    A host end left behind by an attachment whose DEL never ran (same name, no row: the caller
+    found none) is replaced once.
     """
-    try:
-        with NetNS(link.netns) as pod_ns, pod_ns.entered():
-            exists = sysctl.interface_exists(link.ifname)
-    except (OSError, ValueError) as err:
-        raise KernelError(f"cannot enter netns {link.netns}: {err}") from err
-    if exists:
-        raise InterfaceExists(f"interface {link.ifname} already exists in netns {link.netns}")
-    try:
-        try:
-            proc.run(["ip", "-batch", "-"], _batch(host_batch(link)))
-        except proc.ToolError as err:
-            if "File exists" not in err.stderr or not sysctl.interface_exists(link.host_if):
-                raise
-            # A host end left by an attachment whose DEL never ran: it has no owner (the caller
-            # holds the store's lock and found no row), so replace it once.
-            delete_host(link.host_if)
-            proc.run(["ip", "-batch", "-"], _batch(host_batch(link)))
-    except proc.ToolError as err:
-        if "File exists" not in err.stderr:
-            delete_host(link.host_if)
+    rc, _, err = spawned.wait()
+    if rc != 0 and "File exists" in err and sysctl.interface_exists(link.host_if):
+        delete_host(link.host_if)
+        rc, _, err = start_create_pair(link).wait()
+    if rc != 0:
+        if "File exists" in err and not sysctl.interface_exists(link.host_if):
+            raise InterfaceExists(f"interface {link.ifname} already exists in netns {link.netns}")
+        delete_host(link.host_if)
         raise KernelError(
             f"failed to create veth {link.host_if} (peer {link.ifname} in {link.netns})",
-            err.stderr.strip(),
-        ) from err
+            err.strip(),
+        )
     try:
         sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
     except OSError as err:
@@ -125,21 +126,34 @@ def create_pair(link: PodLink) -> None:
         raise KernelError(f"failed to set sysctls of {link.host_if}", str(err)) from err
 
 
-def configure_pod(link: PodLink) -> None:
-    """Address and route the pod end inside its netns (after :func:`create_pair`).
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
 
-    Raises :class:`KernelError` (104); the caller removes the pair on failure.
+
+def start_configure_pod(link: PodLink) -> proc.Spawned:
+    """Start addressing and routing the pod end inside its netns (after :func:`create_pair`).
+
+    One ``nsenter --net=<netns>`` process runs the pod-side sysctls (IPv6 DAD and RA off) and
+    ``ip -batch``; entering the netns in-process would need ctypes (~4 ms of import on 3.11).
+    Collect with :func:`finish_configure_pod`.
     """
-    try:
-        with NetNS(link.netns) as pod_ns, pod_ns.entered():
-            sysctl.configure_pod_side(link.ifname, {f for f, _, _ in link.addresses})
-            proc.run(["ip", "-batch", "-"], _batch(pod_batch(link)))
-    except proc.ToolError as err:
-        raise KernelError(
-            f"failed to configure {link.ifname} in {link.netns}", err.stderr.strip()
-        ) from err
-    except (OSError, ValueError) as err:
-        raise KernelError(f"failed to configure {link.ifname} in {link.netns}", str(err)) from err
+    argv = ["nsenter", f"--net={link.netns}"]
+    writes = [
+        f"printf 0 > {_quote(path)}"
+        for path in sysctl.pod_side_paths(link.ifname, {f for f, _, _ in link.addresses})
+    ]
+    if writes:
+        argv += ["sh", "-ec", " && ".join([*writes, "exec ip -batch -"])]
+    else:
+        argv += ["ip", "-batch", "-"]
+    return proc.spawn(argv, _batch(pod_batch(link)))
+
+
+def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
+    """Wait for :func:`start_configure_pod`; :class:`KernelError` (104) on failure."""
+    rc, _, err = spawned.wait()
+    if rc != 0:
+        raise KernelError(f"failed to configure {link.ifname} in {link.netns}", err.strip())
 
 
 def start_delete_host(host_if: str) -> proc.Spawned:

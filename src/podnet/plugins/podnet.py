@@ -77,28 +77,35 @@ def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
             )
 
 
-def _firewall_add(store: Store, conf: PodnetConf, entries: list[PortMapping],
-                  rebuild: bool) -> Any:  # fmt: skip
-    """Start the nft update for an ADD; returns a handle for :func:`_firewall_wait`.
+def firewall_epoch() -> str:
+    """Identifies the kernel state the nft table was built in: boot ID + node netns inode.
 
-    Incremental (the mappings' map elements, after ``add chain`` of an existing chain, a no-op
-    that fails when the table is missing, e.g. after a reboot) unless ``rebuild``; a failed
-    incremental update falls back to a rebuild from the store.
+    Stored in ``podnet_state`` after every rebuild; a different value (a reboot, a new node
+    netns) means the table must be rebuilt from the store before incremental updates.
     """
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
+
+
+def _start_firewall_add(store: Store, entries: list[PortMapping], rebuild: bool) -> Any:
+    """Start the nft update of an ADD (None when there is nothing to do); finish with
+    :func:`_finish_firewall_add`. Incremental: the mappings' map elements only."""
     from podnet.firewall import hostports, nft
 
-    if rebuild:
-        return ("rebuild", None)
-    probe = f"add chain {hostports.FAMILY} {hostports.TABLE} hostports\n"
-    return ("incremental", nft.start(probe + hostports.add_script(entries)))
+    if rebuild or store.get_state("firewall_epoch") != firewall_epoch():
+        return "rebuild"
+    if not entries:
+        return None
+    return nft.start(hostports.add_script(entries))
 
 
-def _firewall_wait(store: Store, handle: Any) -> None:
-    from podnet.firewall import nft
-
-    mode, spawned = handle
-    if mode == "incremental" and spawned.wait()[0] == 0:
+def _finish_firewall_add(store: Store, handle: Any) -> None:
+    if handle is None:
         return
+    if handle != "rebuild" and handle.wait()[0] == 0:
+        return
+    # First ADD, a reboot, new ranges, or the table was changed behind podnet's back.
     rebuild_firewall(store)
 
 
@@ -108,6 +115,7 @@ def rebuild_firewall(store: Store) -> None:
 
     ranges = [(subnet, masq) for _, subnet, _, masq in store.ranges()]
     nft.apply(hostports.table_script(ranges, store.portmaps()), "rebuild table inet podnet")
+    store.set_state("firewall_epoch", firewall_epoch())
 
 
 def _udp_ports(entries: list[PortMapping]) -> list[tuple[int, int]]:
@@ -117,8 +125,11 @@ def _udp_ports(entries: list[PortMapping]) -> list[tuple[int, int]]:
 def cmd_add(call: Call) -> dict[str, Any]:
     """ADD (spec "ADD"): allocate, wire the veth, publish hostPorts; returns a 1.x result.
 
-    Errors: 7 bad config, 100 no free address, 101 hostPort held (names the holder), 102
-    CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5 database I/O.
+    The write lock covers allocation, the rows and the nft update (the host end of the veth is
+    created meanwhile); the pod end is configured after COMMIT, and a failure there removes
+    the rows and rules again in a second transaction. Errors: 7 bad config, 100 no free
+    address, 101 hostPort held (names the holder), 102 CNI_IFNAME exists in the netns, 104
+    kernel failure, 11 database locked, 5 database I/O.
     """
     from podnet.ipam.allocator import allocate
     from podnet.link import veth
@@ -130,52 +141,71 @@ def cmd_add(call: Call) -> dict[str, Any]:
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
     host_if = names.host_ifname(cid, ifname)
     mtu = conf.mtu or default_mtu()
-    with _open(conf) as store, store.write():
-        existing = store.get_pod(cid)
-        if existing is not None:
-            raise errors.InterfaceExists(
-                f"container {cid} already has a podnet attachment ({existing.ifname} in "
-                f"{existing.netns}); DEL it first"
+    with _open(conf) as store:
+        with store.write():
+            existing = store.get_pod(cid)
+            if existing is not None:
+                raise errors.InterfaceExists(
+                    f"container {cid} already has a podnet attachment ({existing.ifname} in "
+                    f"{existing.netns}); DEL it first"
+                )
+            ranges_changed = store.sync_ranges(
+                conf.range_strings, conf.ip_masq, f"network {conf.name}"
             )
-        ranges_changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
-        used = {f: store.used_addresses(f) for f in {n.version for n in conf.ranges}}
-        alloc = allocate(
-            conf.ranges,
-            lambda family, addr: addr in used[family],
-            {f: len(u) for f, u in used.items()},
-        )
-        addresses = {family: a[0] for family, a in alloc.items()}
-        entries = _mappings_for(conf, cid, addresses)
-        _check_hostports(store, entries)
-        link = veth.PodLink(
-            host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-            addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-            host_mac=names.random_mac(), pod_mac=names.random_mac(),
-            alias=link_alias(conf),
-        )  # fmt: skip
-        store.insert_pod(
-            container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
-            ifname=ifname, network_name=conf.name, host_mac=link.host_mac, pod_mac=link.pod_mac,
-            ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
-            ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-            ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-            name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
-            uid=call.args.get("K8S_POD_UID"),
-        )  # fmt: skip
-        store.insert_portmaps(entries)
-        veth.create_pair(link)
+            used: dict[int, set[str]] = {
+                f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
+            }
+            alloc = allocate(
+                conf.ranges,
+                lambda family, addr: addr in used[family],
+                {f: len(u) for f, u in used.items()},
+            )
+            addresses = {family: a[0] for family, a in alloc.items()}
+            entries = _mappings_for(conf, cid, addresses)
+            _check_hostports(store, entries)
+            link = veth.PodLink(
+                host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                host_mac=names.random_mac(), pod_mac=names.random_mac(),
+                alias=link_alias(conf),
+            )  # fmt: skip
+            store.insert_pod(
+                container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
+                ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
+                pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
+                ip_address_v6=addresses.get(6),
+                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
+                uid=call.args.get("K8S_POD_UID"),
+            )  # fmt: skip
+            store.insert_portmaps(entries)
+            creating = veth.start_create_pair(link)
+            try:
+                _finish_firewall_add(store, _start_firewall_add(store, entries, ranges_changed))
+            except BaseException:
+                veth.abandon_pair(link, creating)
+                raise
         try:
-            handle = _firewall_add(store, conf, entries, ranges_changed)
-            veth.configure_pod(link)
-            _firewall_wait(store, handle)
+            veth.finish_create_pair(link, creating)
+            veth.finish_configure_pod(link, veth.start_configure_pod(link))
         except BaseException:
             veth.delete_host(link.host_if)
+            _undo_add(store, cid, entries)
             raise
     if _udp_ports(entries):
         from podnet.firewall.conntrack import flush_udp_ports
 
         flush_udp_ports(_udp_ports(entries))
     return _result(link, alloc)
+
+
+def _undo_add(store: Store, container_id: str, entries: list[PortMapping]) -> None:
+    """Second transaction of a failed ADD: the rows and hostPort elements go again."""
+    with store.write():
+        store.delete_pod(container_id)
+        if entries:
+            _firewall_del(store, entries)
 
 
 def link_alias(conf: PodnetConf) -> str:
@@ -293,9 +323,8 @@ def cmd_gc(call: Call) -> None:
         except CNIError as err:
             failures.append(f"{err.msg}: {err.details}")
         try:
-            leaked = [
-                n for n in veth.list_host_links(names.HOST_PREFIX, link_alias(conf)) if n not in keep
-            ]
+            ours = veth.list_host_links(names.HOST_PREFIX, link_alias(conf))
+            leaked = [n for n in ours if n not in keep]
         except Exception as err:  # noqa: BLE001 - keep going, report at the end
             failures.append(f"listing links: {err}")
             leaked = []
@@ -341,5 +370,13 @@ HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "S
 
 
 def main() -> None:
-    """Console script ``podnet``: one CNI call per process."""
-    raise SystemExit(skel.run(PLUGIN, HANDLERS))
+    """Console script ``podnet``: one CNI call per process.
+
+    Exits with :func:`os._exit` once stdout is flushed: interpreter finalisation only costs
+    time here (every file and the database are closed by then).
+    """
+    import sys
+
+    status = skel.run(PLUGIN, HANDLERS)
+    sys.stdout.flush()
+    os._exit(status)

@@ -59,9 +59,13 @@ def _check_pod_side(call: Call, pod: Pod) -> None:
         if "UP" not in link.get("flags", []):
             raise CheckFailed(f"interface {ifname} in {call.netns} is down")
         if pod.pod_mac and link.get("address") != pod.pod_mac:
-            raise CheckFailed(f"interface {ifname} has MAC {link.get('address')}, want {pod.pod_mac}")
+            raise CheckFailed(
+                f"interface {ifname} has MAC {link.get('address')}, want {pod.pod_mac}"
+            )
         if pod.interface_mtu and link.get("mtu") != pod.interface_mtu:
-            raise CheckFailed(f"interface {ifname} has MTU {link.get('mtu')}, want {pod.interface_mtu}")
+            raise CheckFailed(
+                f"interface {ifname} has MTU {link.get('mtu')}, want {pod.interface_mtu}"
+            )
         addrs = _ip_json("addr", "show", "dev", ifname)
         have = {(a["local"], a["prefixlen"]) for x in addrs for a in x.get("addr_info", [])}
         for family, addr, gw in _families(pod):
@@ -91,18 +95,17 @@ def _check_host_side(pod: Pod) -> None:
 
 
 def _check_hostports(entries: list[PortMapping]) -> None:
-    from podnet.firewall import nft
+    from podnet.firewall import hostports, nft
 
-    for family in (4, 6):
-        wanted = [e for e in entries if e.family == family]
-        if not wanted:
-            continue
-        have = nft.map_elements(family)
+    for name in sorted({hostports.map_name(e) for e in entries}):
+        have = nft.map_elements(name)
         if have is None:
-            raise CheckFailed("nftables table inet podnet is missing")
-        for e in wanted:
-            if nft.expected_element(e) not in have:
-                raise CheckFailed(f"hostPort map element missing: {nft.expected_element(e)}")
+            raise CheckFailed(f"nftables map {name} of table inet podnet is missing")
+        for e in entries:
+            if hostports.map_name(e) == name and nft.expected_element(e) not in have:
+                raise CheckFailed(
+                    f"hostPort map element missing from {name}: {nft.expected_element(e)}"
+                )
 
 
 def check(call: Call, pod: Pod, entries: list[PortMapping]) -> None:

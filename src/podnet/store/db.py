@@ -16,7 +16,7 @@ from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Sequence
     from types import TracebackType
 
 DB_NAME = "podnet.db"
@@ -36,6 +36,23 @@ class Pod:
         "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
         "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac",
     )  # fmt: skip
+
+    container_id: str
+    name: str | None
+    namespace: str | None
+    uid: str | None
+    netns: str
+    ip_address_v4: str | None
+    ip_address_v6: str | None
+    ip_gateway_v4: str | None
+    ip_gateway_v6: str | None
+    interface_name: str
+    interface_mtu: int | None
+    creation_timestamp: str
+    ifname: str | None
+    network_name: str | None
+    host_mac: str | None
+    pod_mac: str | None
 
     def __init__(self, row: Sequence[object]) -> None:
         for slot, value in zip(self.__slots__, row, strict=True):
@@ -150,6 +167,20 @@ class Store:
                 changed = True
         return changed
 
+    # -- node facts ---------------------------------------------------------------------
+    def get_state(self, key: str) -> str | None:
+        """A value of ``podnet_state``, or None."""
+        row = self.conn.execute("SELECT value FROM podnet_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str) -> None:
+        """Upsert a ``podnet_state`` value (inside :meth:`write`)."""
+        self.conn.execute(
+            "INSERT INTO podnet_state (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
     # -- pods ---------------------------------------------------------------------------
     def get_pod(self, container_id: str) -> Pod | None:
         """The pod row with its attachment, or None."""
@@ -227,10 +258,10 @@ class Store:
             "FROM portmap_entries"
         )
         if container_id is None:
-            rows = self.conn.execute(q + " ORDER BY id").fetchall()
+            cur = self.conn.execute(q + " ORDER BY id")
         else:
-            rows = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
-        return [PortMapping(*r) for r in rows]
+            cur = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
+        return [PortMapping(*r) for r in cur.fetchall()]
 
     def hostport_holders(self, entry: PortMapping) -> list[PortMapping]:
         """Entries that clash with ``entry``: same protocol and hostPort and either the same
@@ -304,6 +335,9 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
         conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
         conn.execute("PRAGMA foreign_keys = ON")
+        # WAL + NORMAL: commits need no fsync (a power cut may lose the last transactions but
+        # never corrupts; after a power cut every pod is gone anyway).
+        conn.execute("PRAGMA synchronous = NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except (OSError, sqlite3.Error) as err:
         raise CNIError(f"cannot open state database {path}: {err}", code=IO_FAILURE) from err

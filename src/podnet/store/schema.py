@@ -58,8 +58,17 @@ CREATE TABLE range_options (
 );
 """
 
+# Small key/value facts about the node, e.g. which boot and netns the nft table was built for.
+NODE_STATE = """
+CREATE TABLE podnet_state (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
     ("0002_pod_attachments_range_options", ATTACHMENTS),
+    ("0003_podnet_state", NODE_STATE),
 )
