@@ -34,6 +34,10 @@ def _conf(call: Call) -> PodnetConf:
 
 
 def _open(conf: PodnetConf) -> Store:
+    """The store for this call. The plugin never closes it: the process ends right after the
+    verb (:func:`main`), and closing the last connection makes SQLite checkpoint the WAL into
+    the database with two fsyncs (~3 ms a call). Committed transactions are in the WAL, which
+    the next connection reads; SQLite still checkpoints every 1000 pages."""
     from podnet.store import open_store
 
     return open_store(conf.data_dir, busy_timeout=conf.busy_timeout)
@@ -141,58 +145,58 @@ def cmd_add(call: Call) -> dict[str, Any]:
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
     host_if = names.host_ifname(cid, ifname)
     mtu = conf.mtu or default_mtu()
-    with _open(conf) as store:
-        with store.write():
-            existing = store.get_pod(cid)
-            if existing is not None:
-                raise errors.InterfaceExists(
-                    f"container {cid} already has a podnet attachment ({existing.ifname} in "
-                    f"{existing.netns}); DEL it first"
-                )
-            ranges_changed = store.sync_ranges(
-                conf.range_strings, conf.ip_masq, f"network {conf.name}"
+    store = _open(conf)
+    with store.write():
+        existing = store.get_pod(cid)
+        if existing is not None:
+            raise errors.InterfaceExists(
+                f"container {cid} already has a podnet attachment ({existing.ifname} in "
+                f"{existing.netns}); DEL it first"
             )
-            used: dict[int, set[str]] = {
-                f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
-            }
-            alloc = allocate(
-                conf.ranges,
-                lambda family, addr: addr in used[family],
-                {f: len(u) for f, u in used.items()},
-            )
-            addresses = {family: a[0] for family, a in alloc.items()}
-            entries = _mappings_for(conf, cid, addresses)
-            _check_hostports(store, entries)
-            link = veth.PodLink(
-                host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                host_mac=names.random_mac(), pod_mac=names.random_mac(),
-                alias=link_alias(conf),
-            )  # fmt: skip
-            store.insert_pod(
-                container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
-                ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
-                pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
-                ip_address_v6=addresses.get(6),
-                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
-                uid=call.args.get("K8S_POD_UID"),
-            )  # fmt: skip
-            store.insert_portmaps(entries)
-            creating = veth.start_create_pair(link)
-            try:
-                _finish_firewall_add(store, _start_firewall_add(store, entries, ranges_changed))
-            except BaseException:
-                veth.abandon_pair(link, creating)
-                raise
+        ranges_changed = store.sync_ranges(
+            conf.range_strings, conf.ip_masq, f"network {conf.name}"
+        )
+        used: dict[int, set[str]] = {
+            f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
+        }
+        alloc = allocate(
+            conf.ranges,
+            lambda family, addr: addr in used[family],
+            {f: len(u) for f, u in used.items()},
+        )
+        addresses = {family: a[0] for family, a in alloc.items()}
+        entries = _mappings_for(conf, cid, addresses)
+        _check_hostports(store, entries)
+        link = veth.PodLink(
+            host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+            addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+            host_mac=names.random_mac(), pod_mac=names.random_mac(),
+            alias=link_alias(conf),
+        )  # fmt: skip
+        store.insert_pod(
+            container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
+            ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
+            pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
+            ip_address_v6=addresses.get(6),
+            ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+            ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+            name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
+            uid=call.args.get("K8S_POD_UID"),
+        )  # fmt: skip
+        store.insert_portmaps(entries)
+        creating = veth.start_create_pair(link)
         try:
-            veth.finish_create_pair(link, creating)
-            veth.finish_configure_pod(link, veth.start_configure_pod(link))
+            _finish_firewall_add(store, _start_firewall_add(store, entries, ranges_changed))
         except BaseException:
-            veth.delete_host(link.host_if)
-            _undo_add(store, cid, entries)
+            veth.abandon_pair(link, creating)
             raise
+    try:
+        veth.finish_create_pair(link, creating)
+        veth.finish_configure_pod(link, veth.start_configure_pod(link))
+    except BaseException:
+        veth.delete_host(link.host_if)
+        _undo_add(store, cid, entries)
+        raise
     if _udp_ports(entries):
         from podnet.firewall.conntrack import flush_udp_ports
 
@@ -259,7 +263,8 @@ def cmd_del(call: Call) -> None:
     conf = _conf(call)
     deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
     udp: list[tuple[int, int]] = []
-    with _open(conf) as store, store.write():
+    store = _open(conf)
+    with store.write():
         pod = store.get_pod(call.container_id)
         if pod is not None and pod.ifname in (None, call.ifname):
             entries = store.portmaps(call.container_id)
