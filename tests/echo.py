@@ -2,7 +2,7 @@
 
     python echo.py serve NAME PORT       # answers NAME and the peer's address on TCP and UDP
     python echo.py tcp HOST PORT         # prints the answer
-    python echo.py udp HOST PORT
+    python echo.py udp HOST PORT [SPORT]   # from a fixed source port (same conntrack entry)
 """
 
 from __future__ import annotations
@@ -35,11 +35,14 @@ def serve(name: str, port: int) -> None:
             conn.sendall(f"{name} {peer[0]}".encode())
 
 
-def client(proto: str, host: str, port: int) -> None:
+def client(proto: str, host: str, port: int, sport: int = 0) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     with socket.socket(family, kind) as s:
         s.settimeout(2)
+        if sport:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", sport))
         if proto == "tcp":
             s.connect((host, port))
             print(s.recv(2048).decode())
@@ -58,4 +61,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], int(sys.argv[3]))
     else:
-        client(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+        client(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)

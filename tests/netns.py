@@ -99,9 +99,11 @@ class Lab:
         self.processes.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
 
-    def talk(self, ns: str, proto: str, host: str, port: int) -> str:
-        """What the echo server at host:port answers a client in ``ns``; "" when unreachable."""
-        out = self.exec(ns, sys.executable, ECHO, proto, host, str(port), check=False, timeout=20)
+    def talk(self, ns: str, proto: str, host: str, port: int, sport: int = 0) -> str:
+        """What the echo server at host:port answers a client in ``ns``; "" when unreachable.
+        ``sport`` fixes the client's source port (so UDP reuses one conntrack entry)."""
+        extra = [str(sport)] if sport else []
+        out = self.exec(ns, sys.executable, ECHO, proto, host, str(port), *extra, check=False, timeout=20)
         return out.stdout.strip() if out.returncode == 0 else ""
 
     def close(self) -> None:

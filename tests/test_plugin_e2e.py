@@ -119,3 +119,26 @@ def test_lifecycle(lab: Lab, tmp_path: Path, version: str, stack: str) -> None:
     assert lab.talk(client, "tcp", NODE_ADDR4 if 4 in ips_a else NODE_ADDR6, 18080) == ""
     rc, out = lab.cni("DEL", conf_a, container_id="pod-a", netns=pod_a)  # again
     assert rc == 0, out
+
+
+def test_udp_conntrack_flushed_on_add_and_del(lab: Lab, tmp_path: Path) -> None:
+    """A UDP flow seen before the mapping (or towards a deleted pod) must not blackhole the
+    hostPort (CP #123): podnet flushes conntrack entries of mapped UDP ports."""
+    client = lab.client()
+    other = netconf(tmp_path, ranges=RANGES["v4"], mappings=[{"hostPort": 1, "containerPort": 1}])
+    assert lab.cni("ADD", other, container_id="other", netns=lab.pod())[0] == 0  # nat table → conntrack on
+    # A listener on the node itself answers before the mapping exists, creating the entry.
+    lab.serve(lab.node, "NODE", 15353)
+    assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("NODE ")
+    flows = lab.exec(lab.node, "conntrack", "-L", "-p", "udp", "--orig-port-dst", "15353", check=False)
+    assert "dport=15353" in flows.stdout + flows.stderr
+    pod = lab.pod()
+    lab.serve(pod, "POD", 53)
+    conf = netconf(tmp_path, ranges=RANGES["v4"],
+                   mappings=[{"hostPort": 15353, "containerPort": 53, "protocol": "udp"}])
+    rc, res = lab.cni("ADD", conf, container_id="c1", netns=pod)
+    assert rc == 0, res
+    # Same 5-tuple as before: only a fresh conntrack entry gets the DNAT.
+    assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("POD ")
+    assert lab.cni("DEL", conf, container_id="c1", netns=pod)[0] == 0
+    assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("NODE ")
