@@ -1,0 +1,341 @@
+"""podnet driven by real container runtimes (issue 2 item 11), inside a node network namespace.
+
+* podman 4.3 with its CNI backend: ``podman run -d -p HOST:80`` of a busybox httpd, fetched
+  through 127.0.0.1:HOST in the node, through the node's address from another host (the lab's
+  client namespace) and at the pod IP; ``network reload`` and ``restart`` (DEL+ADD); stop/rm.
+* containerd 1.6 ``ctr run --cni``: the container reached at its pod IP from the node. ctr 1.6
+  sends DEL only from a *foreground* ``ctr run`` once the task exits (with an empty CNI_NETNS
+  and the cached result as prevResult); ``ctr run -d`` never sends DEL, whatever is done to the
+  task and container afterwards — the second test shows that, then sends the DEL containerd
+  would (after the pod's netns is gone) and checks podnet releases everything.
+
+After each runtime is done: no rows in podnet's database, no ``pn*`` host veths, no hostPort map
+elements in ``inet podnet``, no libcni cache entry, and every plugin call exited 0. Each test
+prints the calls it observed (``pytest -rP`` shows them). Skips only when a binary is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netns import NODE_ADDR4, Lab
+from runtimes import (
+    IMAGE_NAME,
+    CniSetup,
+    Containerd,
+    Podman,
+    assert_clean,
+    fetch,
+    kill_pids,
+    leftover_state,
+    oci_image_tar,
+    pids_mentioning,
+    rootfs_tar,
+    static_busybox,
+    unmount_all,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.runtime, pytest.mark.root]
+
+POD_RANGE = "10.244.61.0/24"
+HOST_PORT = 18080
+HTTPD = ("httpd", "-f", "-p", "80", "-h", "/www")  # busybox httpd serving /www/index.html
+
+
+def require(*binaries: str) -> None:
+    missing = [b for b in binaries if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (CI installs them with apt)")
+
+
+@pytest.fixture
+def workdir(lab: Lab) -> Iterator[Path]:
+    """A private directory for runtime storage and state; removed (mounts first) at teardown."""
+    path = Path(tempfile.mkdtemp(prefix=f"podnet-rt-{lab.tag}-"))
+    try:
+        yield path
+    finally:
+        unmount_all(path)
+        kill_pids(pids_mentioning(str(path)))
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def busybox_layer(workdir: Path) -> Path:
+    busybox = static_busybox()
+    if busybox is None:
+        pytest.skip("no statically linked busybox (Debian package busybox-static)")
+    return rootfs_tar(busybox, workdir / "rootfs.tar")
+
+
+@pytest.fixture
+def podman(
+    request: pytest.FixtureRequest, lab: Lab, workdir: Path, busybox_layer: Path
+) -> Iterator[Podman]:
+    """podman with the seed's conflist shape (``capabilities: {portMappings}``), or with the
+    capabilities given by indirect parametrization."""
+    require("podman", "runc", "nsenter")
+    caps = getattr(request, "param", None) or {"portMappings": True}
+    pm = Podman(lab.node, workdir, CniSetup(workdir, f"pnt-{lab.tag}", [POD_RANGE], caps))
+    try:
+        pm("import", str(busybox_layer), IMAGE_NAME)
+        yield pm
+    finally:
+        pm.close()
+
+
+@pytest.fixture
+def containerd(lab: Lab, workdir: Path, busybox_layer: Path) -> Iterator[Containerd]:
+    require("containerd", "ctr", "containerd-shim-runc-v2", "runc", "nsenter", "unshare")
+    cni = CniSetup(workdir, f"pnt-{lab.tag}", [POD_RANGE])
+    ctd = Containerd(lab.node, workdir, cni, namespace=f"pnt-{lab.tag}")
+    try:
+        ctd.start()
+        image = oci_image_tar(busybox_layer, workdir / "image-oci.tar")
+        ctd.ctr("images", "import", "--snapshotter", "native", str(image))
+        yield ctd
+    finally:
+        ctd.close()
+
+
+def only(calls: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    assert len(calls) == 1, f"expected one {what}, got {len(calls)}"
+    return calls[0]
+
+
+def pod_ipv4(add: dict[str, Any]) -> str:
+    result = json.loads(add["stdout"])
+    ips = [ip["address"].split("/")[0] for ip in result["ips"] if "." in ip["address"]]
+    assert ips, f"ADD result without an IPv4 address: {result}"
+    return str(ips[0])
+
+
+def assert_all_calls_ok(cni: CniSetup) -> None:
+    failed = [c for c in cni.calls() if c["rc"] != 0]
+    assert not failed, "plugin calls failed:\n" + cni.describe_calls()
+
+
+# -- podman -----------------------------------------------------------------------------------------
+def podman_run_web(podman: Podman, name: str) -> dict[str, Any]:
+    """``podman run -d -p HOST_PORT:80`` of busybox httpd; returns the recorded ADD."""
+    cni = podman.cni
+    podman("run", "-d", "--name", name, "--network", cni.network, "-p", f"{HOST_PORT}:80",
+           "--cgroup-parent", podman.cgroup_parent, IMAGE_NAME, *HTTPD)  # fmt: skip
+    add = only(cni.calls("ADD"), "ADD after podman run")
+    assert add["rc"] == 0, cni.describe_calls()
+    return add
+
+
+def assert_podman_clean(podman: Podman, node: str) -> None:
+    cni = podman.cni
+    assert_clean(node, cni.data_dir, cni.describe_calls)
+    results = Path("/var/lib/cni/results")
+    cached = list(results.glob(f"{cni.network}-*")) if results.is_dir() else []
+    assert not cached, f"libcni cache entries left: {cached}"
+    assert not podman("ps", "--all", "--quiet").stdout.strip()
+    assert_all_calls_ok(cni)
+
+
+def test_podman_cni_hostport(lab: Lab, podman: Podman) -> None:
+    """podman run -p → ADD with runtimeConfig.portMappings; reachable through the hostPort from
+    the node (127.0.0.1) and from another host (the node's address), and at the pod IP; restart
+    (DEL+ADD) keeps it working; stop sends DEL with the netns still there; rm leaves nothing."""
+    cni, node = podman.cni, lab.node
+    client = lab.client()
+    name = f"web-{lab.tag}"
+    started = time.monotonic()
+    add = podman_run_web(podman, name)
+    mappings = json.loads(add["stdin"])["runtimeConfig"]["portMappings"]
+    assert [{k: v for k, v in m.items() if v != ""} for m in mappings] == [
+        {"hostPort": HOST_PORT, "containerPort": 80, "protocol": "tcp"}
+    ], add["stdin"]
+    assert add["env"]["CNI_NETNS"].startswith("/run/netns/"), add["env"]
+    assert f"K8S_POD_NAME={name}" in add["env"]["CNI_ARGS"], add["env"]
+    ip = pod_ipv4(add)
+    inspected = podman("inspect", name, "--format", "{{.NetworkSettings.IPAddress}}").stdout.strip()
+    assert inspected == ip, f"podman parsed the result as {inspected!r}, the plugin gave {ip}"
+
+    fetch(node, f"http://127.0.0.1:{HOST_PORT}/")
+    fetch(client, f"http://{NODE_ADDR4}:{HOST_PORT}/")
+    fetch(node, f"http://{ip}:80/")
+    reachable = time.monotonic() - started
+
+    podman("restart", "--time", "0", name)  # DEL + ADD in the same netns
+    assert [c["verb"] for c in cni.calls() if c["verb"] != "VERSION"] == ["ADD", "DEL", "ADD"], (
+        cni.describe_calls()
+    )
+    fetch(node, f"http://127.0.0.1:{HOST_PORT}/")
+    fetch(client, f"http://{NODE_ADDR4}:{HOST_PORT}/")
+
+    podman("stop", "--time", "0", name)
+    dels = cni.calls("DEL")
+    assert len(dels) == 2, cni.describe_calls()
+    assert dels[-1]["env"]["CNI_NETNS"] == cni.calls("ADD")[-1]["env"]["CNI_NETNS"], dels[-1]["env"]
+    podman("rm", name)
+    assert_podman_clean(podman, node)
+    print(
+        f"podman: reachable {reachable:.2f}s after run; run..rm {time.monotonic() - started:.2f}s"
+    )
+    print(cni.describe_calls())
+
+
+@pytest.mark.parametrize(
+    "podman", [{"portMappings": True, "ips": True}], indirect=True, ids=["caps-portMappings+ips"]
+)
+def test_podman_network_reload_keeps_hostport(lab: Lab, podman: Podman) -> None:
+    """``podman network reload`` (DEL + ADD with ``MAC=…;IP=…`` in CNI_ARGS) keeps the hostPort.
+
+    Needs ``"ips": true`` next to ``portMappings`` in the conflist: podman 4.3
+    (containers/common libnetwork/cni) replaces the first plugin's whole ``capabilities`` with
+    ``{"ips": true}`` when it asks for a static IP, so with ``{"portMappings": true}`` alone
+    the reload ADD carries no runtimeConfig and the hostPort is silently dropped.
+    """
+    cni, node = podman.cni, lab.node
+    client = lab.client()
+    name = f"web-{lab.tag}"
+    first = podman_run_web(podman, name)
+    fetch(client, f"http://{NODE_ADDR4}:{HOST_PORT}/")
+
+    podman("network", "reload", name)
+    assert [c["verb"] for c in cni.calls() if c["verb"] != "VERSION"] == ["ADD", "DEL", "ADD"], (
+        cni.describe_calls()
+    )
+    again = cni.calls("ADD")[-1]
+    assert f"IP={pod_ipv4(first)}" in again["env"]["CNI_ARGS"], again["env"]
+    assert json.loads(again["stdin"]).get("runtimeConfig", {}).get("portMappings"), again["stdin"]
+    ip = pod_ipv4(again)
+    inspected = podman("inspect", name, "--format", "{{.NetworkSettings.IPAddress}}").stdout.strip()
+    assert inspected == ip, f"podman shows {inspected!r}, the reload ADD gave {ip}"
+    fetch(client, f"http://{NODE_ADDR4}:{HOST_PORT}/")
+    fetch(node, f"http://127.0.0.1:{HOST_PORT}/")
+
+    podman("rm", "--force", "--time", "0", name)
+    assert_podman_clean(podman, node)
+    print(f"reload kept the address: {ip == pod_ipv4(first)} ({pod_ipv4(first)} -> {ip})")
+    print(cni.describe_calls())
+
+
+# -- containerd ---------------------------------------------------------------------------------------
+def ctr_run_opts(containerd: Containerd) -> list[str]:
+    """No TTY or FIFOs (CI), the snapshotter that needs no overlay, runc state kept private."""
+    return ["--null-io", "--snapshotter", "native", "--runc-root", str(containerd.runc_root)]
+
+
+def test_containerd_ctr_run_cni(lab: Lab, containerd: Containerd, workdir: Path) -> None:
+    """Foreground ``ctr run --cni``: ADD with CNI_NETNS /proc/<pid>/ns/net, the pod reachable at
+    its IP from the node; ``ctr task kill`` ends the task, ctr then sends DEL with an empty
+    CNI_NETNS and the cached result as prevResult; nothing is left."""
+    cni, node = containerd.cni, lab.node
+    cid = "web"
+    started = time.monotonic()
+    proc = containerd.ctr_background(
+        "run", "--cni", "--rm", *ctr_run_opts(containerd), IMAGE_NAME, cid, *HTTPD,
+        log=workdir / "ctr-run.log", cni=True,
+    )  # fmt: skip
+
+    def ctr_log() -> str:
+        path = workdir / "ctr-run.log"
+        return (path.read_text() if path.exists() else "") + "\n" + cni.describe_calls()
+
+    add = wait_for(
+        "ctr run to send ADD", lambda: cni.calls("ADD") or proc.poll() is not None, timeout=30
+    )
+    assert proc.poll() is None and add, ctr_log()
+    add = only(cni.calls("ADD"), "ADD")
+    assert add["rc"] == 0, ctr_log()
+    assert add["env"]["CNI_CONTAINERID"] == f"{containerd.namespace}-{cid}", add["env"]
+    assert add["env"]["CNI_NETNS"].startswith("/proc/") and add["env"]["CNI_NETNS"].endswith(
+        "/ns/net"
+    )
+    ip = pod_ipv4(add)
+    fetch(node, f"http://{ip}:80/")
+    reachable = time.monotonic() - started
+
+    containerd.ctr("tasks", "kill", "--signal", "SIGKILL", cid)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            "foreground ctr run did not exit after its task was killed\n" + ctr_log()
+        ) from None
+    dl = only(cni.calls("DEL"), "DEL after the task exited")
+    assert dl["env"]["CNI_NETNS"] == "", dl["env"]
+    assert dl["env"]["CNI_CONTAINERID"] == add["env"]["CNI_CONTAINERID"]
+    prev = json.loads(dl["stdin"]).get("prevResult", {})
+    assert [i["address"] for i in prev.get("ips", [])] == [f"{ip}/32"], dl["stdin"]
+    assert_clean(node, cni.data_dir, ctr_log)
+    assert not list(containerd.cni_cache.glob("results/*")), "libcni cache entry left"
+    assert not containerd.ctr("containers", "list", "--quiet").stdout.strip()  # --rm
+    assert_all_calls_ok(cni)
+    print(
+        f"ctr run --cni: reachable {reachable:.2f}s after start; "
+        f"total {time.monotonic() - started:.2f}s"
+    )
+    print(cni.describe_calls())
+
+
+def test_containerd_detached_sends_no_del(lab: Lab, containerd: Containerd) -> None:
+    """``ctr run -d --cni``: ADD, reachable; task kill + task rm + container rm send no DEL
+    (containerd 1.6's ctr never does for -d). The kernel removes the veth with the pod's netns,
+    but the address stays allocated until a DEL — sent here as ctr's foreground path would
+    (empty CNI_NETNS, the cached result as prevResult), after the netns is gone."""
+    cni, node = containerd.cni, lab.node
+    cid = "webd"
+    containerd.ctr("run", "--cni", "-d", *ctr_run_opts(containerd), IMAGE_NAME, cid, *HTTPD,
+                   cni=True)  # fmt: skip
+    add = only(cni.calls("ADD"), "ADD")
+    assert add["rc"] == 0, cni.describe_calls()
+    ip = pod_ipv4(add)
+    fetch(node, f"http://{ip}:80/")
+
+    containerd.ctr("tasks", "kill", "--signal", "SIGKILL", cid)
+    wait_for(
+        "the task to stop", lambda: "STOPPED" in containerd.ctr("tasks", "list").stdout, timeout=20
+    )
+    containerd.ctr("tasks", "delete", cid, cni=True)
+    containerd.ctr("containers", "delete", cid, cni=True)
+    time.sleep(0.5)
+    assert cni.calls("DEL") == [], "ctr 1.6 now sends DEL after -d:\n" + cni.describe_calls()
+    cache = containerd.cni_cache / "results" / f"{cni.network}-{add['env']['CNI_CONTAINERID']}-eth0"
+    assert cache.exists(), "libcni should still hold the result of the never-deleted attachment"
+    wait_for(
+        "the kernel to remove the host veth with the pod's netns",
+        lambda: leftover_state(node, cni.data_dir)["host_veths"] == [],
+        timeout=10,
+    )
+    left = leftover_state(node, cni.data_dir)
+    assert [row[0] for row in left["pods"]] == [add["env"]["CNI_CONTAINERID"]], left
+
+    # The DEL ctr's foreground path sends, from the cached attachment (FIELD-NOTES §4).
+    cached = json.loads(cache.read_text())
+    conf = dict(
+        cni.conflist["plugins"][0],
+        cniVersion=cni.conflist["cniVersion"],
+        name=cni.network,
+        prevResult=cached["result"],
+    )
+    rc, out = lab.cni(
+        "DEL",
+        conf,
+        container_id=add["env"]["CNI_CONTAINERID"],
+        netns=None,
+        plugin=str(cni.bin_dir / "podnet"),
+        env={"CNI_PATH": "/opt/cni/bin:/usr/lib/cni", "CNI_ARGS": ""},
+    )
+    assert rc == 0 and out is None, (
+        f"DEL after the netns was gone: exit {rc}, {out}\n{cni.describe_calls()}"
+    )
+    assert_clean(node, cni.data_dir, cni.describe_calls)
+    cache.unlink()
+    assert_all_calls_ok(cni)
+    print(cni.describe_calls())
