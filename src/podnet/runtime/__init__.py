@@ -4,7 +4,7 @@ Layout (libcni's, in Python): :mod:`.conflist` finds and parses network configs;
 :mod:`.args` is what a runtime passes per attachment (and how cnitool reads it from the
 environment); :mod:`.invoke` runs one plugin through a replaceable :class:`PluginExec`;
 :mod:`.cache` keeps ADD results; :mod:`.api` chains the plugins of a network for each verb;
-:mod:`.install` writes plugin executables and a conflist. Errors: :mod:`.errors`.
+:mod:`.installer` writes plugin executables and a conflist. Errors: :mod:`.errors`.
 
 Typical use::
 
@@ -18,6 +18,7 @@ from podnet.runtime.api import DEFAULT_CNI_PATH, CNIRuntime, plugin_config, runt
 from podnet.runtime.args import (
     DEFAULT_IFNAME,
     RuntimeConf,
+    build_runtime_conf,
     default_container_id,
     parse_cap_args,
     parse_cni_args,
@@ -41,7 +42,7 @@ from podnet.runtime.errors import (
     PluginFailed,
     PluginNotFound,
 )
-from podnet.runtime.install import PLUGINS, Installed, install
+from podnet.runtime.installer import PLUGINS, Installed, install
 from podnet.runtime.invoke import ExecOutput, PluginExec, SubprocessExec
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "ResultCache",
     "RuntimeConf",
     "SubprocessExec",
+    "build_runtime_conf",
     "conflist_from_bytes",
     "default_container_id",
     "install",

@@ -28,6 +28,7 @@ from podnet.runtime.errors import ArgsError
 __all__ = [
     "DEFAULT_IFNAME",
     "RuntimeConf",
+    "build_runtime_conf",
     "default_container_id",
     "format_cni_args",
     "parse_cap_args",
@@ -147,3 +148,34 @@ def parse_port(spec: str) -> dict[str, Any]:
                 f"invalid port spec {spec!r}: {host_ip!r} is not an IP address"
             ) from None
     return out
+
+
+def build_runtime_conf(
+    netns: str,
+    *,
+    container_id: str = "",
+    ifname: str = DEFAULT_IFNAME,
+    cni_args: str = "",
+    cap_args: str = "",
+    ports: Sequence[str] = (),
+) -> RuntimeConf:
+    """A RuntimeConf from cnitool-style inputs: ``netns`` (made absolute; "" allowed, e.g. DEL),
+    ``container_id`` (default: :func:`default_container_id` of ``netns``), the raw
+    ``CNI_ARGS``/``CAP_ARGS`` strings and ``--port`` specs (appended to ``portMappings``).
+
+    ArgsError (4) for malformed values or when there is neither a container ID nor a netns.
+    """
+    netns = os.path.abspath(netns) if netns else ""
+    if not container_id:
+        if not netns:
+            raise ArgsError("a container ID (CNI_CONTAINERID) is needed when no netns is given")
+        container_id = default_container_id(netns)
+    validate_container_id(container_id)
+    validate_ifname(ifname)
+    caps = parse_cap_args(cap_args)
+    if ports:
+        existing = caps.get("portMappings") or []
+        if not isinstance(existing, list):
+            raise ArgsError("CAP_ARGS portMappings must be a list")
+        caps["portMappings"] = existing + [parse_port(p) for p in ports]
+    return RuntimeConf(container_id, netns, ifname, parse_cni_args(cni_args), caps)

@@ -1,0 +1,477 @@
+"""``podnetctl demo``: podnet end to end, inside network namespaces of its own.
+
+What it does (issue 2, item 10), each step printed as one ``✓``/``✗`` line:
+
+1. a node namespace, a client namespace linked to it by a veth (node 192.0.2.1 / 2001:db8:1::1,
+   client .2 / ::2 — documentation ranges) and two pod namespaces; a temporary directory holding
+   NETCONFPATH, CNI_PATH (the plugin installed by :func:`podnet.runtime.install`), the plugin's
+   dataDir and the result cache;
+2. seed 001's conflist (``"type": "podnet"``, 10.244.2.0/24 plus a ULA IPv6 range) run through
+   :class:`podnet.runtime.CNIRuntime` for both pods — every plugin call inside the node
+   namespace — with hostPort 8080 → pod-a:80 and 8081 → pod-b:80;
+3. an HTTP server in each pod (busybox httpd, or ``python -m http.server``), fetched (curl, or
+   urllib) through the pod IPs, the node's addresses from the client, 127.0.0.1 inside the node,
+   pod-a → pod-b's hostPort and pod-a → its own hostPort (hairpin);
+4. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
+   veth, hostPort map element or cache entry is left;
+5. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
+   SIGTERM. The machine's own interfaces, routes and firewall are never touched.
+
+:func:`run_demo` returns True when every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from podnet.cli import state
+from podnet.cni.errors import CNIError
+from podnet.runtime import (
+    CNIRuntime,
+    ResultCache,
+    RuntimeConf,
+    SubprocessExec,
+    install,
+    load_conflist,
+    parse_port,
+)
+
+NETWORK = "podnet"
+RANGES = ("10.244.2.0/24", "fd00:10:244:2::/64")
+NODE4, CLIENT4, NODE6, CLIENT6 = "192.0.2.1", "192.0.2.2", "2001:db8:1::1", "2001:db8:1::2"
+POD_PORT = 80
+TIMEOUT = 20.0  # seconds any single command may take
+
+
+class DemoError(Exception):
+    """A step failed; the demo stops and tears down."""
+
+
+@dataclass
+class Pod:
+    """One demo pod: its namespace, container ID, hostPort and, after ADD, its addresses."""
+
+    label: str
+    netns: str
+    container_id: str
+    host_port: int
+    ipv4: str = ""
+    ipv6: str = ""
+    host_if: str = ""
+
+    @property
+    def path(self) -> str:
+        return f"/run/netns/{self.netns}"
+
+
+@dataclass
+class Progress:
+    """One line per step on ``console``; counts failed checks."""
+
+    console: Console
+    failures: int = 0
+
+    def section(self, title: str) -> None:
+        self.console.print(f"[bold]{escape(title)}[/bold]")
+
+    def ok(self, text: str, detail: str = "") -> None:
+        tail = f"  [dim]{escape(detail)}[/dim]" if detail else ""
+        self.console.print(f"  [green]✓[/green] {escape(text)}{tail}")
+
+    def fail(self, text: str, detail: str = "") -> None:
+        self.failures += 1
+        tail = f"  [red]{escape(detail)}[/red]" if detail else ""
+        self.console.print(f"  [red]✗[/red] {escape(text)}{tail}")
+
+    @contextmanager
+    def step(self, text: str, *, fatal: bool = True) -> Iterator[list[str]]:
+        """Run a step; the yielded list collects detail text. A failure prints ``✗`` and, when
+        ``fatal``, stops the demo with DemoError."""
+        detail: list[str] = []
+        started = time.monotonic()
+        try:
+            yield detail
+        except Exception as err:  # noqa: BLE001 - every failure is a ✗ line, then teardown
+            self.fail(text, _one_line(err))
+            if fatal:
+                raise DemoError(text) from err
+            return
+        ms = 1000 * (time.monotonic() - started)
+        self.ok(text, " ".join([*detail, f"({ms:.0f} ms)"]))
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, CNIError):
+        text = f"{err.msg} [code {err.code}]" + (f"; {err.details}" if err.details else "")
+    elif isinstance(err, DemoError | OSError):
+        text = str(err) or type(err).__name__
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return " ".join(text.split())
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise DemoError(f"{' '.join(argv)}: timed out after {TIMEOUT:.0f} s") from None
+    if check and proc.returncode != 0:
+        raise DemoError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    return proc
+
+
+def _url(ip: str, port: int) -> str:
+    return f"http://[{ip}]:{port}/" if ":" in ip else f"http://{ip}:{port}/"
+
+
+@dataclass
+class Demo:
+    """The demo's resources and steps; :meth:`run` guarantees :meth:`teardown`."""
+
+    progress: Progress
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    namespaces: list[str] = field(default_factory=list)
+    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    tmp: str = ""
+    pods: list[Pod] = field(default_factory=list)
+
+    @property
+    def node(self) -> str:
+        return f"pndemo-{self.tag}-node"
+
+    def _dir(self, name: str) -> str:
+        return os.path.join(self.tmp, name)
+
+    # -- setup --------------------------------------------------------------------------------
+    def _netns(self, name: str) -> None:
+        self.namespaces.append(name)  # recorded first: teardown must see a half-made one
+        _run("ip", "netns", "add", name)
+        _run("ip", "-n", name, "link", "set", "lo", "up")
+
+    def setup(self) -> None:
+        p = self.progress
+        p.section("Setup")
+        with p.step("checks") as detail:
+            if os.geteuid() != 0:
+                raise DemoError("the demo needs root (network namespaces, nftables)")
+            for tool in ("ip", "nft"):
+                if shutil.which(tool) is None:
+                    raise DemoError(f"{tool} is not installed")
+            detail.append(f"HTTP: {self.server_kind()}, client: {self.client_kind()}")
+        with p.step("temporary NETCONFPATH, CNI_PATH, dataDir and result cache") as detail:
+            self.tmp = tempfile.mkdtemp(prefix="podnet-demo-")
+            done = install(
+                bin_dir=self._dir("bin"),
+                conf_dir=self._dir("net.d"),
+                name=NETWORK,
+                ranges=RANGES,
+                data_dir=self._dir("data"),
+            )
+            detail.append(
+                f"{self.tmp}: " + ", ".join(os.path.relpath(d.path, self.tmp) for d in done)
+            )
+        with p.step(f"node namespace {self.node}"):
+            self._netns(self.node)
+        client = f"pndemo-{self.tag}-client"
+        with p.step(f"client namespace {client} ({CLIENT4}, {CLIENT6}) linked to the node"):
+            self._netns(client)
+            _run(
+                "ip",
+                "link",
+                "add",
+                "up0",
+                "netns",
+                self.node,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "up0",
+                "netns",
+                client,
+            )
+            for ns, a4, a6 in ((self.node, NODE4, NODE6), (client, CLIENT4, CLIENT6)):
+                _run("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", "up0")
+                _run("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", "up0", "nodad")
+                _run("ip", "-n", ns, "link", "set", "up0", "up")
+            _run("ip", "-n", self.node, "route", "add", "default", "via", CLIENT4)
+            _run("ip", "-n", self.node, "-6", "route", "add", "default", "via", CLIENT6)
+        for label, host_port in (("pod-a", 8080), ("pod-b", 8081)):
+            pod = Pod(label, f"pndemo-{self.tag}-{label}", f"demo-{self.tag}-{label}", host_port)
+            with p.step(f"pod namespace {pod.netns}"):
+                self._netns(pod.netns)
+            self.pods.append(pod)
+
+    # -- CNI ----------------------------------------------------------------------------------
+    def runtime(self) -> CNIRuntime:
+        return CNIRuntime(
+            [self._dir("bin")],
+            cache=ResultCache(self._dir("cache")),
+            executor=SubprocessExec(wrapper=("ip", "netns", "exec", self.node), timeout=TIMEOUT),
+        )
+
+    def add(self) -> None:
+        p = self.progress
+        net = load_conflist(NETWORK, self._dir("net.d"))
+        p.section(f"ADD through the runtime (network {net.name}, cniVersion {net.cni_version})")
+        cni = self.runtime()
+        for pod in self.pods:
+            port = parse_port(f"{pod.host_port}:{POD_PORT}")
+            with p.step(f"ADD {pod.label}, hostPort {pod.host_port} → {POD_PORT}") as detail:
+                args = (("K8S_POD_NAMESPACE", "demo"), ("K8S_POD_NAME", pod.label))
+                caps = {"portMappings": [port]}
+                rt = RuntimeConf(pod.container_id, pod.path, args=args, capability_args=caps)
+                result = cni.add(net, rt)
+                for ip in result.get("ips", []):
+                    address = ip["address"].split("/")[0]
+                    if ":" in address:
+                        pod.ipv6 = address
+                    else:
+                        pod.ipv4 = address
+                pod.host_if = result["interfaces"][0]["name"]
+                detail.append(f"{pod.ipv4} {pod.ipv6} host veth {pod.host_if}")
+            with p.step(f"CHECK {pod.label}"):
+                cni.check(net, RuntimeConf(pod.container_id, pod.path))
+
+    def delete(self) -> None:
+        p = self.progress
+        p.section("DEL through the runtime")
+        net = load_conflist(NETWORK, self._dir("net.d"))
+        cni = self.runtime()
+        for pod in self.pods:
+            with p.step(f"DEL {pod.label}", fatal=False):
+                cni.delete(net, RuntimeConf(pod.container_id, pod.path))
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    @staticmethod
+    def server_kind() -> str:
+        busybox = shutil.which("busybox")
+        if busybox:
+            applets = subprocess.run([busybox, "--list"], capture_output=True, text=True).stdout
+            if "httpd" in applets.split():
+                return "busybox httpd"
+        return "python http.server"
+
+    @staticmethod
+    def client_kind() -> str:
+        return "curl" if shutil.which("curl") else "python urllib"
+
+    def serve(self) -> None:
+        p = self.progress
+        p.section("HTTP servers in the pods")
+        kind = self.server_kind()
+        for pod in self.pods:
+            www = self._dir(f"www-{pod.label}")
+            os.makedirs(www)
+            with open(os.path.join(www, "index.html"), "w") as f:
+                f.write(f"hello from {pod.label}\n")
+            if kind == "busybox httpd":
+                argv = ["busybox", "httpd", "-f", "-p", str(POD_PORT), "-h", www]
+            else:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "http.server",
+                    str(POD_PORT),
+                    "--bind",
+                    "::",
+                    "--directory",
+                    www,
+                ]
+            with p.step(f"{kind} in {pod.label} on port {POD_PORT}"):
+                proc = subprocess.Popen(
+                    ["ip", "netns", "exec", pod.netns, *argv],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                self.servers.append(proc)
+                self._wait_ready(pod, proc)
+
+    def _wait_ready(self, pod: Pod, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise DemoError(f"the server in {pod.label} exited with status {proc.returncode}")
+            if self.fetch(pod.netns, _url(pod.ipv4 or pod.ipv6, POD_PORT), timeout=0.5)[0]:
+                return
+            time.sleep(0.05)
+        raise DemoError(f"the server in {pod.label} did not answer within 5 s")
+
+    def fetch(self, netns: str, url: str, timeout: float = 3.0) -> tuple[bool, str]:
+        """GET ``url`` from inside ``netns`` (no proxies); ``(ok, body or error)``."""
+        if shutil.which("curl"):
+            argv = ["curl", "-sS", "-g", "--noproxy", "*", "--max-time", str(timeout), url]
+        else:
+            code = (
+                "import sys, urllib.request as u\n"
+                "o = u.build_opener(u.ProxyHandler({}))\n"
+                "print(o.open(sys.argv[1], timeout=float(sys.argv[2])).read().decode(), end='')\n"
+            )
+            argv = [sys.executable, "-c", code, url, str(timeout)]
+        proc = _run("ip", "netns", "exec", netns, *argv, check=False)
+        if proc.returncode != 0:
+            return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return True, proc.stdout
+
+    def fetches(self) -> None:
+        p = self.progress
+        p.section("Fetches")
+        a, b = self.pods
+        client = f"pndemo-{self.tag}-client"
+        checks = [
+            (self.node, _url(a.ipv4, POD_PORT), a, "node → pod-a at its IPv4 address"),
+            (self.node, _url(a.ipv6, POD_PORT), a, "node → pod-a at its IPv6 address"),
+            (client, _url(NODE4, a.host_port), a, f"client → node {NODE4}:{a.host_port} → pod-a"),
+            (client, _url(NODE6, b.host_port), b, f"client → node [{NODE6}]:{b.host_port} → pod-b"),
+            (
+                self.node,
+                _url("127.0.0.1", a.host_port),
+                a,
+                f"node → 127.0.0.1:{a.host_port} → pod-a",
+            ),
+            (a.netns, _url(NODE4, b.host_port), b, f"pod-a → node {NODE4}:{b.host_port} → pod-b"),
+            (
+                a.netns,
+                _url(NODE4, a.host_port),
+                a,
+                f"pod-a → its own hostPort {NODE4}:{a.host_port} (hairpin)",
+            ),
+        ]
+        for netns, url, want, text in checks:
+            with p.step(text, fatal=False) as detail:
+                ok, body = self.fetch(netns, url)
+                if not ok:
+                    raise DemoError(f"GET {url}: {body}")
+                if f"hello from {want.label}" not in body:
+                    raise DemoError(f"GET {url}: unexpected answer {body.strip()!r}")
+                detail.append(repr(body.strip()))
+
+    # -- state --------------------------------------------------------------------------------
+    def show_state(self, title: str) -> tuple[int, int]:
+        """Print the pods and ports tables; returns ``(pods, ports)`` row counts."""
+        from podnet.store import open_store
+
+        with open_store(self._dir("data"), create=False) as store:
+            pods, ports = state.pod_records(store), state.port_records(store)
+        self.progress.section(title)
+        console = self.progress.console
+        console.print(state.render_table("pods", pods, title="pods"))
+        console.print(state.render_table("ports", ports, title="portmap_entries"))
+        return len(pods), len(ports)
+
+    def verify_empty(self) -> None:
+        p = self.progress
+        pods, ports = self.show_state("State after DEL")
+        p.section("Nothing left")
+        with p.step("no pod or portmap rows", fatal=False):
+            if pods or ports:
+                raise DemoError(f"{pods} pod rows and {ports} portmap rows remain")
+        with p.step("no host veths in the node namespace", fatal=False):
+            links = json.loads(_run("ip", "-n", self.node, "-j", "link", "show").stdout)
+            ours = {pod.host_if for pod in self.pods}
+            left = [li["ifname"] for li in links if li["ifname"] in ours]
+            if left:
+                raise DemoError(f"left: {', '.join(left)}")
+        with p.step("hostPort maps empty", fatal=False) as detail:
+            from podnet.firewall import hostports
+
+            table = (hostports.FAMILY, hostports.TABLE)
+            out = _run("ip", "netns", "exec", self.node, "nft", "-j", "list", "table", *table)
+            maps = [o["map"] for o in json.loads(out.stdout)["nftables"] if "map" in o]
+            full = [m["name"] for m in maps if m.get("elem")]
+            if full:
+                raise DemoError(f"maps with elements: {', '.join(full)}")
+            detail.append(f"{len(maps)} maps in table {' '.join(table)}")
+        with p.step("no cached results", fatal=False):
+            left = ResultCache(self._dir("cache")).entries()
+            if left:
+                raise DemoError(f"{len(left)} cache entries remain")
+
+    # -- teardown -----------------------------------------------------------------------------
+    def teardown(self) -> None:
+        """Stop servers, delete namespaces and the temporary directory; ignores Ctrl-C."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            p = self.progress
+            p.section("Teardown")
+            with p.step(f"stopped {len(self.servers)} HTTP servers", fatal=False):
+                for proc in self.servers:
+                    if proc.poll() is None:
+                        proc.terminate()
+                for proc in self.servers:
+                    try:
+                        proc.wait(timeout=3)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(timeout=3)
+            with p.step(f"deleted {len(self.namespaces)} namespaces", fatal=False):
+                errors = []
+                for ns in reversed(self.namespaces):
+                    if os.path.exists(f"/run/netns/{ns}"):
+                        done = _run("ip", "netns", "del", ns, check=False)
+                        if done.returncode != 0:
+                            errors.append(f"{ns}: {done.stderr.strip()}")
+                if errors:
+                    raise DemoError("; ".join(errors))
+            if self.tmp:
+                with p.step(f"removed {self.tmp}", fatal=False):
+                    shutil.rmtree(self.tmp)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    # -- all of it -----------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Every step, then teardown whatever happened; True when all checks passed."""
+        p = self.progress
+        p.console.print(f"[bold]podnet demo[/bold] [dim](namespaces pndemo-{self.tag}-*)[/dim]")
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> Any:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            self.setup()
+            self.add()
+            self.serve()
+            self.fetches()
+            self.show_state("State (SQLite)")
+            self.delete()
+            self.verify_empty()
+        except DemoError:
+            pass  # already reported as ✗
+        except KeyboardInterrupt:
+            p.fail("interrupted")
+        finally:
+            try:
+                self.teardown()
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+        if p.failures:
+            p.console.print(f"[bold red]demo failed: {p.failures} check(s) failed[/bold red]")
+        else:
+            p.console.print("[bold green]demo passed: every check succeeded[/bold green]")
+        return p.failures == 0
+
+
+def run_demo(console: Console | None = None) -> bool:
+    """Run the demo, printing progress to ``console`` (default: stdout); True if all passed."""
+    if console is None:
+        console = state.console()
+    return Demo(Progress(console)).run()
