@@ -454,10 +454,13 @@ class Demo:
             self.show_state("State (SQLite)")
             self.delete()
             self.verify_empty()
-        except DemoError:
-            pass  # already reported as ✗
+        except DemoError as err:
+            if not p.failures:  # steps report their own failure; anything else is reported here
+                p.fail("demo stopped", _one_line(err))
         except KeyboardInterrupt:
             p.fail("interrupted")
+        except Exception as err:  # noqa: BLE001 - a bug still ends in ✗, teardown and exit 1
+            p.fail("demo stopped", _one_line(err))
         finally:
             try:
                 self.teardown()

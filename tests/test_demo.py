@@ -1,0 +1,170 @@
+"""``podnetctl demo``: passes end to end in under 20 s, and leaves no namespace, process or
+temporary directory behind — after success, after a failed check, and after Ctrl-C/SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from podnet.cli.demo import Demo, DemoError, Progress
+
+PODNETCTL = str(Path(sys.executable).parent / "podnetctl")
+
+
+def recorder() -> tuple[Progress, io.StringIO]:
+    out = io.StringIO()
+    return Progress(Console(file=out, width=200, highlight=False)), out
+
+
+def leftovers(tag: str) -> list[str]:
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in names.splitlines() if f"pndemo-{tag}-" in line]
+
+
+# -- no root ---------------------------------------------------------------------------------
+def test_progress_lines() -> None:
+    progress, out = recorder()
+    with progress.step("works") as detail:
+        detail.append("detail")
+    with progress.step("fails softly", fatal=False):
+        raise DemoError("boom")
+    with pytest.raises(DemoError), progress.step("fails hard"):
+        raise RuntimeError("bug")
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"  ✓ works  detail \(\d+ ms\)", lines[0])
+    assert lines[1] == "  ✗ fails softly  boom"
+    assert lines[2] == "  ✗ fails hard  RuntimeError: bug"
+    assert progress.failures == 2
+
+
+def test_demo_without_root_fails_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    progress, out = recorder()
+    assert Demo(progress).run() is False
+    text = out.getvalue()
+    assert "✗ checks  the demo needs root" in text and "deleted 0 namespaces" in text
+    assert "demo failed" in text
+
+
+# -- root --------------------------------------------------------------------------------------
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root and network namespaces")
+
+
+@pytest.mark.root
+@needs_root
+def test_demo_passes_quickly_and_leaves_nothing() -> None:
+    started = time.monotonic()
+    proc = subprocess.run([PODNETCTL, "demo"], capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "✗" not in out and "demo passed" in out
+    assert elapsed < 20, f"demo took {elapsed:.1f} s"
+    for text in (
+        "hostPort 8080",
+        "127.0.0.1:8080",
+        "pod-a → node 192.0.2.1:8081 → pod-b",
+        "[2001:db8:1::1]:8081",
+        "no host veths",
+        "hostPort maps empty",
+    ):
+        assert text in out, text
+    tag = re.search(r"pndemo-(\w+)-\*", out)
+    tmp = re.search(r"removed (/\S+)", out)
+    assert tag and tmp
+    assert leftovers(tag.group(1)) == []
+    assert not os.path.exists(tmp.group(1))
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.parametrize(
+    ("signum", "group"),
+    [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)],
+    ids=["ctrl-c (process group)", "SIGINT", "SIGTERM"],
+)
+def test_demo_interrupted_tears_down(signum: int, group: bool) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [PODNETCTL, "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("ADD through the runtime"):
+                if group:  # what a terminal does: plugins and servers get it too
+                    os.killpg(proc.pid, signum)
+                else:
+                    proc.send_signal(signum)
+                break
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines) + rest
+    assert proc.returncode != 0, out
+    assert "✗ interrupted" in out and "Teardown" in out, out + err
+    tag = re.search(r"pndemo-(\w+)-\*", out)
+    tmp = re.search(r"removed (/\S+)", out)
+    assert tag and tmp, out
+    assert leftovers(tag.group(1)) == []
+    assert not os.path.exists(tmp.group(1))
+
+
+@pytest.mark.root
+@needs_root
+def test_demo_failed_check_exits_nonzero_and_tears_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_fetch = Demo.fetch
+
+    def broken_hostports(
+        self: Demo, netns: str, url: str, timeout: float = 3.0
+    ) -> tuple[bool, str]:
+        if ":8081" in url:
+            return False, "connection refused (simulated)"
+        return real_fetch(self, netns, url, timeout)
+
+    monkeypatch.setattr(Demo, "fetch", broken_hostports)
+    progress, out = recorder()
+    d = Demo(progress)
+    assert d.run() is False
+    text = out.getvalue()
+    assert text.count("✗") == 2 and "connection refused (simulated)" in text
+    assert "✓ DEL pod-b" in text  # later steps still ran after the failed checks
+    assert leftovers(d.tag) == [] and not os.path.exists(d.tmp)
+    assert all(p.poll() is not None for p in d.servers)
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.parametrize("error", [DemoError("simulated ADD failure"), KeyError("bug")])
+def test_demo_stopped_outside_a_step_fails_and_tears_down(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def fail_add(self: Demo) -> None:
+        raise error
+
+    monkeypatch.setattr(Demo, "add", fail_add)
+    progress, out = recorder()
+    d = Demo(progress)
+    assert d.run() is False
+    text = out.getvalue()
+    assert "✗ demo stopped" in text and "demo failed" in text
+    assert "deleted 4 namespaces" in text
+    assert leftovers(d.tag) == [] and not os.path.exists(d.tmp)
