@@ -194,3 +194,28 @@ def test_log_file_gets_lines_stdout_only_result(lab: Lab, tmp_path: Path) -> Non
     lines = log.read_text().splitlines()
     assert any("ADD container=c1 ifname=eth0 ok" in line for line in lines)
     assert any("error 7" in line and "ranges[0]" in line for line in lines)
+
+
+def test_requested_ips_and_mac(lab: Lab, tmp_path: Path) -> None:
+    """The ips/mac capabilities and podman's CNI_ARGS IP=/MAC= (sent after `network reload`)."""
+    pod = lab.pod()
+    conf = {**netconf(tmp_path), "runtimeConfig": {"ips": ["10.244.2.77/24", "fd00:10:244::77"],
+                                                   "mac": "02:00:00:aa:bb:cc"}}
+    rc, res = lab.cni("ADD", conf, container_id="c1", netns=pod)
+    assert rc == 0, res
+    assert [ip["address"] for ip in res["ips"]] == ["10.244.2.77/32", "fd00:10:244::77/128"]
+    assert res["interfaces"][1]["mac"] == "02:00:00:aa:bb:cc"
+    assert "02:00:00:aa:bb:cc" in lab.exec(pod, "ip", "link", "show", "eth0").stdout
+    before = state(lab, tmp_path)
+    # Taken, outside the ranges, the gateway: refused, nothing changed.
+    for ips, code in ((["10.244.2.77"], 100), (["10.9.9.9"], 7), (["10.244.2.1"], 7)):
+        bad = {**netconf(tmp_path), "runtimeConfig": {"ips": ips}}
+        rc, out = lab.cni("ADD", bad, container_id="c2", netns=lab.pod())
+        assert rc != 0 and out["code"] == code, (ips, out)
+    assert state(lab, tmp_path) == before
+    rc, res = lab.cni("ADD", netconf(tmp_path, ranges=["10.244.2.0/24"]), container_id="c3", netns=lab.pod(),
+                      env={"CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAME=w;MAC=02:00:00:00:00:07;IP=10.244.2.88"})
+    assert rc == 0, res
+    assert res["ips"][0]["address"] == "10.244.2.88/32" and res["interfaces"][1]["mac"] == "02:00:00:00:00:07"
+    rows = {r[0]: r for r in db_rows(tmp_path, "pods")}
+    assert rows["c3"][1] == "w"  # K8S_POD_NAME → pods.name

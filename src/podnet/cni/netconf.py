@@ -130,3 +130,50 @@ def parse_cni_args(value: str) -> dict[str, str]:
         if sep and key:
             out[key.strip()] = val.strip()
     return out
+
+
+def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[int, str]:
+    """Addresses the runtime asks for: ``runtimeConfig.ips`` (the ``ips`` capability: CIDRs or
+    addresses) or ``IP=`` in CNI_ARGS (comma-separated, as podman sends after ``network
+    reload``); at most one per family: ``{4: "10.244.2.7", 6: …}``. Code 7 naming the key."""
+    runtime = raw.get("runtimeConfig") or {}
+    items = runtime.get("ips") if isinstance(runtime, dict) else None
+    where = "runtimeConfig.ips"
+    if items is None and cni_args.get("IP"):
+        items = [x for x in cni_args["IP"].split(",") if x.strip()]
+        where = "CNI_ARGS IP"
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise InvalidConfig(f"{where}: must be a list of addresses")
+    out: dict[int, str] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise InvalidConfig(f"{where}[{i}]: must be a string, got {item!r}")
+        try:
+            addr = ipaddress.ip_interface(item.strip()).ip
+        except ValueError:
+            raise InvalidConfig(f"{where}[{i}]: {item!r} is not an IP address") from None
+        if addr.version in out:
+            raise InvalidConfig(f"{where}[{i}]: more than one IPv{addr.version} address requested")
+        out[addr.version] = str(addr)
+    return out
+
+
+def parse_requested_mac(raw: dict[str, Any], cni_args: dict[str, str]) -> str:
+    """The pod-side MAC asked for by ``runtimeConfig.mac`` (the ``mac`` capability) or ``MAC=``
+    in CNI_ARGS, lower-cased; "" when none. Code 7 when it is not a unicast MAC."""
+    runtime = raw.get("runtimeConfig") or {}
+    mac = runtime.get("mac") if isinstance(runtime, dict) else None
+    where = "runtimeConfig.mac"
+    if not mac and cni_args.get("MAC"):
+        mac, where = cni_args["MAC"], "CNI_ARGS MAC"
+    if not mac:
+        return ""
+    parts = mac.split(":") if isinstance(mac, str) else []
+    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdefABCDEF" for c in p)
+                                  for p in parts):
+        raise InvalidConfig(f"{where}: {mac!r} is not a MAC address")
+    if int(parts[0], 16) & 1:
+        raise InvalidConfig(f"{where}: {mac} is a multicast address")
+    return mac.lower()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 
-from podnet.cni.errors import NoFreeAddress
+from podnet.cni.errors import InvalidConfig, NoFreeAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,18 +63,36 @@ def allocate(
     is_used: Callable[[int, str], bool],
     used_counts: dict[int, int],
     rng: Callable[[int], int] | None = None,
+    requested: dict[int, str] | None = None,
 ) -> dict[int, tuple[str, str, Network]]:
     """One address per family present in ``ranges``: ``{family: (address, gateway, range)}``.
 
     ``is_used(family, addr)`` and ``used_counts[family]`` describe current allocations.
+    ``requested`` (``{family: address}``, from the ``ips`` capability or CNI_ARGS ``IP=``) must
+    be a usable address of a configured range (else code 7) and free (else code 100).
     Raises :class:`NoFreeAddress` (code 100) naming the family's ranges when all are full.
     """
     out: dict[int, tuple[str, str, Network]] = {}
+    for family, wanted in (requested or {}).items():
+        addr = ipaddress.ip_address(wanted)
+        net = next((n for n in ranges if n.version == family and addr in n), None)
+        if net is None:
+            raise InvalidConfig(f"requested address {wanted} is in none of the ranges")
+        offset = int(addr) - int(net.network_address)
+        if offset < 2 or offset >= net.num_addresses - 1:
+            raise InvalidConfig(
+                f"requested address {wanted} is the network, gateway or last address of {net}"
+            )
+        if is_used(family, wanted):
+            raise NoFreeAddress(f"requested address {wanted} is already allocated")
+        out[family] = (wanted, gateway(net), net)
     families = []
     for net in ranges:
         if net.version not in families:
             families.append(net.version)
     for family in families:
+        if family in out:
+            continue
         candidates = [n for n in ranges if n.version == family]
         for net in candidates:
 

@@ -139,7 +139,11 @@ def cmd_add(call: Call) -> dict[str, Any]:
     from podnet.link import veth
     from podnet.link.mtu import default_mtu
 
+    from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
+
     conf = _conf(call)
+    requested = parse_requested_ips(call.config, call.args)
+    pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
     cid, ifname = call.container_id, call.ifname
     if not os.path.exists(call.netns):
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
@@ -163,6 +167,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
             conf.ranges,
             lambda family, addr: addr in used[family],
             {f: len(u) for f, u in used.items()},
+            requested=requested,
         )
         addresses = {family: a[0] for family, a in alloc.items()}
         entries = _mappings_for(conf, cid, addresses)
@@ -170,8 +175,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
         link = veth.PodLink(
             host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
             addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-            host_mac=names.random_mac(), pod_mac=names.random_mac(),
-            alias=link_alias(conf),
+            host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
         )  # fmt: skip
         store.insert_pod(
             container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
