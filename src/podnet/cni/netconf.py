@@ -176,4 +176,4 @@ def parse_requested_mac(raw: dict[str, Any], cni_args: dict[str, str]) -> str:
         raise InvalidConfig(f"{where}: {mac!r} is not a MAC address")
     if int(parts[0], 16) & 1:
         raise InvalidConfig(f"{where}: {mac} is a multicast address")
-    return mac.lower()
+    return str(mac).lower()

@@ -74,11 +74,11 @@ def allocate(
     """
     out: dict[int, tuple[str, str, Network]] = {}
     for family, wanted in (requested or {}).items():
-        addr = ipaddress.ip_address(wanted)
-        net = next((n for n in ranges if n.version == family and addr in n), None)
+        ip = ipaddress.ip_address(wanted)
+        net = next((n for n in ranges if n.version == family and ip in n), None)
         if net is None:
             raise InvalidConfig(f"requested address {wanted} is in none of the ranges")
-        offset = int(addr) - int(net.network_address)
+        offset = int(ip) - int(net.network_address)
         if offset < 2 or offset >= net.num_addresses - 1:
             raise InvalidConfig(
                 f"requested address {wanted} is the network, gateway or last address of {net}"

@@ -135,11 +135,10 @@ def cmd_add(call: Call) -> dict[str, Any]:
     address, 101 hostPort held (names the holder), 102 CNI_IFNAME exists in the netns, 104
     kernel failure, 11 database locked, 5 database I/O.
     """
+    from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
     from podnet.ipam.allocator import allocate
     from podnet.link import veth
     from podnet.link.mtu import default_mtu
-
-    from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
 
     conf = _conf(call)
     requested = parse_requested_ips(call.config, call.args)
