@@ -43,7 +43,7 @@ def install(
     data_dir: str | None,
     no_conflist: bool,
 ) -> None:
-    """Install the podnet plugins and a conflist for NAME (idempotent).
+    """Install the podnet plugins and a conflist for network --name (idempotent).
 
     Plugin files run this Python by absolute path, so a runtime's PATH (pyenv shims, other
     virtualenvs) cannot change which podnet runs.
