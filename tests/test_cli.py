@@ -183,7 +183,7 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
     assert set(os.listdir(bin_dir)) == set(PLUGINS)
     assert stat.S_IMODE(plugin.stat().st_mode) == 0o755
     text = plugin.read_text()
-    assert text.splitlines()[0] == f"#!{sys.executable} -I"
+    assert text.splitlines()[0] == f"#!{sys.executable} -IS"
     assert "from podnet.plugins.podnet import main\nmain()\n" in text
     conflist = json.loads((conf_dir / "10-podnet.conflist").read_text())
     assert conflist == {
@@ -195,7 +195,7 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
                 "type": "podnet",
                 "ranges": ["10.244.2.0/24", "fd00:10:244:2::/64"],
                 "dataDir": str(tmp_path / "data"),
-                "capabilities": {"portMappings": True},
+                "capabilities": {"portMappings": True, "ips": True, "mac": True},
             }
         ],
     }

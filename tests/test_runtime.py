@@ -794,12 +794,6 @@ def test_chain_podnet_then_reference_tuning(lab: Any, tmp_path: Path, version: s
 
 
 @pytest.mark.root
-@pytest.mark.xfail(
-    reason="podnet CHECK compares the pod MTU/MAC with its own row, not with the "
-    "chain's prevResult, so a later tuning plugin's change fails CHECK (reported)",
-    strict=False,
-    raises=PluginFailed,
-)
 def test_chain_check_after_tuning_changes_mtu(lab: Any, tmp_path: Path) -> None:
     cni, net = chain_runtime(lab, tmp_path, "1.0.0", {"mtu": 1400})
     pod = lab.pod()

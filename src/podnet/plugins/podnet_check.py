@@ -45,8 +45,24 @@ def _check_prev_result(call: Call, pod: Pod) -> None:
             raise CheckFailed(f"prevResult lacks the pod address {addr} of {call.ifname}")
 
 
+def _expected_link(call: Call, pod: Pod) -> tuple[str | None, int | None]:
+    """(MAC, MTU) the pod interface should have. A later plugin of the chain (tuning) may change
+    them and reports the final values in the result CHECK receives as ``prevResult``; those
+    win. Without them, the values podnet set."""
+    mac: str | None = pod.pod_mac
+    mtu: int | None = pod.interface_mtu
+    prev = call.config.get("prevResult")
+    if isinstance(prev, dict):
+        for iface in prev.get("interfaces", []):
+            if iface.get("name") == call.ifname and iface.get("sandbox"):
+                mac = iface.get("mac") or mac
+                mtu = iface.get("mtu")  # a later plugin that changed it may not report it
+    return mac, mtu
+
+
 def _check_pod_side(call: Call, pod: Pod) -> None:
     ifname = call.ifname
+    want_mac, want_mtu = _expected_link(call, pod)
     try:
         ns = NetNS(call.netns)
     except OSError as err:
@@ -58,14 +74,10 @@ def _check_pod_side(call: Call, pod: Pod) -> None:
             raise CheckFailed(f"interface {ifname} is missing from netns {call.netns}")
         if "UP" not in link.get("flags", []):
             raise CheckFailed(f"interface {ifname} in {call.netns} is down")
-        if pod.pod_mac and link.get("address") != pod.pod_mac:
-            raise CheckFailed(
-                f"interface {ifname} has MAC {link.get('address')}, want {pod.pod_mac}"
-            )
-        if pod.interface_mtu and link.get("mtu") != pod.interface_mtu:
-            raise CheckFailed(
-                f"interface {ifname} has MTU {link.get('mtu')}, want {pod.interface_mtu}"
-            )
+        if want_mac and link.get("address") != want_mac:
+            raise CheckFailed(f"interface {ifname} has MAC {link.get('address')}, want {want_mac}")
+        if want_mtu and link.get("mtu") != want_mtu:
+            raise CheckFailed(f"interface {ifname} has MTU {link.get('mtu')}, want {want_mtu}")
         addrs = _ip_json("addr", "show", "dev", ifname)
         have = {(a["local"], a["prefixlen"]) for x in addrs for a in x.get("addr_info", [])}
         for family, addr, gw in _families(pod):

@@ -1,16 +1,23 @@
 """Installing podnet for a runtime: plugin executables in a CNI bin dir, a conflist in a conf dir.
 
-Each plugin file is a two-line Python script whose interpreter is this process's own, by absolute
-path (``#!/…/python -I``): runtimes call plugins with their whole environment, and a PATH that
+Each plugin file is a short Python script whose interpreter is this process's own, by absolute
+path (``#!/…/python -IS``): runtimes call plugins with their whole environment, and a PATH that
 starts with pyenv shims or a PYTHONPATH meant for something else must not change which Python
 and which podnet run (FIELD-NOTES §4). ``-I`` (isolated mode) ignores PYTHON* variables and user
-site-packages and keeps the bin dir off ``sys.path``; a venv's site-packages still apply.
+site-packages and keeps the bin dir off ``sys.path``; ``-S`` skips ``site`` (its .pth processing
+costs ~3-5 ms of every plugin call), so the script puts the directory holding the installed
+``podnet`` package on ``sys.path`` itself — the plugins need nothing else but the stdlib.
 
 The conflist is seed 001's shape with ``"type": "podnet"``::
 
     {"cniVersion": "1.0.0", "cniVersions": ["1.0.0", "1.1.0"], "name": "podnet",
      "plugins": [{"type": "podnet", "ranges": ["10.244.2.0/24"],
-                  "capabilities": {"portMappings": true}, "dataDir": "…"?}]}
+                  "capabilities": {"portMappings": true, "ips": true, "mac": true},
+                  "dataDir": "…"?}]}
+
+``ips`` and ``mac`` are declared so runtimes pass requested addresses (``podman run --ip``) and,
+above all, so podman 4.3 keeps ``portMappings`` on the ADD it sends after ``network reload``
+(it replaces a plugin's capabilities by ``{"ips": true}`` otherwise, dropping the hostPorts).
 
 ``cniVersions`` lets a 1.1-aware runtime use GC and STATUS while libcni 1.1 (podman 4.3) reads
 ``cniVersion`` 1.0.0. Installing is idempotent: files whose content is already right are left
@@ -78,9 +85,14 @@ def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
     module, sep, func = entry_point.partition(":")
     if not sep or not module or not func.isidentifier():
         raise ValueError(f"entry point {entry_point!r} is not 'module:function'")
+    import podnet
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(podnet.__file__)))
     return (
-        f"#!{exe} -I\n"
+        f"#!{exe} -IS\n"
         f"# CNI plugin installed by podnetctl install; runs {entry_point}.\n"
+        "import sys\n"
+        f"sys.path.insert(0, {package_parent!r})\n"
         f"from {module} import {func}\n"
         f"{func}()\n"
     )
@@ -103,7 +115,7 @@ def network_conflist(
     plugin: dict[str, Any] = {"type": "podnet", "ranges": list(ranges)}
     if data_dir is not None:
         plugin["dataDir"] = data_dir
-    plugin["capabilities"] = {"portMappings": True}
+    plugin["capabilities"] = {"portMappings": True, "ips": True, "mac": True}
     PodnetConf({**plugin, "name": name, "cniVersion": "1.0.0"})  # raises InvalidConfig
     return {
         "cniVersion": "1.0.0",
