@@ -117,7 +117,7 @@ def render_table(view: str, records: Sequence[Record], title: str | None = None)
 
 def render_text(records: Sequence[Record], output: str) -> str:
     """``records`` as JSON (indented) or YAML text."""
-    import yaml  # type: ignore[import-untyped]  # no stubs installed; used for dumping only
+    import yaml
 
     if output == "json":
         return json.dumps(list(records), indent=2, default=str)

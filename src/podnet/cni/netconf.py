@@ -6,8 +6,6 @@ key (``runtimeConfig.portMappings[1].hostPort: …``), before any state is touch
 
 from __future__ import annotations
 
-import ipaddress
-
 from podnet.cni.errors import IncompatibleVersion, InvalidConfig
 from podnet.cni.version import SUPPORTED_VERSIONS
 
@@ -103,6 +101,8 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
         if not isinstance(host_ip, str):
             raise InvalidConfig(f"{where}.hostIP: must be a string")
         if host_ip:
+            import ipaddress
+
             try:
                 host_ip = str(ipaddress.ip_address(host_ip))
             except ValueError:
@@ -146,6 +146,8 @@ def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[i
         return {}
     if not isinstance(items, list):
         raise InvalidConfig(f"{where}: must be a list of addresses")
+    import ipaddress
+
     out: dict[int, str] = {}
     for i, item in enumerate(items):
         if not isinstance(item, str):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
-    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.plugins.podnet_conf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.db import Pod, PortMapping
 
@@ -33,11 +33,13 @@ def _conf(call: Call) -> PodnetConf:
     return PodnetConf(call.config)
 
 
-def _open(conf: PodnetConf) -> Store:
-    """The store for this call. The plugin never closes it: the process ends right after the
-    verb (:func:`main`), and closing the last connection makes SQLite checkpoint the WAL into
-    the database with two fsyncs (~3 ms a call). Committed transactions are in the WAL, which
-    the next connection reads; SQLite still checkpoints every 1000 pages."""
+def _open(conf: StoreConf) -> Store:
+    """The store for this call; close it (``with``) before the process ends.
+
+    Closing the last connection checkpoints the WAL and removes it (~1 ms). Leaving it open
+    and exiting was measured to be worse: each new process then rebuilds the WAL index from
+    the whole file, and the WAL, never rewound, grew without bound (15 MB after 600 calls).
+    """
     from podnet.store import open_store
 
     return open_store(conf.data_dir, busy_timeout=conf.busy_timeout)
@@ -129,16 +131,16 @@ def _udp_ports(entries: list[PortMapping]) -> list[tuple[int, int]]:
 def cmd_add(call: Call) -> dict[str, Any]:
     """ADD (spec "ADD"): allocate, wire the veth, publish hostPorts; returns a 1.x result.
 
-    The write lock covers allocation, the rows and the nft update (the host end of the veth is
-    created meanwhile); the pod end is configured after COMMIT, and a failure there removes
-    the rows and rules again in a second transaction. Errors: 7 bad config, 100 no free
-    address, 101 hostPort held (names the holder), 102 CNI_IFNAME exists in the netns, 104
-    kernel failure, 11 database locked, 5 database I/O.
+    The write lock covers allocation, the rows and the nft update; the veth is created and the
+    pod end configured meanwhile, in parallel with nft. A failure before COMMIT rolls back and
+    removes the veth; one after it (the pod end) removes the rows and rules again in a second
+    transaction. Errors: 7 bad config, 100 no free address, 101 hostPort held (names the
+    holder), 102 CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5
+    database I/O.
     """
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
     from podnet.ipam.allocator import allocate
     from podnet.link import veth
-    from podnet.link.mtu import default_mtu
 
     conf = _conf(call)
     requested = parse_requested_ips(call.config, call.args)
@@ -147,59 +149,72 @@ def cmd_add(call: Call) -> dict[str, Any]:
     if not os.path.exists(call.netns):
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
     host_if = names.host_ifname(cid, ifname)
-    mtu = conf.mtu or default_mtu()
-    store = _open(conf)
-    with store.write():
-        existing = store.get_pod(cid)
-        if existing is not None:
-            raise errors.InterfaceExists(
-                f"container {cid} already has a podnet attachment ({existing.ifname} in "
-                f"{existing.netns}); DEL it first"
+    if conf.mtu:
+        mtu = conf.mtu
+    else:
+        from podnet.link.mtu import default_mtu
+
+        mtu = default_mtu()
+    with _open(conf) as store:
+        with store.write():
+            existing = store.get_pod(cid)
+            if existing is not None:
+                raise errors.InterfaceExists(
+                    f"container {cid} already has a podnet attachment ({existing.ifname} in "
+                    f"{existing.netns}); DEL it first"
+                )
+            ranges_changed = store.sync_ranges(
+                conf.range_strings, conf.ip_masq, f"network {conf.name}"
             )
-        ranges_changed = store.sync_ranges(
-            conf.range_strings, conf.ip_masq, f"network {conf.name}"
-        )
-        used: dict[int, set[str]] = {
-            f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
-        }
-        alloc = allocate(
-            conf.ranges,
-            lambda family, addr: addr in used[family],
-            {f: len(u) for f, u in used.items()},
-            requested=requested,
-        )
-        addresses = {family: a[0] for family, a in alloc.items()}
-        entries = _mappings_for(conf, cid, addresses)
-        _check_hostports(store, entries)
-        link = veth.PodLink(
-            host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-            addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-            host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
-        )  # fmt: skip
-        store.insert_pod(
-            container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
-            ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
-            pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
-            ip_address_v6=addresses.get(6),
-            ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-            ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-            name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
-            uid=call.args.get("K8S_POD_UID"),
-        )  # fmt: skip
-        store.insert_portmaps(entries)
-        creating = veth.start_create_pair(link)
+            used: dict[int, set[str]] = {
+                f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
+            }
+            alloc = allocate(
+                conf.ranges,
+                lambda family, addr: addr in used[family],
+                {f: len(u) for f, u in used.items()},
+                requested=requested,
+            )
+            addresses = {family: a[0] for family, a in alloc.items()}
+            entries = _mappings_for(conf, cid, addresses)
+            _check_hostports(store, entries)
+            link = veth.PodLink(
+                host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+            )  # fmt: skip
+            store.insert_pod(
+                container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
+                ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
+                pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
+                ip_address_v6=addresses.get(6),
+                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
+                uid=call.args.get("K8S_POD_UID"),
+            )  # fmt: skip
+            store.insert_portmaps(entries)
+            creating = veth.start_create_pair(link)
+            firewall = _start_firewall_add(store, entries, ranges_changed)
+            configuring = None
+            try:
+                veth.finish_create_pair(link, creating)
+                configuring = veth.start_configure_pod(link)
+                _finish_firewall_add(store, firewall)
+            except BaseException:
+                if configuring is not None:
+                    configuring.wait()
+                if firewall not in (None, "rebuild"):
+                    firewall.wait()
+                veth.delete_host(link.host_if)
+                raise
+        assert configuring is not None
         try:
-            _finish_firewall_add(store, _start_firewall_add(store, entries, ranges_changed))
+            veth.finish_configure_pod(link, configuring)
         except BaseException:
-            veth.abandon_pair(link, creating)
+            veth.delete_host(link.host_if)
+            _undo_add(store, cid, entries)
             raise
-    try:
-        veth.finish_create_pair(link, creating)
-        veth.finish_configure_pod(link, veth.start_configure_pod(link))
-    except BaseException:
-        veth.delete_host(link.host_if)
-        _undo_add(store, cid, entries)
-        raise
     if _udp_ports(entries):
         from podnet.firewall.conntrack import flush_udp_ports
 
@@ -215,7 +230,7 @@ def _undo_add(store: Store, container_id: str, entries: list[PortMapping]) -> No
             _firewall_del(store, entries)
 
 
-def link_alias(conf: PodnetConf) -> str:
+def link_alias(conf: StoreConf) -> str:
     """The alias podnet sets on its host veths: names the database that owns them, so GC of
     one ``dataDir`` never touches another's links."""
     return f"podnet:{conf.data_dir}"
@@ -259,23 +274,27 @@ def cmd_del(call: Call) -> None:
     """DEL (spec "DEL"): release everything of (CNI_CONTAINERID, CNI_IFNAME); idempotent.
 
     Works with an empty, stale or deleted CNI_NETNS: the host veth name is derived from the
-    container ID and ifname, and the address is released from the store regardless.
+    container ID and ifname, and the address is released from the store regardless. Reads only
+    the config keys it uses (:class:`StoreConf`), so it is not refused over, say, a range.
+    The veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest.
     """
     from podnet.link import veth
+    from podnet.plugins.podnet_conf import StoreConf
 
-    conf = _conf(call)
+    conf = StoreConf(call.config)
     deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
     udp: list[tuple[int, int]] = []
-    store = _open(conf)
-    with store.write():
-        pod = store.get_pod(call.container_id)
-        if pod is not None and pod.ifname in (None, call.ifname):
-            entries = store.portmaps(call.container_id)
-            store.delete_pod(call.container_id)
-            if entries:
-                _firewall_del(store, entries)
-            udp = _udp_ports(entries)
-    veth.finish_delete(deleting)
+    try:
+        with _open(conf) as store, store.write():
+            pod = store.get_pod(call.container_id)
+            if pod is not None and pod.ifname in (None, call.ifname):
+                entries = store.portmaps(call.container_id)
+                store.delete_pod(call.container_id)
+                if entries:
+                    _firewall_del(store, entries)
+                udp = _udp_ports(entries)
+    finally:
+        veth.finish_delete(deleting)
     if udp:
         from podnet.firewall.conntrack import flush_udp_ports
 
@@ -312,8 +331,9 @@ def cmd_gc(call: Call) -> None:
     host veths (also podnet veths with no row) and hostPort rules. Keeps going on errors and
     reports them together at the end."""
     from podnet.link import veth
+    from podnet.plugins.podnet_conf import StoreConf
 
-    conf = _conf(call)
+    conf = StoreConf(call.config)
     valid_raw = call.config.get("cni.dev/valid-attachments") or []
     if not isinstance(valid_raw, list):
         raise errors.InvalidConfig("cni.dev/valid-attachments: must be a list")
@@ -381,7 +401,7 @@ def main() -> None:
     """Console script ``podnet``: one CNI call per process.
 
     Exits with :func:`os._exit` once stdout is flushed: interpreter finalisation only costs
-    time here (every file and the database are closed by then).
+    time here (every file, child and the database are closed by then).
     """
     import sys
 

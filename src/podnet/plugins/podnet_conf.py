@@ -8,8 +8,6 @@ Keys: ``ranges`` (required: IPv4 and/or IPv6 CIDRs, several allowed, first with 
 
 from __future__ import annotations
 
-import ipaddress
-
 from podnet.cni import netconf
 from podnet.cni.errors import InvalidConfig
 
@@ -24,22 +22,37 @@ DEFAULT_DATA_DIR = "/var/lib/podnet"
 MIN_MTU = {4: 68, 6: 1280}
 
 
-class PodnetConf:
-    """A validated ``podnet`` NetConf."""
+class StoreConf:
+    """The keys every verb needs: ``name``, ``dataDir``, ``busyTimeout``, ``logFile``.
 
-    __slots__ = (
-        "raw", "cni_version", "name", "ranges", "data_dir", "mtu", "ip_masq", "log_file",
-        "busy_timeout", "port_mappings",
-    )  # fmt: skip
+    DEL and GC read only these, so a DEL is never refused over a key it does not use (and
+    does not pay for importing :mod:`ipaddress`).
+    """
+
+    __slots__ = ("raw", "cni_version", "name", "data_dir", "log_file", "busy_timeout")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = raw
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_str(raw, "name")
-        self.ranges = parse_ranges(raw.get("ranges"))
         self.data_dir = netconf.require_str(raw, "dataDir", optional=True) or DEFAULT_DATA_DIR
         if not self.data_dir.startswith("/"):
             raise InvalidConfig(f"dataDir: must be an absolute path, got {self.data_dir!r}")
+        self.log_file = netconf.require_str(raw, "logFile", optional=True)
+        timeout = raw.get("busyTimeout", 5)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidConfig(f"busyTimeout: must be a number of seconds >= 0, got {timeout!r}")
+        self.busy_timeout = float(timeout)
+
+
+class PodnetConf(StoreConf):
+    """A validated ``podnet`` NetConf (what ADD, CHECK and STATUS need)."""
+
+    __slots__ = ("ranges", "mtu", "ip_masq", "port_mappings")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        super().__init__(raw)
+        self.ranges = parse_ranges(raw.get("ranges"))
         self.mtu = netconf.opt_int(raw, "mtu", 0, 0, 65535)
         families = {n.version for n in self.ranges}
         for family in families:
@@ -48,11 +61,6 @@ class PodnetConf:
                     f"mtu: {self.mtu} is below the IPv{family} minimum of {MIN_MTU[family]}"
                 )
         self.ip_masq = netconf.opt_bool(raw, "ipMasq", True)
-        self.log_file = netconf.require_str(raw, "logFile", optional=True)
-        timeout = raw.get("busyTimeout", 5)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-            raise InvalidConfig(f"busyTimeout: must be a number of seconds >= 0, got {timeout!r}")
-        self.busy_timeout = float(timeout)
         self.port_mappings = netconf.parse_port_mappings(raw)
 
     @property
@@ -62,6 +70,8 @@ class PodnetConf:
 
 def parse_ranges(value: object) -> list[Network]:
     """``ranges``: a non-empty list of CIDRs with no host bits, each with >= 1 usable address."""
+    import ipaddress
+
     if not isinstance(value, list) or not value:
         raise InvalidConfig("ranges: must be a non-empty list of CIDRs")
     out: list[Network] = []
