@@ -27,7 +27,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Debian's own interpreter: the plugin is a new process per CNI call, and /usr/bin/python3 starts
+# markedly faster than a source-built one (see docs/benchmarks.md).
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -23,8 +23,6 @@ destinations outside every range.
 
 from __future__ import annotations
 
-import ipaddress
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -37,6 +35,8 @@ MASQ_MARK = 0x2000
 
 
 def _collapse(subnets: Iterable[str], family: int) -> list[str]:
+    import ipaddress  # only a rebuild needs it; DEL does not pay for the import
+
     nets = [ipaddress.ip_network(s) for s in subnets]
     same = [n for n in nets if n.version == family]
     return [str(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]

@@ -9,15 +9,23 @@ Connections: WAL journal, a busy timeout (seconds), ``foreign_keys=ON`` on every
 from __future__ import annotations
 
 import os
-import sqlite3
 
 from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Iterable, Sequence
     from types import TracebackType
+else:
+    try:
+        # The C module itself: the sqlite3 package only adds the default datetime adapters
+        # (unused here, deprecated in 3.12) and imports datetime for them, a few ms of every
+        # plugin call. Same classes, same exceptions.
+        import _sqlite3 as sqlite3
+    except ImportError:  # pragma: no cover - a Python without the split module
+        import sqlite3
 
 DB_NAME = "podnet.db"
 
