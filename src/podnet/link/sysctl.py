@@ -31,7 +31,8 @@ def _conf(family: int, ifname: str, name: str) -> str:
     return f"/proc/sys/net/ipv{family}/conf/{ifname}/{name}"
 
 
-def _write_path(path: str, value: str) -> None:
+def write_path(path: str, value: str) -> None:
+    """Write ``value`` to the sysctl file ``path`` (for names with dots); OSError on failure."""
     with open(path, "w") as f:
         f.write(value)
 
@@ -50,10 +51,10 @@ def configure_host_side(host_if: str, families: Iterable[int]) -> None:
     for family in families:
         if family == 4:
             write("net.ipv4.ip_forward", "1")
-            _write_path(_conf(4, host_if, "route_localnet"), "1")
+            write_path(_conf(4, host_if, "route_localnet"), "1")
         else:
-            _write_path(_conf(6, host_if, "accept_dad"), "0")
-            _write_path(_conf(6, host_if, "accept_ra"), "0")
+            write_path(_conf(6, host_if, "accept_dad"), "0")
+            write_path(_conf(6, host_if, "accept_ra"), "0")
             if read("net.ipv6.conf.all.forwarding") != "1":
                 write("net.ipv6.conf.all.forwarding", "1")
 
