@@ -18,7 +18,8 @@ nat table::
 ``<hash>``: the first 21 hex digits of sha512(network name + container ID) (chain names are cut
 to 28 characters). ``snat: false`` drops the SETMARK rules and the SETMARK/MASQ chains;
 ``externalSetMarkChain`` jumps there instead and creates neither chain; ``masqAll`` marks
-hairpin traffic from any source (``-s 0.0.0.0/0``) and drops the localhost rule. Rules are
+hairpin traffic from any source (``-s 0.0.0.0/0``, current upstream; Debian's 1.1.1 predates the
+option and ignores it) and drops the localhost rule. Rules are
 written in the order ``iptables-save`` prints them, so the generated text is what the kernel
 shows, and the top-level rules can be found in a save by plain text.
 """
@@ -186,7 +187,6 @@ def dnat_rules(
     rules (with snat) then the DNAT; mappings whose hostIP is of the other family are skipped."""
     set_mark = options.external_set_mark_chain or SETMARK
     v6 = container.family == 6
-    any_net = "::/0" if v6 else "0.0.0.0/0"
     out = []
     for m in mappings:
         dst = ""
@@ -196,8 +196,10 @@ def dnat_rules(
             dst = f"-d {_host_prefix(m.host_ip)} "
         match = f"{dst}-p {m.protocol} -m {m.protocol} --dport {m.host_port}"
         if options.snat:
-            source = any_net if options.masq_all else container.network
-            out.append(f"-s {source} {match} -j {set_mark}")
+            # masqAll marks hairpin traffic from any source: -s 0.0.0.0/0 (::/0), which
+            # iptables-save prints as no -s at all.
+            source = "" if options.masq_all else f"-s {container.network} "
+            out.append(f"{source}{match} -j {set_mark}")
             if not v6 and not options.masq_all:
                 out.append(f"-s 127.0.0.1/32 {match} -j {set_mark}")
         host = f"[{container.ip}]" if v6 else container.ip
