@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
 
 PLUGIN = "podnet-portmap"
-BACKENDS = ("iptables",)
+BACKENDS = ("iptables", "nftables")
 
 
 class PortmapConf:
@@ -55,6 +55,12 @@ class PortmapConf:
             raise InvalidConfig(
                 f"backend: {self.backend!r} is not supported (supported: {', '.join(BACKENDS)})"
             )
+        if self.backend == "nftables":
+            for key in ("conditionsV4", "conditionsV6", "externalSetMarkChain"):
+                if raw.get(key):
+                    raise InvalidConfig(
+                        f"{key}: iptables-only, cannot be used with backend nftables"
+                    )
         self.options: PortmapOptions = PortmapOptions(
             snat=netconf.opt_bool(raw, "snat", True),
             mark_masq_bit=netconf.opt_int(raw, "markMasqBit", 13, 0, 31),
@@ -102,6 +108,28 @@ def _route_localnet(container: ContainerNet) -> None:
             raise errors.KernelError(f"cannot set route_localnet on {dev}", str(err)) from err
 
 
+LOCK_PATH = "/run/podnet/portmap.lock"
+
+
+class _TableLock:
+    """An exclusive flock held from reading the rules to applying the change: two ADDs that
+    both saw no CNI-HOSTPORT-DNAT would otherwise both declare it, and under --noflush the
+    second declaration flushes the first's rules (likewise for nft's listing)."""
+
+    def __enter__(self) -> None:
+        import fcntl
+        import os
+
+        os.makedirs(os.path.dirname(LOCK_PATH), mode=0o755, exist_ok=True)
+        self.fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        os.close(self.fd)  # releases the lock
+
+
 def _udp_flush(mappings: list[PortMappingArg], families: list[int]) -> None:
     ports = [(f, m.host_port) for m in mappings if m.protocol == "udp" for f in families]
     if ports:
@@ -129,11 +157,23 @@ def cmd_add(call: Call) -> dict[str, Any]:
             f"prevResult has no address on the sandbox interface {call.ifname}",
             code=errors.INVALID_CONFIG,
         )
+    if conf.backend == "nftables":
+        from podnet.firewall import nft, portmap_nft
+
+        with _TableLock():
+            listing = portmap_nft.list_table()
+            script = portmap_nft.setup_script(
+                listing, conf.options, conf.name, call.container_id, nets, conf.port_mappings
+            )
+            nft.apply(script, f"add hostPorts of {call.container_id}")
+    else:
+        for net in nets:
+            with _TableLock():
+                saved = rules.SavedNat(iptables.save(net.family))
+                script = rules.setup_script(saved, conf.options, conf.name, call.container_id,
+                                            net, conf.port_mappings)  # fmt: skip
+                iptables.restore(net.family, script, f"add hostPorts of {call.container_id}")
     for net in nets:
-        saved = rules.SavedNat(iptables.save(net.family))
-        script = rules.setup_script(saved, conf.options, conf.name, call.container_id, net,
-                                    conf.port_mappings)  # fmt: skip
-        iptables.restore(net.family, script, f"add hostPorts of {call.container_id}")
         if net.family == 4 and conf.options.snat:
             _route_localnet(net)
     _udp_flush(conf.port_mappings, [n.family for n in nets])
@@ -149,14 +189,25 @@ def cmd_del(call: Call) -> None:
     conf = PortmapConf(call.config)
     if not conf.port_mappings:
         return
+    if conf.backend == "nftables":
+        from podnet.firewall import nft, portmap_nft
+
+        with _TableLock():
+            script = portmap_nft.teardown_script(portmap_nft.list_table(), conf.name,
+                                                 call.container_id)  # fmt: skip
+            if script:
+                nft.apply(script, f"remove hostPorts of {call.container_id}")
+        _udp_flush(conf.port_mappings, [4, 6])
+        return
     families = [f for f in (4, 6) if iptables.usable(f)]
     if not families:
         raise errors.KernelError("neither iptables nor ip6tables is usable")
     for family in families:
-        saved = rules.SavedNat(iptables.save(family))
-        script = rules.teardown_script(saved, conf.name, call.container_id)
-        if script:
-            iptables.restore(family, script, f"remove hostPorts of {call.container_id}")
+        with _TableLock():
+            saved = rules.SavedNat(iptables.save(family))
+            script = rules.teardown_script(saved, conf.name, call.container_id)
+            if script:
+                iptables.restore(family, script, f"remove hostPorts of {call.container_id}")
     _udp_flush(conf.port_mappings, families)
 
 
@@ -170,6 +221,17 @@ def cmd_check(call: Call) -> None:
     if conf.prev_result is None:
         raise InvalidConfig("prevResult: missing; CHECK needs the result of the chain")
     if not conf.port_mappings:
+        return
+    if conf.backend == "nftables":
+        from podnet.firewall import portmap_nft
+
+        nets = container_nets(conf.prev_result, call.ifname)
+        chain = portmap_nft.chain_name(conf.name, call.container_id)
+        absent = portmap_nft.missing(portmap_nft.list_table(), conf.name, call.container_id,
+                                     nets, conf.port_mappings,
+                                     portmap_nft.chain_text(chain))  # fmt: skip
+        if absent:
+            raise errors.CheckFailed(f"hostPort rule missing: {absent[0]}", "; ".join(absent[1:]))
         return
     for net in container_nets(conf.prev_result, call.ifname):
         saved = rules.SavedNat(iptables.save(net.family))
@@ -186,29 +248,49 @@ def cmd_gc(call: Call) -> None:
     """GC (spec 1.1): remove the chains of this network's containers that are not in
     ``cni.dev/valid-attachments`` (found by the entry rules' ``dnat name: … id: …`` comment)."""
     from podnet.firewall import iptables
-    from podnet.firewall import portmap_iptables as rules
 
     conf = PortmapConf(call.config)
     valid_raw = call.config.get("cni.dev/valid-attachments") or []
     if not isinstance(valid_raw, list):
         raise InvalidConfig("cni.dev/valid-attachments: must be a list")
     valid = {a.get("containerID") for a in valid_raw if isinstance(a, dict)}
+    if conf.backend == "nftables":
+        from podnet.firewall import nft, portmap_nft
+
+        with _TableLock():
+            listing = portmap_nft.list_table()
+            for owner in sorted(listing.owners.values()):
+                network, _, cid = owner.partition(" ")
+                if network == conf.name and cid not in valid:
+                    script = portmap_nft.teardown_script(listing, conf.name, cid)
+                    if script:
+                        nft.apply(script, f"garbage-collect hostPorts of {cid}")
+        return
     prefix = f'dnat name: "{conf.name}" id: "'
     for family in (4, 6):
         if not iptables.usable(family):
             continue
-        saved = rules.SavedNat(iptables.save(family))
-        stale: set[str] = set()
-        for rule in saved.rules.get(rules.TOP_DNAT, []):
-            for word in rules.tokens(rule):
-                if word.startswith(prefix) and word.endswith('"'):
-                    cid = word[len(prefix) : -1]
-                    if cid not in valid:
-                        stale.add(cid)
-        for cid in sorted(stale):
-            script = rules.teardown_script(saved, conf.name, cid)
-            if script:
-                iptables.restore(family, script, f"garbage-collect hostPorts of {cid}")
+        with _TableLock():
+            _gc_family(family, conf.name, valid, prefix)
+
+
+def _gc_family(family: int, network: str, valid: set[Any], prefix: str) -> None:
+    """Tear down the chains of ``network``'s containers missing from ``valid`` in one family."""
+    from podnet.firewall import iptables
+    from podnet.firewall import portmap_iptables as rules
+
+    saved = rules.SavedNat(iptables.save(family))
+    stale: set[str] = set()
+    for rule in saved.rules.get(rules.TOP_DNAT, []):
+        for word in rules.tokens(rule):
+            if word.startswith(prefix) and word.endswith('"'):
+                cid = word[len(prefix) : -1]
+                if cid not in valid:
+                    stale.add(cid)
+    for cid in sorted(stale):
+        script = rules.teardown_script(saved, network, cid)
+        if script:
+            iptables.restore(family, script, f"garbage-collect hostPorts of {cid}")
 
 
 def cmd_status(call: Call) -> None:
