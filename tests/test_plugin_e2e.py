@@ -80,6 +80,7 @@ def test_lifecycle(lab: Lab, tmp_path: Path, version: str, stack: str) -> None:
     assert res_a["cniVersion"] == version
     assert [i["name"] for i in res_a["interfaces"]][1] == "eth0"
     assert res_a["interfaces"][1]["sandbox"] == f"/run/netns/{pod_a}"
+    assert ("mtu" in res_a["interfaces"][1]) is (version == "1.1.0")  # a 1.1.0 field
     for ip in res_a["ips"]:
         assert ("version" in ip) is version.startswith("0."), ip
         assert ip["interface"] == 1

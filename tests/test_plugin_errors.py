@@ -55,6 +55,9 @@ CASES = [
     ("hostPort conflict", {"runtimeConfig": {"portMappings": [bad_port(8080)]}}, None, 101),
     ("specific hostIP vs held wildcard", {"runtimeConfig": {"portMappings": [
         {"hostPort": 8080, "containerPort": 80, "hostIP": "192.0.2.1"}]}}, None, 101),
+    ("wildcard and specific in one ADD", {"runtimeConfig": {"portMappings": [
+        {"hostPort": 7000, "containerPort": 80},
+        {"hostPort": 7000, "containerPort": 81, "hostIP": "192.0.2.1"}]}}, None, 7),
 ]
 
 
@@ -219,3 +222,55 @@ def test_requested_ips_and_mac(lab: Lab, tmp_path: Path) -> None:
     assert res["ips"][0]["address"] == "10.244.2.88/32" and res["interfaces"][1]["mac"] == "02:00:00:00:00:07"
     rows = {r[0]: r for r in db_rows(tmp_path, "pods")}
     assert rows["c3"][1] == "w"  # K8S_POD_NAME → pods.name
+
+
+def test_pod_cannot_reach_node_loopback_services(lab: Lab, tmp_path: Path) -> None:
+    """route_localnet on the host veth must not expose the node's 127.0.0.1 services to a pod
+    that routes 127.0.0.1 to its gateway (CVE-2020-8558 class); 127.0.0.1 → hostPort still works."""
+    pod = lab.pod()
+    conf = netconf(tmp_path, ranges=["10.244.2.0/24"], mappings=[{"hostPort": 18080, "containerPort": 80}])
+    rc, res = lab.cni("ADD", conf, container_id="c1", netns=pod)
+    assert rc == 0, res
+    lab.serve(lab.node, "NODE-LOOPBACK", 9999)
+    gw = res["ips"][0]["gateway"]
+    lab.exec(pod, "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1")
+    lab.exec(pod, "ip", "addr", "del", "127.0.0.1/8", "dev", "lo")
+    lab.exec(pod, "ip", "route", "add", "127.0.0.1/32", "via", gw, "dev", "eth0")
+    assert lab.talk(pod, "tcp", "127.0.0.1", 9999) == ""
+    lab.serve(pod, "POD", 80)
+    assert lab.talk(lab.node, "tcp", "127.0.0.1", 18080).startswith("POD ")
+
+
+def test_ipv6_loopback_is_not_hijacked(lab: Lab, tmp_path: Path) -> None:
+    pod = lab.pod()
+    conf = netconf(tmp_path, mappings=[{"hostPort": 6200, "containerPort": 80}])
+    assert lab.cni("ADD", conf, container_id="c1", netns=pod)[0] == 0
+    lab.serve(lab.node, "NODE", 6200)
+    assert lab.talk(lab.node, "tcp", "::1", 6200).startswith("NODE ")
+
+
+@pytest.mark.parametrize("ifname", ["help", "up", "dev"])
+def test_ifnames_that_are_ip_keywords(lab: Lab, tmp_path: Path, ifname: str) -> None:
+    pod = lab.pod()
+    conf = netconf(tmp_path)
+    rc, res = lab.cni("ADD", conf, container_id="c1", netns=pod, ifname=ifname)
+    assert rc == 0, res
+    assert res["interfaces"][1]["name"] == ifname
+    rc, out = lab.cni("CHECK", {**conf, "prevResult": res}, container_id="c1", netns=pod, ifname=ifname)
+    assert rc == 0, out
+    assert lab.cni("DEL", conf, container_id="c1", netns=pod, ifname=ifname)[0] == 0
+
+
+def test_ifname_with_hash_is_refused_cleanly(lab: Lab, tmp_path: Path) -> None:
+    pod = lab.pod()
+    rc, out = lab.cni("ADD", netconf(tmp_path), container_id="c1", netns=pod, ifname="x#y")
+    assert rc != 0 and out["code"] == 4 and "#" in out["msg"]
+    assert db_rows(tmp_path, "pods") == [] and host_veths(lab) == []
+
+
+def test_check_needs_prev_result(lab: Lab, tmp_path: Path) -> None:
+    pod = lab.pod()
+    conf = netconf(tmp_path)
+    assert lab.cni("ADD", conf, container_id="c1", netns=pod)[0] == 0
+    rc, out = lab.cni("CHECK", conf, container_id="c1", netns=pod)
+    assert rc != 0 and out["code"] == 7 and "prevResult" in out["msg"]

@@ -65,8 +65,9 @@ def _ptp(lab: Lab, cid: str, pod: str, data: Path, v6: bool) -> dict[str, Any]:
     assert rc == 0, out
     if v6:  # the reference ptp leaves DAD on: wait until the pod's address is usable
         deadline = time.monotonic() + 10
-        while "tentative" in lab.exec(pod, "ip", "-6", "addr").stdout and time.monotonic() < deadline:
-            time.sleep(0.1)
+        for ns in (pod, lab.node):  # the gateway on the host veth goes through DAD too
+            while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout and time.monotonic() < deadline:
+                time.sleep(0.1)
     return out
 
 

@@ -20,7 +20,8 @@ class PortMappingArg:
     """One ``runtimeConfig.portMappings`` item (CNI CONVENTIONS.md "portMappings").
 
     ``host_port``/``container_port``: 1-65535; ``protocol``: "tcp" | "udp" (lower-cased);
-    ``host_ip``: canonical address string, or "" for any.
+    ``host_ip``: canonical address string; "" for any address of both families, "0.0.0.0" or
+    "::" for any address of that family only (as the reference portmap reads them).
     """
 
     __slots__ = ("host_port", "container_port", "protocol", "host_ip")
@@ -107,19 +108,27 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
                 host_ip = str(ipaddress.ip_address(host_ip))
             except ValueError:
                 raise InvalidConfig(f"{where}.hostIP: {host_ip!r} is not an IP address") from None
-            if host_ip in ("0.0.0.0", "::"):
-                host_ip = ""
         out.append(PortMappingArg(host_port, container_port, protocol.lower(), host_ip))
-    seen: dict[tuple[str, int, str], int] = {}
     for i, m in enumerate(out):
-        key = (m.host_ip, m.host_port, m.protocol)
-        if key in seen:
-            raise InvalidConfig(
-                f"runtimeConfig.portMappings[{i}]: duplicates portMappings[{seen[key]}] "
-                f"({m.protocol} hostPort {m.host_port})"
-            )
-        seen[key] = i
+        for j, other in enumerate(out[:i]):
+            if (other.host_port, other.protocol) == (m.host_port, m.protocol) and _overlap(
+                other.host_ip, m.host_ip
+            ):
+                raise InvalidConfig(
+                    f"runtimeConfig.portMappings[{i}]: {m.protocol} hostPort {m.host_port} on "
+                    f"{m.host_ip or 'any address'} overlaps portMappings[{j}] "
+                    f"({other.host_ip or 'any address'})"
+                )
     return out
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether two hostIPs ("" any, "0.0.0.0"/"::" any of a family) can receive the same packet."""
+    if a == b or not a or not b:
+        return True
+    if (":" in a) != (":" in b):
+        return False
+    return a in ("0.0.0.0", "::") or b in ("0.0.0.0", "::")
 
 
 def parse_cni_args(value: str) -> dict[str, str]:

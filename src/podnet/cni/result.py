@@ -65,6 +65,12 @@ def convert(result: Result, to_version: str) -> Result:
     """
     from_version = str(result.get("cniVersion", "1.1.0"))
     body = _CONVERTERS[(_generation(from_version), _generation(to_version))](result)
+    if to_version != "1.1.0" and any("mtu" in i for i in body.get("interfaces", [])):
+        # interfaces[].mtu (and socketPath, pciID) are new in 1.1.0.
+        body["interfaces"] = [
+            {k: v for k, v in i.items() if k not in ("mtu", "socketPath", "pciID")}
+            for i in body["interfaces"]
+        ]
     out: Result = {"cniVersion": to_version}
     for key in ("interfaces", "ips", "routes", "dns"):
         if key in body and (body[key] or key == "dns"):

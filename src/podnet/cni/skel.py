@@ -143,7 +143,7 @@ def run(
             return 0
         if not isinstance(config, dict):
             raise errors.DecodeFailure("network config on stdin must be a JSON object")
-        if isinstance(config.get("cniVersion"), str):
+        if config.get("cniVersion") in version.SUPPORTED_VERSIONS:
             cni_version = config["cniVersion"]
         from podnet.cni.netconf import require_version
 

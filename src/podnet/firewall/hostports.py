@@ -14,11 +14,15 @@ not interval maps: nft must fetch every element of an interval set before changi
 one ``add element`` cost ~15 ms at 300 mappings; a hash map element costs the same at any size.
 
 Chains: ``prerouting`` (nat, dstnat) and ``output`` (nat, -100) jump to ``hostports`` only for
-``fib daddr type local`` (no transit traffic hijacked: CP #1209/#1115). ``hostports`` marks
+``fib daddr type local`` (no transit traffic hijacked: CP #1209/#1115); ``::1`` is left alone
+(IPv6 has no route_localnet: a DNAT to a pod could never leave the node). ``hostports`` marks
 (bit 13, 0x2000, portmap's default masquerade bit) packets from 127.0.0.0/8 or from a pod range
 that hit a mapping — localhost and hairpin/pod-to-hostPort need SNAT — then DNATs through the
 maps. ``postrouting`` masquerades marked packets, and egress from ``ipMasq`` ranges to
-destinations outside every range.
+destinations outside every range. ``input`` drops new connections to 127.0.0.0/8 that arrive on
+any interface but ``lo``: route_localnet on the host veths (needed for 127.0.0.1 → hostPort)
+would otherwise let a pod reach services bound to the node's loopback (the CVE-2020-8558 class;
+kube-proxy closes it the same way). Replies of the 127.0.0.1 → hostPort flows are established.
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ def table_script(
         "    fib daddr type local jump hostports\n"
         "  }\n",
         "  chain hostports {\n"
+        "    ip6 daddr ::1 return\n"
         f"    {l4} ip saddr @masq_sources_v4 ip daddr . meta l4proto . th dport @hostports_v4 "
         f"{mark_stmt}\n"
         f"    {l4} ip saddr @masq_sources_v4 meta l4proto . th dport @hostports_any_v4 "
@@ -125,6 +130,10 @@ def table_script(
         f"    {l4} meta nfproto ipv4 dnat ip to meta l4proto . th dport map @hostports_any_v4\n"
         f"    {l4} dnat ip6 to ip6 daddr . meta l4proto . th dport map @hostports_v6\n"
         f"    {l4} meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @hostports_any_v6\n"
+        "  }\n",
+        "  chain input {\n"
+        "    type filter hook input priority filter; policy accept;\n"
+        '    iifname != "lo" ip daddr 127.0.0.0/8 ct state new drop\n'
         "  }\n",
         "  chain postrouting {\n"
         "    type nat hook postrouting priority srcnat; policy accept;\n"
@@ -151,8 +160,3 @@ def delete_script(mappings: Sequence[PortMapping]) -> str:
         f"delete element {FAMILY} {TABLE} {map_name(m)} {{ {element_key(m)} }}\n"
         for m in mappings
     )
-
-
-def delete_table_script() -> str:
-    """Remove the whole table, whether it exists or not."""
-    return f"add table {FAMILY} {TABLE}\ndelete table {FAMILY} {TABLE}\n"

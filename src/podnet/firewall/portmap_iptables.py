@@ -193,7 +193,8 @@ def dnat_rules(
         if m.host_ip:
             if (":" in m.host_ip) != v6:
                 continue
-            dst = f"-d {_host_prefix(m.host_ip)} "
+            if m.host_ip not in ("0.0.0.0", "::"):  # unspecified: no -d (as upstream)
+                dst = f"-d {_host_prefix(m.host_ip)} "
         match = f"{dst}-p {m.protocol} -m {m.protocol} --dport {m.host_port}"
         if options.snat:
             # masqAll marks hairpin traffic from any source: -s 0.0.0.0/0 (::/0), which

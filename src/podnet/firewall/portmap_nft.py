@@ -93,14 +93,18 @@ def _key_text(key: Any) -> str:
     return " . ".join(str(p) for p in parts)
 
 
+def _specific(m: PortMappingArg) -> bool:
+    return bool(m.host_ip) and m.host_ip not in ("0.0.0.0", "::")
+
+
 def element_key(m: PortMappingArg) -> str:
     """``hostIP . proto . port`` (a given hostIP) or ``proto . port`` (any)."""
     port = f"{m.protocol} . {m.host_port}"
-    return f"{m.host_ip} . {port}" if m.host_ip else port
+    return f"{m.host_ip} . {port}" if _specific(m) else port
 
 
 def map_for(m: PortMappingArg, family: int) -> str:
-    return f"dispatch_v{family}" if m.host_ip else f"dispatch_any_v{family}"
+    return f"dispatch_v{family}" if _specific(m) else f"dispatch_any_v{family}"
 
 
 def _mappings_of(family: int, mappings: Sequence[PortMappingArg]) -> list[PortMappingArg]:
@@ -121,7 +125,7 @@ def container_rules(options: PortmapOptions, container: ContainerNet,
     out = []
     for m in _mappings_of(container.family, mappings):
         match = f"{m.protocol} dport {m.host_port}"
-        if m.host_ip:
+        if _specific(m):
             match = f"{ip} daddr {m.host_ip} {match}"
         if options.snat:
             if options.masq_all:

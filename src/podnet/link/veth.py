@@ -12,7 +12,7 @@ Source: seed 001 and cni-kindnet's pod wiring (FIELD-NOTES §2); CNI_IFNAME is h
 from __future__ import annotations
 
 from podnet import proc
-from podnet.cni.errors import InterfaceExists, KernelError
+from podnet.cni.errors import InterfaceExists, InvalidEnv, KernelError
 from podnet.link import sysctl
 
 TYPE_CHECKING = False
@@ -51,15 +51,22 @@ class PodLink:
         self.alias = alias
 
 
+def q(word: str) -> str:
+    """``word`` as one ``ip -batch`` argument: double-quoted, so interface names such as
+    ``help``, ``up`` or ``x#y`` (valid CNI_IFNAMEs; ``#`` starts a comment in a batch) and the
+    alias are taken literally. CNI_IFNAME cannot contain quotes or spaces (skel checks it)."""
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def host_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the node netns: create the pair, address and route the host end."""
     lines = [
         f"link add {link.host_if} mtu {link.mtu} address {link.host_mac} type veth "
-        f"peer name {link.ifname} mtu {link.mtu} address {link.pod_mac} netns {link.netns}",
-        f"link set {link.host_if} up",
+        f"peer name {q(link.ifname)} mtu {link.mtu} address {link.pod_mac} netns {q(link.netns)}",
+        f"link set dev {link.host_if} up",
     ]
     if link.alias:
-        lines.insert(1, f'link set {link.host_if} alias "{link.alias}"')
+        lines.insert(1, f"link set dev {link.host_if} alias {q(link.alias)}")
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""
@@ -70,16 +77,15 @@ def host_batch(link: PodLink) -> list[str]:
 
 def pod_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
-    lines = [f"link set {link.ifname} up"]
+    lines = [f"link set dev {q(link.ifname)} up"]
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""
         default = "0.0.0.0/0" if family == 4 else "::/0"
-        lines.append(f"addr add {pod_ip}/{plen} dev {link.ifname}{nodad}")
-        lines.append(f"route add {gateway}/{plen} dev {link.ifname} scope link")
-        lines.append(
-            f"route add {default} via {gateway} dev {link.ifname} src {pod_ip}"
-        )
+        dev = q(link.ifname)
+        lines.append(f"addr add {pod_ip}/{plen} dev {dev}{nodad}")
+        lines.append(f"route add {gateway}/{plen} dev {dev} scope link")
+        lines.append(f"route add {default} via {gateway} dev {dev} src {pod_ip}")
     return lines
 
 
@@ -89,14 +95,14 @@ def _batch(lines: list[str]) -> bytes:
 
 def start_create_pair(link: PodLink) -> proc.Spawned:
     """Start creating the pair and configuring the host end (in the node netns); collect with
-    :func:`finish_create_pair`, or :func:`abandon_pair` when the caller fails meanwhile."""
+    :func:`finish_create_pair`.
+
+    Raises :class:`InvalidEnv` (4) for an ifname with ``#``: ``ip -batch`` strips everything
+    after it as a comment, even inside quotes.
+    """
+    if "#" in link.ifname:
+        raise InvalidEnv(f"CNI_IFNAME {link.ifname!r}: podnet cannot configure names with '#'")
     return proc.spawn(["ip", "-batch", "-"], _batch(host_batch(link)))
-
-
-def abandon_pair(link: PodLink, spawned: proc.Spawned) -> None:
-    """Wait for a started creation and remove whatever it made."""
-    spawned.wait()
-    delete_host(link.host_if)
 
 
 def finish_create_pair(link: PodLink, spawned: proc.Spawned) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from podnet import proc
-from podnet.cni.errors import CheckFailed
+from podnet.cni.errors import CheckFailed, InvalidConfig
 from podnet.link.netns import NetNS
 
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ def _check_prev_result(call: Call, pod: Pod) -> None:
 
     prev = call.config.get("prevResult")
     if not isinstance(prev, dict):
-        return
+        raise InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
     got = {a.split("/")[0] for a in sandbox_addresses(prev, call.ifname)}
     for _, addr, _ in _families(pod):
         if addr not in got:
