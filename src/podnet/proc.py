@@ -15,7 +15,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 #: Where tools are looked up after $PATH: runtimes call plugins with a PATH that may lack sbin.
 _FALLBACK_PATH = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
@@ -48,9 +48,15 @@ def which(tool: str) -> str:
 
 
 class Spawned:
-    """A started tool; :meth:`wait` collects its exit status and output."""
+    """A started tool; :meth:`wait` collects its exit status and output.
 
-    def __init__(self, argv: Sequence[str], stdin: bytes | None) -> None:
+    ``argv[0]`` is looked up with :func:`which` unless it is an absolute path; ``env`` replaces
+    the environment (default: this process's).
+    """
+
+    def __init__(
+        self, argv: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None = None
+    ) -> None:
         self.argv = list(argv)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -61,7 +67,9 @@ class Spawned:
             (os.POSIX_SPAWN_DUP2, err_w, 2),
         ]
         try:
-            self.pid = os.posix_spawn(which(argv[0]), self.argv, os.environ, file_actions=actions)
+            exe = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
+            environ = os.environ if env is None else env
+            self.pid = os.posix_spawn(exe, self.argv, environ, file_actions=actions)
         finally:
             os.close(in_r)
             os.close(out_w)
@@ -103,9 +111,12 @@ def _read_all(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def spawn(argv: Sequence[str], stdin: bytes | None = None) -> Spawned:
-    """Start ``argv`` (tool looked up with :func:`which`) without waiting; feed ``stdin``."""
-    return Spawned(argv, stdin)
+def spawn(
+    argv: Sequence[str], stdin: bytes | None = None, env: Mapping[str, str] | None = None
+) -> Spawned:
+    """Start ``argv`` (tool looked up with :func:`which`, or an absolute path) without waiting;
+    feed ``stdin``; ``env`` replaces the environment (default: this process's)."""
+    return Spawned(argv, stdin, env)
 
 
 def run(argv: Sequence[str], stdin: bytes | None = None) -> str:

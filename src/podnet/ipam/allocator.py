@@ -1,4 +1,5 @@
-"""Choosing pod addresses from configured ranges.
+"""Choosing pod addresses from configured ranges — for the ``podnet`` main plugin and the
+``podnet-ipam`` IPAM plugin alike (both call :func:`allocate_in` and :func:`exhausted`).
 
 Rules (issue 2, cni-kindnet): one address per family, from the first range of that family with
 a free address; never a range's network address, its gateway (network + 1) or its last address
@@ -16,7 +17,9 @@ from podnet.cni.errors import InvalidConfig, NoFreeAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
+
+    from podnet.store import Store
 
     Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -107,3 +110,37 @@ def allocate(
             names = ", ".join(str(n) for n in candidates)
             raise NoFreeAddress(f"no free IPv{family} address in range(s) {names}")
     return out
+
+
+def allocate_in(
+    store: Store,
+    ranges: Sequence[Network],
+    requested: dict[int, str] | None = None,
+    rng: Callable[[int], int] | None = None,
+) -> dict[int, tuple[str, str, Network]]:
+    """:func:`allocate` against every address ``store`` holds (rows of any owner), so the
+    ``podnet`` plugin and ``podnet-ipam`` sharing a database never hand out one address twice.
+
+    Call it inside ``store.write()`` (``BEGIN IMMEDIATE``) and insert the row in the same
+    transaction. Same result and errors as :func:`allocate` (7, 100).
+    """
+    used: dict[int, set[str]] = {f: store.used_addresses(f) for f in {n.version for n in ranges}}
+    return allocate(
+        ranges,
+        lambda family, addr: addr in used[family],
+        {f: len(u) for f, u in used.items()},
+        rng,
+        requested,
+    )
+
+
+def exhausted(ranges: Sequence[Network], used: Callable[[int], Iterable[str]]) -> str | None:
+    """The STATUS verdict: a message naming the first family (4 before 6) whose ranges have no
+    usable address left, or None when every family can serve one more ADD. ``used(family)``
+    gives the allocated addresses of that family."""
+    for family in sorted({n.version for n in ranges}):
+        nets = [n for n in ranges if n.version == family]
+        addrs = [ipaddress.ip_address(a) for a in used(family)]
+        if all(sum(1 for a in addrs if a in n) >= usable_count(n) for n in nets):
+            return f"no free IPv{family} address left in {', '.join(str(n) for n in nets)}"
+    return None

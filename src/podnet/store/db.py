@@ -36,13 +36,33 @@ POD_COLUMNS = (
 )
 
 
+#: ``pod_attachments.owner`` of the rows each plugin creates (migration ``0004_pod_owner``).
+OWNER_PODNET = "podnet"
+OWNER_IPAM = "podnet-ipam"
+
+
+def ipam_key(container_id: str, ifname: str, network: str) -> str:
+    """``pods.container_id`` of a podnet-ipam row: ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``.
+
+    None of the three may contain ``/`` (container IDs and network names are ``[A-Za-z0-9_.-]``,
+    the skeleton refuses such an ifname), so the key is unambiguous and never equals a container
+    ID: the ``podnet`` plugin's rows (keyed by CNI_CONTAINERID) and podnet-ipam's can share one
+    database, and a container may hold an allocation in several networks.
+    """
+    return f"{container_id}/{ifname}/{network}"
+
+
+_ATTACHMENT_COLUMNS = "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner"
+
+
 class Pod:
-    """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs)."""
+    """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs,
+    ``owner``: :data:`OWNER_PODNET` or :data:`OWNER_IPAM`)."""
 
     __slots__ = (
         "container_id", "name", "namespace", "uid", "netns", "ip_address_v4", "ip_address_v6",
         "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
-        "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac",
+        "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac", "owner",
     )  # fmt: skip
 
     container_id: str
@@ -61,6 +81,7 @@ class Pod:
     network_name: str | None
     host_mac: str | None
     pod_mac: str | None
+    owner: str | None
 
     def __init__(self, row: Sequence[object]) -> None:
         for slot, value in zip(self.__slots__, row, strict=True):
@@ -148,6 +169,25 @@ class Store:
         ).fetchall()
         return [(i, s, d, bool(m)) for i, s, d, m in rows]
 
+    def add_ranges(self, subnets: Sequence[str], description: str) -> bool:
+        """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
+        serves them for another main plugin, which owns their egress. Known ranges and their
+        options are left alone. True if anything was added (inside :meth:`write`)."""
+        known = {subnet for _, subnet, _, _ in self.ranges()}
+        added = False
+        for subnet in subnets:
+            if subnet not in known:
+                cur = self.conn.execute(
+                    "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)",
+                    (subnet, description),
+                )
+                self.conn.execute(
+                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, 0)",
+                    (cur.lastrowid,),
+                )
+                added = True
+        return added
+
     def sync_ranges(self, subnets: Sequence[str], ip_masq: bool, description: str) -> bool:
         """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
 
@@ -193,17 +233,27 @@ class Store:
     def get_pod(self, container_id: str) -> Pod | None:
         """The pod row with its attachment, or None."""
         row = self.conn.execute(
-            f"SELECT {_qualified(POD_COLUMNS)}, a.ifname, a.network_name, a.host_mac, a.pod_mac "
+            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
             "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
             "WHERE p.container_id = ?",
             (container_id,),
         ).fetchone()
         return Pod(row) if row else None
 
+    def address_holder(self, family: int, address: str) -> Pod | None:
+        """The row holding ``address`` (family 4 or 6), with its attachment, or None."""
+        col = "ip_address_v4" if family == 4 else "ip_address_v6"
+        row = self.conn.execute(
+            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
+            f"FROM pods p LEFT JOIN pod_attachments a USING (container_id) WHERE p.{col} = ?",
+            (address,),
+        ).fetchone()
+        return Pod(row) if row else None
+
     def pods(self) -> list[Pod]:
         """Every pod row with its attachment, oldest first."""
         rows = self.conn.execute(
-            f"SELECT {_qualified(POD_COLUMNS)}, a.ifname, a.network_name, a.host_mac, a.pod_mac "
+            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
             "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
             "ORDER BY p.creation_timestamp, p.rowid"
         ).fetchall()
@@ -227,11 +277,12 @@ class Store:
         container_id: str,
         netns: str,
         interface_name: str,
-        interface_mtu: int,
+        interface_mtu: int | None,
         ifname: str,
         network_name: str,
-        host_mac: str,
-        pod_mac: str,
+        host_mac: str | None,
+        pod_mac: str | None,
+        owner: str = OWNER_PODNET,
         ip_address_v4: str | None = None,
         ip_address_v6: str | None = None,
         ip_gateway_v4: str | None = None,
@@ -240,7 +291,8 @@ class Store:
         namespace: str | None = None,
         uid: str | None = None,
     ) -> None:
-        """Insert a pod and its attachment (inside :meth:`write`)."""
+        """Insert a pod and its attachment (inside :meth:`write`); ``owner`` names the plugin that
+        releases the row. sqlite3.IntegrityError when the key or an address is taken."""
         self.conn.execute(
             "INSERT INTO pods (container_id, name, namespace, uid, netns, ip_address_v4, "
             "ip_address_v6, ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu) "
@@ -249,9 +301,9 @@ class Store:
              ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu),
         )  # fmt: skip
         self.conn.execute(
-            "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (container_id, ifname, network_name, host_mac, pod_mac),
+            "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac, "
+            "owner) VALUES (?, ?, ?, ?, ?, ?)",
+            (container_id, ifname, network_name, host_mac, pod_mac, owner),
         )
 
     def delete_pod(self, container_id: str) -> None:
