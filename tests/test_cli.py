@@ -199,16 +199,12 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
             }
         ],
     }
-    assert out.stdout.split() == [
-        "created",
-        str(plugin),
-        "created",
-        str(conf_dir / "10-podnet.conflist"),
-    ]
+    files = [str(bin_dir / name) for name in PLUGINS] + [str(conf_dir / "10-podnet.conflist")]
+    assert out.stdout.split() == [word for f in files for word in ("created", f)]
     again = run(*args)
-    assert again.stdout.split()[::2] == ["unchanged", "unchanged"]
+    assert again.stdout.split()[::2] == ["unchanged"] * len(files)
     changed = run("install", "--bin-dir", str(bin_dir), "--conf-dir", str(conf_dir))
-    assert changed.stdout.split()[::2] == ["unchanged", "updated"]
+    assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["updated"]
     assert json.loads((conf_dir / "10-podnet.conflist").read_text())["plugins"][0]["ranges"] == [
         "10.244.2.0/24"
     ]

@@ -5,6 +5,15 @@ ADD holds the database write lock (``BEGIN IMMEDIATE``) from allocation until th
 reflects the change, so concurrent ADD/DEL can neither lose nor duplicate a mapping; a failed ADD
 rolls the transaction back and removes the links it created. DEL starts the veth deletion (an
 RCU grace period, ~20 ms) before anything else and overlaps it with the database and nft work.
+
+With an ``ipam`` object in the config, podnet delegates address choice to that IPAM plugin (CNI
+SPEC 1.1.0 "Plugin Delegation", :mod:`podnet.ipam.delegate`): ADD runs it first and wires the
+veth with the addresses and gateways it returns (podnet's layout: the pod gets ``P/32``/``/128``
+and a default route through the gateway, whatever prefix and routes the IPAM result carries),
+storing the pod row as usual so hostPorts, CHECK and GC work unchanged; the returned subnets are
+recorded as ranges (for ``ipMasq`` and hairpin). A failure after the IPAM ADD runs the IPAM DEL.
+CHECK, DEL, GC and STATUS also run the IPAM plugin; its errors pass through with their codes.
+Without ``ipam`` none of this is imported.
 """
 
 from __future__ import annotations
@@ -17,12 +26,19 @@ from podnet.link import names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from podnet.cni.skel import Call
+    from podnet.ipam.allocator import Network
     from podnet.plugins.podnet_conf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.db import Pod, PortMapping
+
+    #: ``{family: (address, gateway, range)}``, as :func:`podnet.ipam.allocator.allocate` gives.
+    Allocation = dict[int, tuple[str, str, Network]]
+    #: Chooses the addresses inside ADD's write transaction: ``(allocation, ranges changed)``.
+    Chooser = Callable[[Store], tuple[Allocation, bool]]
 
 PLUGIN = "podnet"
 
@@ -136,18 +152,33 @@ def cmd_add(call: Call) -> dict[str, Any]:
     removes the veth; one after it (the pod end) removes the rows and rules again in a second
     transaction. Errors: 7 bad config, 100 no free address, 101 hostPort held (names the
     holder), 102 CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5
-    database I/O.
+    database I/O; with ``ipam``, also the IPAM plugin's own (see :func:`_delegated_add`).
     """
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
-    from podnet.ipam.allocator import allocate
-    from podnet.link import veth
 
     conf = _conf(call)
+    if conf.ipam_type:
+        return _delegated_add(call, conf)
     requested = parse_requested_ips(call.config, call.args)
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
-    cid, ifname = call.container_id, call.ifname
     if not os.path.exists(call.netns):
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+
+    def own_ranges(store: Store) -> tuple[Allocation, bool]:
+        from podnet.ipam.allocator import allocate_in
+
+        changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
+        return allocate_in(store, conf.ranges, requested), changed
+
+    return _add(call, conf, pod_mac, own_ranges)
+
+
+def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[str, Any]:
+    """The body of ADD once the config is valid; ``choose`` picks the addresses inside the write
+    transaction (podnet's own ranges, or a delegated IPAM plugin's answer)."""
+    from podnet.link import veth
+
+    cid, ifname = call.container_id, call.ifname
     host_if = names.host_ifname(cid, ifname)
     if conf.mtu:
         mtu = conf.mtu
@@ -157,24 +188,8 @@ def cmd_add(call: Call) -> dict[str, Any]:
         mtu = default_mtu()
     with _open(conf) as store:
         with store.write():
-            existing = store.get_pod(cid)
-            if existing is not None:
-                raise errors.InterfaceExists(
-                    f"container {cid} already has a podnet attachment ({existing.ifname} in "
-                    f"{existing.netns}); DEL it first"
-                )
-            ranges_changed = store.sync_ranges(
-                conf.range_strings, conf.ip_masq, f"network {conf.name}"
-            )
-            used: dict[int, set[str]] = {
-                f: store.used_addresses(f) for f in {n.version for n in conf.ranges}
-            }
-            alloc = allocate(
-                conf.ranges,
-                lambda family, addr: addr in used[family],
-                {f: len(u) for f, u in used.items()},
-                requested=requested,
-            )
+            _refuse_existing(store, cid)
+            alloc, ranges_changed = choose(store)
             addresses = {family: a[0] for family, a in alloc.items()}
             entries = _mappings_for(conf, cid, addresses)
             _check_hostports(store, entries)
@@ -222,6 +237,86 @@ def cmd_add(call: Call) -> dict[str, Any]:
     return _result(link, alloc)
 
 
+def _refuse_existing(store: Store, container_id: str) -> None:
+    existing = store.get_pod(container_id)
+    if existing is not None:
+        raise errors.InterfaceExists(
+            f"container {container_id} already has a podnet attachment ({existing.ifname} in "
+            f"{existing.netns}); DEL it first"
+        )
+
+
+def _delegated_add(call: Call, conf: PodnetConf) -> dict[str, Any]:
+    """ADD through the IPAM plugin ``ipam.type``: its ADD first, then :func:`_add` with the
+    addresses and gateways it returned. When its ADD or anything after it fails, its DEL runs
+    (spec "Plugin Delegation") and the first error is reported (a failed DEL is added to its
+    details). An attachment podnet already has is refused (102) before the IPAM plugin is called,
+    so a repeated ADD cannot make it release the live allocation.
+
+    The IPAM plugin's error passes through with its code. Code 7 when it returns no address,
+    more than one per family, no usable gateway, or an address this database already gives
+    another attachment (its ranges overlap podnet's); 4 when CNI_NETNS does not exist.
+    """
+    from podnet.cni.netconf import parse_requested_mac
+    from podnet.ipam import delegate
+
+    pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
+    if not os.path.exists(call.netns):
+        raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+    with _open(conf) as store:
+        _refuse_existing(store, call.container_id)
+    try:
+        answer = delegate.run(call, conf.ipam_type)
+        assert answer is not None
+        alloc, dns = delegate.parse_result(answer, conf.ipam_type)
+        conf.check_mtu(set(alloc))
+
+        def delegated(store: Store) -> tuple[Allocation, bool]:
+            _take_over(store, call, conf, alloc)
+            subnets = sorted({str(net) for _, _, net in alloc.values()})
+            description = f"network {conf.name} (ipam {conf.ipam_type})"
+            return alloc, store.sync_ranges(subnets, conf.ip_masq, description)
+
+        result = _add(call, conf, pod_mac, delegated)
+    except BaseException as err:
+        try:
+            delegate.run(call, conf.ipam_type, "DEL")
+        except CNIError as undo:
+            if isinstance(err, CNIError):
+                note = f"releasing the {conf.ipam_type} allocation failed too: {undo.msg}"
+                err.details = f"{err.details}; {note}" if err.details else note
+        raise
+    result["dns"] = dns
+    return result
+
+
+def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) -> None:
+    """Make room for the delegated addresses in this database (inside ADD's transaction).
+
+    An address podnet-ipam just allocated for this very attachment on this database (same
+    container, ifname and network) is taken over: its row is replaced by podnet's, in the same
+    transaction, so the address is never free meanwhile and the IPAM DEL that podnet's DEL sends
+    later finds nothing left to do. Any other holder means two allocators hand out one range:
+    code 7 naming the holder.
+    """
+    from podnet.store.db import OWNER_IPAM, ipam_key
+
+    mine = ipam_key(call.container_id, call.ifname, conf.name)
+    for family, (addr, _, _) in sorted(alloc.items()):
+        holder = store.address_holder(family, addr)
+        if holder is None:
+            continue
+        if holder.owner == OWNER_IPAM and holder.container_id == mine:
+            store.delete_pod(mine)
+            continue
+        who = (f"podnet-ipam allocation {holder.container_id}" if holder.owner == OWNER_IPAM
+               else f"container {holder.container_id}")  # fmt: skip
+        raise errors.InvalidConfig(
+            f"address {addr} from IPAM plugin {conf.ipam_type} is already held by {who} in "
+            f"{store.path}: the IPAM plugin's ranges overlap addresses this database gives out"
+        )
+
+
 def _undo_add(store: Store, container_id: str, entries: list[PortMapping]) -> None:
     """Second transaction of a failed ADD: the rows and hostPort elements go again."""
     with store.write():
@@ -237,6 +332,8 @@ def link_alias(conf: StoreConf) -> str:
 
 
 def _result(link: Any, alloc: dict[int, tuple[str, str, Any]]) -> dict[str, Any]:
+    """podnet's 1.x result: both veth ends, ``P/32``/``/128`` per family on the pod end (index
+    1), a default route per family through its gateway, empty ``dns``."""
     ips, routes = [], []
     for family, (addr, gw, _net) in sorted(alloc.items()):
         plen = 32 if family == 4 else 128
@@ -277,6 +374,9 @@ def cmd_del(call: Call) -> None:
     container ID and ifname, and the address is released from the store regardless. Reads only
     the config keys it uses (:class:`StoreConf`), so it is not refused over, say, a range.
     The veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest.
+    With ``ipam``, the IPAM plugin's DEL starts once podnet's row is gone (so the address is not
+    handed out while still recorded here), overlaps the veth deletion, and its error (code
+    passed through) is this DEL's.
     """
     from podnet.link import veth
     from podnet.plugins.podnet_conf import StoreConf
@@ -284,6 +384,7 @@ def cmd_del(call: Call) -> None:
     conf = StoreConf(call.config)
     deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
     udp: list[tuple[int, int]] = []
+    ipam: Any = None
     try:
         with _open(conf) as store, store.write():
             pod = store.get_pod(call.container_id)
@@ -293,8 +394,16 @@ def cmd_del(call: Call) -> None:
                 if entries:
                     _firewall_del(store, entries)
                 udp = _udp_ports(entries)
+        if conf.ipam_type:
+            from podnet.ipam import delegate
+
+            ipam = delegate.start(call, conf.ipam_type)
     finally:
-        veth.finish_delete(deleting)
+        try:
+            veth.finish_delete(deleting)
+        finally:
+            if ipam is not None:
+                delegate.finish(ipam)
     if udp:
         from podnet.firewall.conntrack import flush_udp_ports
 
@@ -311,10 +420,15 @@ def _firewall_del(store: Store, entries: list[PortMapping]) -> None:
 # -- CHECK -------------------------------------------------------------------------------------
 def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the row, the pod interface, routes, host route and hostPort map
-    elements must all be as ADD left them; the first difference → code 103 naming it."""
+    elements must all be as ADD left them; the first difference → code 103 naming it. With
+    ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
     from podnet.plugins import podnet_check
 
     conf = _conf(call)
+    if conf.ipam_type:
+        from podnet.ipam import delegate
+
+        delegate.run(call, conf.ipam_type)
     with _open(conf) as store:
         pod = store.get_pod(call.container_id)
         if pod is None or pod.ifname != call.ifname:
@@ -328,10 +442,12 @@ def cmd_check(call: Call) -> None:
 # -- GC and STATUS -------------------------------------------------------------------------------
 def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment not in ``cni.dev/valid-attachments`` — rows,
-    host veths (also podnet veths with no row) and hostPort rules. Keeps going on errors and
-    reports them together at the end."""
+    host veths (also podnet veths with no row) and hostPort rules. Rows of other networks and of
+    podnet-ipam sharing the database are kept. With ``ipam``, the IPAM plugin's GC runs too.
+    Keeps going on errors and reports them together at the end."""
     from podnet.link import veth
     from podnet.plugins.podnet_conf import StoreConf
+    from podnet.store.db import OWNER_PODNET
 
     conf = StoreConf(call.config)
     valid_raw = call.config.get("cni.dev/valid-attachments") or []
@@ -342,6 +458,8 @@ def cmd_gc(call: Call) -> None:
     with _open(conf) as store, store.write():
         keep: set[str] = set()
         for pod in store.pods():
+            if pod.owner not in (None, OWNER_PODNET):
+                continue
             if (pod.container_id, pod.ifname) in valid or pod.network_name not in (None, conf.name):
                 keep.add(str(pod.interface_name))
                 continue
@@ -362,17 +480,23 @@ def cmd_gc(call: Call) -> None:
                 veth.finish_delete(d)
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
+    if conf.ipam_type:
+        from podnet.ipam import delegate
+
+        try:
+            delegate.run(call, conf.ipam_type)
+        except CNIError as err:
+            failures.append(f"{conf.ipam_type} GC: {err.msg}")
     if failures:
         raise CNIError("GC finished with errors", "; ".join(failures))
 
 
 def cmd_status(call: Call) -> None:
     """STATUS (spec 1.1): code 50 when some family's ranges have no free address, or when the
-    tools or the database are unusable; exit 0 (nothing printed) when ADD can be served."""
-    import ipaddress
-
+    tools or the database are unusable; exit 0 (nothing printed) when ADD can be served. With
+    ``ipam``, the IPAM plugin's STATUS decides about addresses (its error passes through)."""
     from podnet import proc
-    from podnet.ipam.allocator import usable_count
+    from podnet.ipam.allocator import exhausted
 
     conf = _conf(call)
     for tool in ("ip", "nft"):
@@ -385,13 +509,13 @@ def cmd_status(call: Call) -> None:
     except CNIError as err:
         raise errors.Unavailable(f"state database unusable: {err.msg}") from None
     with store:
-        for family in sorted({n.version for n in conf.ranges}):
-            nets = [n for n in conf.ranges if n.version == family]
-            used = [ipaddress.ip_address(a) for a in store.used_addresses(family)]
-            if all(sum(1 for a in used if a in n) >= usable_count(n) for n in nets):
-                raise errors.Unavailable(
-                    f"no free IPv{family} address left in {', '.join(str(n) for n in nets)}"
-                )
+        full = exhausted(conf.ranges, store.used_addresses)
+    if full:
+        raise errors.Unavailable(full)
+    if conf.ipam_type:
+        from podnet.ipam import delegate
+
+        delegate.run(call, conf.ipam_type)
 
 
 HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "STATUS": cmd_status}

@@ -1,9 +1,12 @@
 """The ``podnet`` plugin's NetConf (seed 001's conflist with ``"type": "podnet"``).
 
-Keys: ``ranges`` (required: IPv4 and/or IPv6 CIDRs, several allowed, first with space wins),
-``capabilities.portMappings``, and optional ``dataDir`` (default ``/var/lib/podnet``), ``mtu``
-(bytes, 0 = the default-route link's), ``ipMasq`` (default true), ``logFile``, ``busyTimeout``
-(seconds the database lock is waited for, default 5). Invalid values → code 7 naming the key.
+Keys: ``ranges`` (IPv4 and/or IPv6 CIDRs, several allowed, first with space wins; required
+unless ``ipam`` is given), ``capabilities.portMappings``, and optional ``dataDir`` (default
+``/var/lib/podnet``), ``mtu`` (bytes, 0 = the default-route link's), ``ipMasq`` (default true),
+``logFile``, ``busyTimeout`` (seconds the database lock is waited for, default 5), ``ipam``
+(an object with ``type``: the IPAM plugin in CNI_PATH podnet delegates to instead of using
+``ranges`` — host-local, static, podnet-ipam…; the two keys exclude each other). Invalid values →
+code 7 naming the key.
 """
 
 from __future__ import annotations
@@ -22,44 +25,72 @@ DEFAULT_DATA_DIR = "/var/lib/podnet"
 MIN_MTU = {4: 68, 6: 1280}
 
 
+def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
+    """``(dataDir, busyTimeout)`` of ``section`` (the NetConf, or its ``ipam`` object with
+    ``where="ipam."``): an absolute path (default :data:`DEFAULT_DATA_DIR`) and seconds >= 0
+    (default 5). Code 7 naming ``<where>dataDir`` / ``<where>busyTimeout``."""
+    data_dir = section.get("dataDir", DEFAULT_DATA_DIR)
+    if not isinstance(data_dir, str) or not data_dir.startswith("/"):
+        raise InvalidConfig(f"{where}dataDir: must be an absolute path, got {data_dir!r}")
+    timeout = section.get("busyTimeout", 5)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        raise InvalidConfig(
+            f"{where}busyTimeout: must be a number of seconds >= 0, got {timeout!r}"
+        )
+    return data_dir, float(timeout)
+
+
+def ipam_type(raw: dict[str, Any]) -> str:
+    """``ipam.type`` (spec "Network Configuration": the IPAM plugin's file name in CNI_PATH),
+    or "" without an ``ipam`` object. Code 7 when ``ipam`` is not an object or its type is not
+    a plain file name."""
+    ipam = raw.get("ipam")
+    if ipam is None:
+        return ""
+    if not isinstance(ipam, dict):
+        raise InvalidConfig(f"ipam: must be an object, got {ipam!r}")
+    kind = ipam.get("type")
+    if not isinstance(kind, str) or not kind or "/" in kind or kind in (".", ".."):
+        raise InvalidConfig(f"ipam.type: must name a plugin file in CNI_PATH, got {kind!r}")
+    return kind
+
+
 class StoreConf:
-    """The keys every verb needs: ``name``, ``dataDir``, ``busyTimeout``, ``logFile``.
+    """The keys every verb needs: ``name``, ``dataDir``, ``busyTimeout``, ``logFile``, and
+    ``ipam.type`` (``ipam_type``, "" when podnet allocates from its own ``ranges``).
 
     DEL and GC read only these, so a DEL is never refused over a key it does not use (and
     does not pay for importing :mod:`ipaddress`).
     """
 
-    __slots__ = ("raw", "cni_version", "name", "data_dir", "log_file", "busy_timeout")
+    __slots__ = ("raw", "cni_version", "name", "data_dir", "log_file", "busy_timeout",
+                 "ipam_type")  # fmt: skip
 
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = raw
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_str(raw, "name")
-        self.data_dir = netconf.require_str(raw, "dataDir", optional=True) or DEFAULT_DATA_DIR
-        if not self.data_dir.startswith("/"):
-            raise InvalidConfig(f"dataDir: must be an absolute path, got {self.data_dir!r}")
+        self.data_dir, self.busy_timeout = store_keys(raw)
         self.log_file = netconf.require_str(raw, "logFile", optional=True)
-        timeout = raw.get("busyTimeout", 5)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-            raise InvalidConfig(f"busyTimeout: must be a number of seconds >= 0, got {timeout!r}")
-        self.busy_timeout = float(timeout)
+        self.ipam_type = ipam_type(raw)
 
 
 class PodnetConf(StoreConf):
-    """A validated ``podnet`` NetConf (what ADD, CHECK and STATUS need)."""
+    """A validated ``podnet`` NetConf (what ADD, CHECK and STATUS need). ``ranges`` is empty
+    when an ``ipam`` plugin chooses the addresses."""
 
     __slots__ = ("ranges", "mtu", "ip_masq", "port_mappings")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         super().__init__(raw)
-        self.ranges = parse_ranges(raw.get("ranges"))
+        if self.ipam_type and raw.get("ranges") is not None:
+            raise InvalidConfig(
+                f"ranges: not used with ipam (the {self.ipam_type} plugin chooses the "
+                "addresses); give one of them"
+            )
+        self.ranges = [] if self.ipam_type else parse_ranges(raw.get("ranges"))
         self.mtu = netconf.opt_int(raw, "mtu", 0, 0, 65535)
-        families = {n.version for n in self.ranges}
-        for family in families:
-            if self.mtu and self.mtu < MIN_MTU[family]:
-                raise InvalidConfig(
-                    f"mtu: {self.mtu} is below the IPv{family} minimum of {MIN_MTU[family]}"
-                )
+        self.check_mtu({n.version for n in self.ranges})
         self.ip_masq = netconf.opt_bool(raw, "ipMasq", True)
         self.port_mappings = netconf.parse_port_mappings(raw)
 
@@ -67,26 +98,35 @@ class PodnetConf(StoreConf):
     def range_strings(self) -> list[str]:
         return [str(n) for n in self.ranges]
 
+    def check_mtu(self, families: set[int]) -> None:
+        """Code 7 when ``mtu`` is set below the minimum of one of ``families`` (4, 6)."""
+        for family in sorted(families):
+            if self.mtu and self.mtu < MIN_MTU[family]:
+                raise InvalidConfig(
+                    f"mtu: {self.mtu} is below the IPv{family} minimum of {MIN_MTU[family]}"
+                )
 
-def parse_ranges(value: object) -> list[Network]:
-    """``ranges``: a non-empty list of CIDRs with no host bits, each with >= 1 usable address."""
+
+def parse_ranges(value: object, key: str = "ranges") -> list[Network]:
+    """``ranges`` (or ``key``, e.g. ``ipam.ranges``): a non-empty list of CIDRs with no host
+    bits, each with >= 1 usable address. Code 7 naming ``key[i]``."""
     import ipaddress
 
     if not isinstance(value, list) or not value:
-        raise InvalidConfig("ranges: must be a non-empty list of CIDRs")
+        raise InvalidConfig(f"{key}: must be a non-empty list of CIDRs")
     out: list[Network] = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise InvalidConfig(f"ranges[{i}]: must be a CIDR string, got {item!r}")
+            raise InvalidConfig(f"{key}[{i}]: must be a CIDR string, got {item!r}")
         try:
             net = ipaddress.ip_network(item, strict=True)
         except ValueError as err:
-            raise InvalidConfig(f"ranges[{i}]: {item!r} is not a valid CIDR: {err}") from None
+            raise InvalidConfig(f"{key}[{i}]: {item!r} is not a valid CIDR: {err}") from None
         if net.num_addresses < 4:
             raise InvalidConfig(
-                f"ranges[{i}]: {item} is too small (needs network, gateway, one pod, last)"
+                f"{key}[{i}]: {item} is too small (needs network, gateway, one pod, last)"
             )
         if net in out:
-            raise InvalidConfig(f"ranges[{i}]: {item} is listed twice")
+            raise InvalidConfig(f"{key}[{i}]: {item} is listed twice")
         out.append(net)
     return out

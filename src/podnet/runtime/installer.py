@@ -57,6 +57,7 @@ DEFAULT_RANGES = ("10.244.2.0/24",)
 #: (``module:function``). A new plugin is one line here.
 PLUGINS: dict[str, str] = {
     "podnet": "podnet.plugins.podnet:main",
+    "podnet-ipam": "podnet.plugins.podnet_ipam:main",
     "podnet-portmap": "podnet.plugins.podnet_portmap:main",
 }
 
