@@ -78,12 +78,20 @@ def test_bad_add_changes_nothing(seeded, what: str, override: dict | None, stdin
     assert "eth0" not in links
 
 
-def test_existing_ifname_is_refused(lab: Lab, tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", [True, False], ids=["first-add-rebuilds", "incremental"])
+def test_existing_ifname_is_refused(lab: Lab, tmp_path: Path, first: bool) -> None:
+    """Also: the hostPort elements this failed ADD had published are gone (they would send the
+    port to whichever pod gets the address next)."""
+    if not first:
+        assert lab.cni("ADD", netconf(tmp_path), container_id="c0", netns=lab.pod())[0] == 0
     pod = lab.pod()
     lab.exec(pod, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "other0")
-    rc, out = lab.cni("ADD", netconf(tmp_path), container_id="c1", netns=pod)
+    conf = netconf(tmp_path, mappings=[{"hostPort": 7777, "containerPort": 80}])
+    rc, out = lab.cni("ADD", conf, container_id="c1", netns=pod)
     assert rc != 0 and out["code"] == 102 and "eth0" in out["msg"]
-    assert db_rows(tmp_path, "pods") == [] and host_veths(lab) == []
+    assert [r[0] for r in db_rows(tmp_path, "pods")] == ([] if first else ["c0"])
+    assert len(host_veths(lab)) == (0 if first else 1)
+    assert "7777" not in map_elements(lab)
 
 
 def test_failed_add_removes_its_own_work(lab: Lab, tmp_path: Path) -> None:
@@ -274,3 +282,23 @@ def test_check_needs_prev_result(lab: Lab, tmp_path: Path) -> None:
     assert lab.cni("ADD", conf, container_id="c1", netns=pod)[0] == 0
     rc, out = lab.cni("CHECK", conf, container_id="c1", netns=pod)
     assert rc != 0 and out["code"] == 7 and "prevResult" in out["msg"]
+
+
+def test_add_without_ports_restores_a_deleted_table(lab: Lab, tmp_path: Path) -> None:
+    client = lab.client()
+    pod = lab.pod()
+    conf = netconf(tmp_path, mappings=[{"hostPort": 8110, "containerPort": 80}])
+    assert lab.cni("ADD", conf, container_id="c1", netns=pod)[0] == 0
+    lab.exec(lab.node, "nft", "delete", "table", "inet", "podnet")  # e.g. nft flush ruleset
+    assert lab.cni("ADD", netconf(tmp_path), container_id="c2", netns=lab.pod())[0] == 0
+    lab.serve(pod, "A", 80)
+    assert lab.talk(client, "tcp", "192.0.2.1", 8110).startswith("A ")
+
+
+def test_gc_refuses_malformed_valid_attachments(lab: Lab, tmp_path: Path) -> None:
+    pod = lab.pod()
+    assert lab.cni("ADD", netconf(tmp_path), container_id="c1", netns=pod)[0] == 0
+    before = state(lab, tmp_path)
+    rc, out = lab.cni("GC", {**netconf(tmp_path), "cni.dev/valid-attachments": [{"containerID": "c1"}]})
+    assert rc != 0 and out["code"] == 7 and "valid-attachments[0]" in out["msg"]
+    assert state(lab, tmp_path) == before

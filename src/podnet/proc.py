@@ -80,6 +80,8 @@ class Spawned:
                 view = memoryview(stdin)
                 while view:
                     view = view[os.write(in_w, view) :]
+        except BrokenPipeError:
+            pass  # the tool exited without reading it all: its exit status says why
         finally:
             os.close(in_w)
 

@@ -188,3 +188,26 @@ def parse_requested_mac(raw: dict[str, Any], cni_args: dict[str, str]) -> str:
     if int(parts[0], 16) & 1:
         raise InvalidConfig(f"{where}: {mac} is a multicast address")
     return str(mac).lower()
+
+
+def parse_valid_attachments(raw: dict[str, Any]) -> set[tuple[str, str]]:
+    """GC's ``cni.dev/valid-attachments`` (spec 1.1 "GC") as ``{(containerID, ifname)}``.
+
+    Every item must carry both strings: a malformed item would otherwise make GC remove a live
+    attachment, so it is code 7 naming the item.
+    """
+    items = raw.get("cni.dev/valid-attachments")
+    if items is None:
+        return set()
+    if not isinstance(items, list):
+        raise InvalidConfig("cni.dev/valid-attachments: must be a list")
+    out = set()
+    for i, item in enumerate(items):
+        cid = item.get("containerID") if isinstance(item, dict) else None
+        ifname = item.get("ifname") if isinstance(item, dict) else None
+        if not isinstance(cid, str) or not cid or not isinstance(ifname, str) or not ifname:
+            raise InvalidConfig(
+                f"cni.dev/valid-attachments[{i}]: needs string containerID and ifname, got {item!r}"
+            )
+        out.add((cid, ifname))
+    return out

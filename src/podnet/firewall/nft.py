@@ -16,6 +16,11 @@ def start(script: str) -> proc.Spawned:
     return proc.spawn(["nft", "-f", "-"], script.encode())
 
 
+def start_list_chain(chain: str) -> proc.Spawned:
+    """Start ``nft list chain inet podnet <chain>`` (a probe: it fails when the table is gone)."""
+    return proc.spawn(["nft", "list", "chain", hostports.FAMILY, hostports.TABLE, chain])
+
+
 def finish(spawned: proc.Spawned, what: str) -> None:
     """Wait for an ``nft`` run; :class:`KernelError` (104) naming ``what`` on failure."""
     rc, _, err = spawned.wait()

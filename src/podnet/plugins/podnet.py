@@ -118,7 +118,10 @@ def _start_firewall_add(store: Store, entries: list[PortMapping], rebuild: bool)
     if rebuild or store.get_state("firewall_epoch") != firewall_epoch():
         return "rebuild"
     if not entries:
-        return None
+        # Nothing to add, but the table may have been removed behind podnet's back (nft flush
+        # ruleset, a firewall reload): listing a chain fails then, and ADD rebuilds it. It runs
+        # in parallel with the veth creation.
+        return nft.start_list_chain("prerouting")
     return nft.start(hostports.add_script(entries))
 
 
@@ -221,7 +224,7 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
                     configuring.wait()
                 if firewall not in (None, "rebuild"):
                     firewall.wait()
-                veth.delete_host(link.host_if)
+                _abandon_add(store, cid, link.host_if, entries)
                 raise
         assert configuring is not None
         try:
@@ -315,6 +318,25 @@ def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) ->
             f"address {addr} from IPAM plugin {conf.ipam_type} is already held by {who} in "
             f"{store.path}: the IPAM plugin's ranges overlap addresses this database gives out"
         )
+
+
+def _abandon_add(store: Store, container_id: str, host_if: str,
+                 entries: list[PortMapping]) -> None:  # fmt: skip
+    """A failure inside ADD's transaction: the rows go with the ROLLBACK, but the veth and
+    whatever nft already holds of this ADD (incremental elements or a rebuilt table) must go
+    now, while the lock is still held. Errors here are not allowed to hide the original one."""
+    from podnet.link import veth
+
+    try:
+        veth.delete_host(host_if)
+    except CNIError:
+        pass
+    store.delete_pod(container_id)
+    if entries:
+        try:
+            _firewall_del(store, entries)
+        except CNIError:
+            pass
 
 
 def _undo_add(store: Store, container_id: str, entries: list[PortMapping]) -> None:
@@ -450,10 +472,9 @@ def cmd_gc(call: Call) -> None:
     from podnet.store.db import OWNER_PODNET
 
     conf = StoreConf(call.config)
-    valid_raw = call.config.get("cni.dev/valid-attachments") or []
-    if not isinstance(valid_raw, list):
-        raise errors.InvalidConfig("cni.dev/valid-attachments: must be a list")
-    valid = {(a.get("containerID"), a.get("ifname")) for a in valid_raw if isinstance(a, dict)}
+    from podnet.cni.netconf import parse_valid_attachments
+
+    valid = parse_valid_attachments(call.config)
     failures: list[str] = []
     with _open(conf) as store, store.write():
         keep: set[str] = set()

@@ -250,10 +250,7 @@ def cmd_gc(call: Call) -> None:
     from podnet.firewall import iptables
 
     conf = PortmapConf(call.config)
-    valid_raw = call.config.get("cni.dev/valid-attachments") or []
-    if not isinstance(valid_raw, list):
-        raise InvalidConfig("cni.dev/valid-attachments: must be a list")
-    valid = {a.get("containerID") for a in valid_raw if isinstance(a, dict)}
+    valid = {cid for cid, _ in netconf.parse_valid_attachments(call.config)}
     if conf.backend == "nftables":
         from podnet.firewall import nft, portmap_nft
 
