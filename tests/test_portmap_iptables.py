@@ -14,9 +14,9 @@ rule (seed 000, FIELD-NOTES §3).
    the others; concurrent DELs of one container.
 6. UDP conntrack flushed after ADD and DEL.
 
-Known plugin bugs are ``xfail(strict=True)`` with the reason: CHECK compares rule text, so
-conditions not written as iptables-save prints them are never found; the entry comment is cut
-to 256 characters (the reference: 253 + "...", the kernel keeps 255).
+Two bugs these tests found are fixed: CHECK now falls back to ``iptables -C`` for conditions
+not written as iptables-save prints them, and a long entry comment is cut as the reference
+cuts it (253 + "...", of which the kernel keeps 255).
 
 Regenerate the golden files with ``PODNET_UPDATE_GOLDEN=1`` (then review them by eye).
 """
@@ -253,10 +253,7 @@ COMPARE: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     # name + container ID longer than an iptables comment (255 characters)
     "long_name": ({"name": "n" * 240}, [tcp(18080)]),
 }
-COMPARE_XFAIL = {
-    "long_name": "BUG: podnet cuts the entry comment to 256 characters; the reference cuts "
-                 "to 253 + '...' (which the kernel keeps as 253 + '..'), so the entry rules differ",
-}
+COMPARE_XFAIL: dict[str, str] = {}
 READD = ("defaults", "tcp_udp", "host_ip")  # cases that also ADD a container again
 
 
@@ -666,17 +663,13 @@ def test_add_failure_changes_nothing(lab: Lab, tmp_path: Path) -> None:
     assert nat_lines(lab.node, 4, BASE_PATH) == before
 
 
-# CHECK compares rules as iptables-save prints them; conditions written another way are
-# installed correctly by ADD but never found by CHECK.
+# Conditions written another way than iptables-save prints them (found by iptables -C).
 CHECK_CONDITIONS = [
     pytest.param(["!", "-d", "192.0.2.0/24"], id="canonical"),
     pytest.param(["-m", "addrtype", "!", "--src-type", "LOCAL"], id="match"),
-    pytest.param(["!", "-d", "192.0.2.1"], id="bare-address", marks=pytest.mark.xfail(
-        strict=True, reason="BUG: CHECK compares text; the kernel prints 192.0.2.1/32")),
-    pytest.param(["-d", "192.0.2.0/255.255.255.0"], id="netmask", marks=pytest.mark.xfail(
-        strict=True, reason="BUG: CHECK compares text; the kernel prints 192.0.2.0/24")),
-    pytest.param(["--destination", "192.0.2.0/24"], id="long-option", marks=pytest.mark.xfail(
-        strict=True, reason="BUG: CHECK compares text; the kernel prints -d")),
+    pytest.param(["!", "-d", "192.0.2.1"], id="bare-address"),
+    pytest.param(["-d", "192.0.2.0/255.255.255.0"], id="netmask"),
+    pytest.param(["--destination", "192.0.2.0/24"], id="long-option"),
 ]
 
 
@@ -695,8 +688,6 @@ def test_check_after_add_with_conditions(lab: Lab, tmp_path: Path, conditions: l
 
 
 @needs_root
-@pytest.mark.xfail(strict=True, reason="BUG: the entry comment is cut to 256 characters; the "
-                   "kernel keeps 255, so CHECK never finds the entry rule")
 def test_check_after_add_with_a_long_network_name(lab: Lab, tmp_path: Path) -> None:
     no_dad(lab, lab.node)
     p = pod(lab)

@@ -43,3 +43,17 @@ def restore(family: int, text: str, what: str) -> None:
         raise KernelError(f"{argv[0]} failed to {what}", err.stderr.strip()) from err
     except FileNotFoundError as err:
         raise KernelError(f"{argv[0]} is not installed", str(err)) from err
+
+
+def has_rule(family: int, chain: str, rule: str, table: str = "nat") -> bool:
+    """``iptables -C``: whether the kernel holds ``rule`` (words as for -A) in ``chain``. For
+    rules whose user-given matches iptables-save prints differently (``-d 192.0.2.1`` is saved
+    as ``192.0.2.1/32``)."""
+    from podnet.firewall.portmap_iptables import tokens
+
+    argv = ["ip6tables" if family == 6 else "iptables", "-w", LOCK_WAIT_SECONDS, "-t", table,
+            "-C", chain, *tokens(rule)]  # fmt: skip
+    try:
+        return proc.spawn(argv).wait()[0] == 0
+    except FileNotFoundError:
+        return False

@@ -116,7 +116,12 @@ def quote(text: str) -> str:
 
 
 def entry_comment(network: str, container_id: str) -> str:
-    return f'dnat name: "{network}" id: "{container_id}"'[:MAX_COMMENT]
+    """The entry rules' comment as the kernel keeps it: upstream cuts a comment longer than 256
+    characters to 253 + ``...``, and xt_comment stores at most 255."""
+    text = f'dnat name: "{network}" id: "{container_id}"'
+    if len(text) > MAX_COMMENT:
+        text = text[: MAX_COMMENT - 3] + "..."
+    return text[: MAX_COMMENT - 1]
 
 
 def setmark_rule(options: PortmapOptions) -> str:
