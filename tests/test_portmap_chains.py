@@ -1,6 +1,6 @@
 """Chains through the runtime (podnetctl net add/check/del, libcni-style) for issue 3:
 podnet followed by the reference portmap, tuning and bandwidth; the reference bridge with
-podnet-ipam followed by podnet-portmap (both backends). Each reaches the pod through its
+podnet-ipam or host-local followed by podnet-portmap (both backends). Each reaches the pod through its
 hostPort from another node address, from 127.0.0.1 and from the pod itself, IPv4 and IPv6."""
 
 from __future__ import annotations
@@ -88,12 +88,21 @@ def test_podnet_then_reference_portmap_tuning_bandwidth(lab: Lab, tmp_path: Path
     assert "CNI-DN-" not in lab.exec(lab.node, "iptables-save", "-t", "nat").stdout
 
 
+IPAMS = {
+    "podnet-ipam": lambda data: {"type": "podnet-ipam", "ranges": ["10.244.8.0/24", "fd00:8::/64"],
+                                 "dataDir": data},
+    "host-local": lambda data: {"type": "host-local", "dataDir": data,
+                                "ranges": [[{"subnet": "10.244.8.0/24"}], [{"subnet": "fd00:8::/64"}]],
+                                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]},
+}
+
+
+@pytest.mark.parametrize("ipam", sorted(IPAMS))
 @pytest.mark.parametrize("backend", ["iptables", "nftables"])
-def test_reference_bridge_with_podnet_ipam_then_podnet_portmap(lab: Lab, tmp_path: Path, backend: str) -> None:
+def test_reference_bridge_then_podnet_portmap(lab: Lab, tmp_path: Path, backend: str, ipam: str) -> None:
     conflist = {"cniVersion": "1.0.0", "name": "chain", "plugins": [
         {"type": "bridge", "bridge": "pnbr0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
-         "ipam": {"type": "podnet-ipam", "ranges": ["10.244.8.0/24", "fd00:8::/64"],
-                  "dataDir": str(tmp_path / "data")}},
+         "ipam": IPAMS[ipam](str(tmp_path / "data"))},
         {"type": "podnet-portmap", "capabilities": {"portMappings": True}, "backend": backend},
     ]}
     lifecycle(lab, tmp_path, conflist)
