@@ -4,6 +4,12 @@
 Run as root (a benchmark, not a test)::
 
     .venv/bin/python bench/bench_add_del.py [--pods 0,300] [--samples 40] [--commit REV] [--json]
+    .venv/bin/python bench/bench_add_del.py --suite portmap [--commit REV] [--variant FILE] ...
+
+``--suite portmap`` (issue 3) compares chained portmap plugins instead: ptp + host-local
+followed by the reference ``portmap``, by ``podnet-portmap`` with ``backend: iptables`` and by
+``podnet-portmap`` with ``backend: nftables``, each in its own nodes, on the portmap plugin's own
+time (the driver times every plugin of the chain) and on the chain's.
 
 Method (docs/benchmarks.md has the long form):
 
@@ -19,9 +25,9 @@ Method (docs/benchmarks.md has the long form):
   ``CNI_NETNS``, ``CNI_ARGS``, ``CNI_IFNAME``, ``CNI_PATH``; plugins are found by type in
   ``CNI_PATH``. A timed ADD or DEL runs from just before the exec of the first plugin to the
   exit of the last.
-* podnet runs as the plugin file ``podnetctl install`` writes (found through the measured tree's
-  ``plugin_script``), byte-compiled first; ``--commit REV`` measures ``src/podnet`` of REV instead
-  of the work tree, ``--podnet PATH`` any executable.
+* podnet (or podnet-portmap) runs as the plugin file ``podnetctl install`` writes (found
+  through the measured tree's ``plugin_script``), byte-compiled first; ``--commit REV``
+  measures ``src/podnet`` of REV instead of the work tree, ``--podnet PATH`` any executable.
 * A node sampled "at N pods" was first given N pods by the same plugins, one hostPort each
   (``runtimeConfig.portMappings``, a distinct hostPort per pod). A sampling round ADDs one fresh
   pod on every node, then DELs them, so each node is back at N pods; pod namespaces are made
@@ -78,24 +84,76 @@ def podnet_conflist(data_dir: str) -> dict[str, Any]:
     }
 
 
+def ptp_plugin(data_dir: str) -> dict[str, Any]:
+    return {
+        "type": "ptp",
+        "ipMasq": True,
+        "ipam": {
+            "type": "host-local",
+            "subnet": REF_SUBNET,
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": data_dir,
+        },
+    }
+
+
 def reference_conflist(data_dir: str) -> dict[str, Any]:
     return {
         "cniVersion": CNI_VERSION,
         "name": "bench-ref",
         "plugins": [
-            {
-                "type": "ptp",
-                "ipMasq": True,
-                "ipam": {
-                    "type": "host-local",
-                    "subnet": REF_SUBNET,
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": data_dir,
-                },
-            },
+            ptp_plugin(data_dir),
             {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
         ],
     }
+
+
+def portmap_suite_conflist(side: str, data_dir: str) -> dict[str, Any]:
+    """``--suite portmap``: the same ptp + host-local, then the reference portmap (side
+    ``ref``) or podnet-portmap with the iptables (``pm-ipt``) or nftables (``pm-nft``)
+    backend; the same network name on every side, so the chain names hash alike."""
+    if side == "ref":
+        last: dict[str, Any] = {"type": "portmap"}
+    else:
+        plugin = VARIANT_PLUGIN if side.startswith("var-") else "podnet-portmap"
+        last = {"type": plugin, "backend": PORTMAP_BACKENDS[side]}
+    last.update({"capabilities": {"portMappings": True}, "snat": True})
+    return {"cniVersion": CNI_VERSION, "name": "bench-portmap",
+            "plugins": [ptp_plugin(data_dir), last]}  # fmt: skip
+
+
+PORTMAP_BACKENDS = {
+    "pm-ipt": "iptables",
+    "pm-nft": "nftables",
+    "var-ipt": "iptables",
+    "var-nft": "nftables",
+}
+#: ``--variant FILE`` runs FILE under this type name (sides ``var-ipt``, ``var-nft``).
+VARIANT_PLUGIN = "podnet-portmap-variant"
+
+
+class Suite:
+    """What a run compares: ``sides`` (``ref`` is the baseline of the ratios), the measured
+    podnet plugin (``plugin`` file name in CNI_PATH, ``entry_point``), and the conflist of a
+    side. ``podnet`` (default): the podnet plugin vs ptp+host-local+portmap, with issue 2's
+    targets. ``portmap``: ptp+host-local followed by the reference portmap or podnet-portmap
+    (iptables, nftables), compared on the portmap plugin's own time and the chain's; with
+    ``variant``, also a second podnet-portmap executable (sides ``var-ipt``, ``var-nft``)."""
+
+    def __init__(self, name: str, variant: bool = False) -> None:
+        self.name = name
+        if name == "portmap":
+            sides = [s for s in PORTMAP_BACKENDS if variant or not s.startswith("var-")]
+            self.sides: tuple[str, ...] = ("ref", *sides)
+            self.plugin, self.entry_point = "podnet-portmap", "podnet.plugins.podnet_portmap:main"
+        else:
+            self.sides = SIDES
+            self.plugin, self.entry_point = "podnet", "podnet.plugins.podnet:main"
+
+    def conflist(self, side: str, data_dir: str) -> dict[str, Any]:
+        if self.name == "portmap":
+            return portmap_suite_conflist(side, data_dir)
+        return podnet_conflist(data_dir) if side == "podnet" else reference_conflist(data_dir)
 
 
 # -- the driver: runs inside a node netns, execs the plugins as libcni does ------------------------
@@ -276,6 +334,7 @@ class Driver:
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.suite = Suite(args.suite, variant=bool(args.variant))
         self.tag = uuid.uuid4().hex[:6]
         self.namespaces: list[str] = []
         self.nodes: list[str] = []
@@ -339,13 +398,16 @@ class Bench:
     def setup(self) -> None:
         """One node namespace and driver per cell (side, existing pods)."""
         podnet = self._podnet_plugin()
+        if self.args.variant:
+            (podnet.parent / VARIANT_PLUGIN).symlink_to(Path(self.args.variant).resolve())
+            self.podnet_source += f"; variant {self.args.variant}"
         cni_path = f"{podnet.parent}:{REFERENCE_DIR}"
         self.levels = sorted(set(self.args.pods))
         self.conflists = {}
-        for side in SIDES:
+        for side in self.suite.sides:
             for level in self.levels:
                 data = os.path.join(self.tmp, f"{side}-{level}")
-                conf = podnet_conflist(data) if side == "podnet" else reference_conflist(data)
+                conf = self.suite.conflist(side, data)
                 self.conflists[side] = conf
                 path = os.path.join(self.tmp, f"{side}-{level}.conflist")
                 with open(path, "w") as f:
@@ -354,7 +416,8 @@ class Bench:
                 self.drivers[(side, level)] = Driver(f"{side}@{level}", node, path, cni_path)
 
     def _podnet_plugin(self) -> Path:
-        """The podnet executable to measure: by default the file ``podnetctl install`` writes.
+        """The podnet executable to measure (``podnet``, or ``podnet-portmap`` with ``--suite
+        portmap``): by default the file ``podnetctl install`` writes.
 
         The measured tree is the work tree (through the venv), or with ``--commit REV`` the
         ``src/podnet`` of REV exported into the tmp dir and put on ``sys.path`` of a throw-away
@@ -368,10 +431,11 @@ class Bench:
         bindir = Path(self.tmp) / "bin"
         bindir.mkdir()
         if self.args.podnet:
-            # Plugins are found by type in CNI_PATH: the file must be called "podnet".
+            # Plugins are found by type in CNI_PATH: the file must be called "podnet" (or
+            # "podnet-portmap").
             self.podnet_source = f"{self.args.podnet} (as given)"
-            (bindir / "podnet").symlink_to(Path(self.args.podnet).resolve())
-            return bindir / "podnet"
+            (bindir / self.suite.plugin).symlink_to(Path(self.args.podnet).resolve())
+            return bindir / self.suite.plugin
         if self.args.commit:
             snap = Path(self.tmp) / "snapshot"
             snap.mkdir()
@@ -395,16 +459,17 @@ class Bench:
             self.podnet_source = f"work tree ({git_describe('HEAD')}{dirty_suffix()})"
         subprocess.run([str(python), "-m", "compileall", "-q", str(src / "podnet")], check=True)
         script = subprocess.run(
-            [str(python), "-I", "-c", PLUGIN_SCRIPT_PROBE, str(python)],
+            [str(python), "-I", "-c", PLUGIN_SCRIPT_PROBE, str(python), self.suite.entry_point],
             capture_output=True, text=True,
         )  # fmt: skip
         if script.returncode == 0:
             text, form = script.stdout, "podnetctl install plugin file"
         else:
-            text = CONSOLE_SCRIPT.format(python=python, src=str(src))
+            module, _, func = self.suite.entry_point.partition(":")
+            text = CONSOLE_SCRIPT.format(python=python, src=str(src), module=module, func=func)
             form = "console script"
         self.podnet_source += f", {form}, {text.splitlines()[0]}"
-        plugin = bindir / "podnet"
+        plugin = bindir / self.suite.plugin
         plugin.write_text(text)
         plugin.chmod(0o755)
         return plugin
@@ -501,29 +566,21 @@ class Bench:
                 "min_ms": round(min(ms), 2), "max_ms": round(max(ms), 2),
                 "plugins_p50_ms": {name: round(percentile(list(v), 50), 2)
                                    for name, v in zip(names, per_plugin, strict=True)},
+                "plugins_p90_ms": {name: round(percentile(list(v), 90), 2)
+                                   for name, v in zip(names, per_plugin, strict=True)},
             })  # fmt: skip
         p50 = {(r["side"], r["verb"], r["pods"]): r["p50_ms"] for r in rows}
         levels = sorted({r["pods"] for r in rows})
-        ratios, targets = [], []
-        for level in levels:
-            for verb, limit in (("ADD", 0.8), ("DEL", 0.25)):
-                ratio = p50[("podnet", verb, level)] / p50[("ref", verb, level)]
-                ratios.append({"verb": verb, "pods": level, "podnet_over_ref": round(ratio, 3)})
-                targets.append({
-                    "target": f"{verb} p50 <= {limit}x reference at {level} pods",
-                    "value": round(ratio, 3), "limit": limit, "pass": ratio <= limit,
-                })  # fmt: skip
-        if 0 in levels and levels[-1] > 0:
-            top = levels[-1]
-            growth = p50[("podnet", "ADD", top)] / p50[("podnet", "ADD", 0)]
-            targets.append({
-                "target": f"podnet ADD p50 at {top} pods <= 1.2x at 0 pods",
-                "value": round(growth, 3), "limit": 1.2, "pass": growth <= 1.2,
-            })  # fmt: skip
+        targets: list[dict[str, Any]] = []
+        if self.suite.name == "portmap":
+            ratios = portmap_ratios(rows)
+        else:
+            ratios, targets = podnet_targets(p50, levels)
         return {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine_info(),
             "settings": {
+                "suite": self.suite.name,
                 "samples": self.args.samples,
                 "warmup": self.args.warmup,
                 "pods": levels,
@@ -538,6 +595,54 @@ class Bench:
         }
 
 
+def podnet_targets(p50: dict[tuple[str, str, int], float], levels: list[int]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """The default suite: podnet / reference p50 per verb and level, and issue 2's targets."""
+    ratios: list[dict[str, Any]] = []
+    targets: list[dict[str, Any]] = []
+    for level in levels:
+        for verb, limit in (("ADD", 0.8), ("DEL", 0.25)):
+            ratio = p50[("podnet", verb, level)] / p50[("ref", verb, level)]
+            ratios.append({"verb": verb, "pods": level, "podnet_over_ref": round(ratio, 3)})
+            targets.append({
+                "target": f"{verb} p50 <= {limit}x reference at {level} pods",
+                "value": round(ratio, 3), "limit": limit, "pass": ratio <= limit,
+            })  # fmt: skip
+    if 0 in levels and levels[-1] > 0:
+        top = levels[-1]
+        growth = p50[("podnet", "ADD", top)] / p50[("podnet", "ADD", 0)]
+        targets.append({
+            "target": f"podnet ADD p50 at {top} pods <= 1.2x at 0 pods",
+            "value": round(growth, 3), "limit": 1.2, "pass": growth <= 1.2,
+        })  # fmt: skip
+    return ratios, targets
+
+
+def portmap_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--suite portmap``: each podnet-portmap side over the reference, per verb and level,
+    for the portmap plugin's own time (p50, p90) and the chain's (p50, p90)."""
+    by = {(r["side"], r["verb"], r["pods"]): r for r in rows}
+    out = []
+    for (side, verb, level), row in sorted(by.items()):
+        ref = by.get(("ref", verb, level))
+        if side == "ref" or ref is None:
+            continue
+        entry: dict[str, Any] = {"side": side, "verb": verb, "pods": level}
+        for q in ("p50", "p90"):
+            mine, theirs = _portmap_ms(row, q), _portmap_ms(ref, q)
+            entry[f"portmap_{q}_over_ref"] = round(mine / theirs, 3)
+            entry[f"chain_{q}_over_ref"] = round(row[f"{q}_ms"] / ref[f"{q}_ms"], 3)
+        out.append(entry)
+    return out
+
+
+def _portmap_ms(row: dict[str, Any], q: str) -> float:
+    """The per-plugin time of the portmap plugin (reference, podnet's or a variant) in a row:
+    the plugin of the chain that is not ptp."""
+    times: dict[str, float] = row[f"plugins_{q}_ms"]
+    return next(v for k, v in times.items() if k != "ptp")
+
+
 #: Prints the plugin file ``podnetctl install`` would write for the interpreter in argv[1].
 PLUGIN_SCRIPT_PROBE = """import importlib, sys
 for name in ("podnet.runtime.installer", "podnet.runtime.install"):
@@ -548,7 +653,7 @@ for name in ("podnet.runtime.installer", "podnet.runtime.install"):
         continue
 else:
     sys.exit(1)
-sys.stdout.write(plugin_script("podnet.plugins.podnet:main", sys.argv[1]))
+sys.stdout.write(plugin_script(sys.argv[2], sys.argv[1]))
 """
 
 #: setuptools' console script (what the venv's bin/podnet is), for trees without
@@ -557,10 +662,10 @@ CONSOLE_SCRIPT = """#!{python}
 # -*- coding: utf-8 -*-
 import re
 import sys
-from podnet.plugins.podnet import main
+from {module} import {func}
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
+    sys.exit({func}())
 """
 
 
@@ -616,6 +721,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
+    if report["settings"].get("suite") == "portmap":
+        return render_portmap(report)
     lines = [
         f"podnet vs ptp+host-local+portmap — {report['date']}, "
         f"kernel {report['machine']['kernel']}, "
@@ -641,6 +748,47 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PORTMAP_SIDE_NAMES = {
+    "ref": "reference portmap",
+    "pm-ipt": "podnet-portmap iptables",
+    "pm-nft": "podnet-portmap nftables",
+    "var-ipt": "variant iptables",
+    "var-nft": "variant nftables",
+}
+
+
+def render_portmap(report: dict[str, Any]) -> str:
+    """``--suite portmap``: the portmap plugin's own time and the chain's, then the ratios."""
+    lines = [
+        f"ptp+host-local + reference portmap / podnet-portmap — {report['date']}, "
+        f"kernel {report['machine']['kernel']}, "
+        f"{report['machine']['cpus']} CPUs, n={report['settings']['samples']} per cell, "
+        f"podnet-portmap from {report['settings']['podnet']}",
+        "",
+        f"{'side':<25}{'verb':<5}{'pods':>5}{'portmap p50':>13}{'p90':>8}"
+        f"{'chain p50':>11}{'p90':>8}{'ptp p50':>9}",
+    ]
+    order = {side: i for i, side in enumerate(PORTMAP_SIDE_NAMES)}
+    cells = sorted(report["cells"], key=lambda r: (r["verb"], r["pods"], order.get(r["side"], 9)))
+    for r in cells:
+        ptp = r["plugins_p50_ms"].get("ptp", float("nan"))
+        lines.append(
+            f"{PORTMAP_SIDE_NAMES.get(r['side'], r['side']):<25}{r['verb']:<5}{r['pods']:>5}"
+            f"{_portmap_ms(r, 'p50'):>13.1f}{_portmap_ms(r, 'p90'):>8.1f}"
+            f"{r['p50_ms']:>11.1f}{r['p90_ms']:>8.1f}{ptp:>9.1f}"
+        )
+    lines += ["", "podnet-portmap / reference portmap (ms ratios):",
+              f"{'side':<25}{'verb':<5}{'pods':>5}{'portmap p50':>13}{'p90':>8}"
+              f"{'chain p50':>11}{'p90':>8}"]  # fmt: skip
+    for r in sorted(report["ratios"], key=lambda r: (r["verb"], r["pods"], r["side"])):
+        lines.append(
+            f"{PORTMAP_SIDE_NAMES.get(r['side'], r['side']):<25}{r['verb']:<5}{r['pods']:>5}"
+            f"{r['portmap_p50_over_ref']:>12.2f}x{r['portmap_p90_over_ref']:>7.2f}x"
+            f"{r['chain_p50_over_ref']:>10.2f}x{r['chain_p90_over_ref']:>7.2f}x"
+        )
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
@@ -661,14 +809,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--podnet",
         metavar="PATH",
-        help="run this podnet executable as it is (default: the plugin file "
-        "'podnetctl install' writes, for the venv's podnet)",
+        help="run this executable, as it is, as podnet (as podnet-portmap with --suite portmap) "
+        "(default: the plugin file 'podnetctl install' writes, for the venv's podnet)",
     )
     p.add_argument(
         "--commit",
         metavar="REV",
         help="measure src/podnet as committed in REV (git archive into the tmp dir) "
         "instead of the work tree",
+    )
+    p.add_argument(
+        "--suite",
+        choices=("podnet", "portmap"),
+        default="podnet",
+        help="podnet: the podnet plugin vs ptp+host-local+portmap (issue 2 targets); portmap: "
+        "ptp+host-local followed by the reference portmap vs podnet-portmap with the iptables "
+        "and with the nftables backend (issue 3) (podnet)",
+    )
+    p.add_argument(
+        "--variant",
+        metavar="PATH",
+        help="--suite portmap: also run this executable as podnet-portmap (e.g. a patched copy "
+        "of the plugin file, see bench/portmap_variant.py), sides var-ipt and var-nft",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--fail-on-miss", action="store_true", help="exit 1 when a target is missed")
@@ -687,13 +849,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _preflight(args: argparse.Namespace) -> None:
     if os.geteuid() != 0:
         sys.exit("bench_add_del: needs root (network namespaces)")
-    for tool in ("ip", "nft", "iptables"):
+    for tool in ("ip", "nft", "iptables", "iptables-save", "iptables-restore"):
         if shutil.which(tool) is None:
             sys.exit(f"bench_add_del: {tool} not found")
     for plugin in ("ptp", "host-local", "portmap"):
         if not os.access(os.path.join(REFERENCE_DIR, plugin), os.X_OK):
             sys.exit(f"bench_add_del: {REFERENCE_DIR}/{plugin} missing "
                      "(apt-get install containernetworking-plugins)")  # fmt: skip
+    if args.variant and (args.suite != "portmap" or not os.access(args.variant, os.X_OK)):
+        sys.exit(f"bench_add_del: --variant needs --suite portmap and an executable {args.variant}")
     if args.podnet and not os.access(args.podnet, os.X_OK):
         sys.exit(f"bench_add_del: podnet plugin {args.podnet} not found or not executable")
     if not args.podnet and not os.access(VENV_PYTHON, os.X_OK):
