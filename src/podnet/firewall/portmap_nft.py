@@ -71,12 +71,17 @@ class Listing:
         self.owners: dict[str, str] = {}  # chain → "network containerID" (its comment)
         self.elements: dict[str, dict[str, str]] = {name: {} for name in MAPS}
         self.masq_marks: set[int] = set()
+        self.maps_seen: set[str] = set()
+        self.complete = False  # True when the listing holds every chain (a whole-table list)
         for item in (data or {}).get("nftables", []):
+            if item.get(next(iter(item)), {}).get("table", TABLE) != TABLE:
+                continue  # "list maps inet" shows other inet tables' maps too
             if "chain" in item:
                 self.chains.add(item["chain"]["name"])
                 if item["chain"].get("comment"):
                     self.owners[item["chain"]["name"]] = item["chain"]["comment"]
             elif "map" in item and item["map"]["name"] in MAPS:
+                self.maps_seen.add(item["map"]["name"])
                 for key, verdict in item["map"].get("elem", []):
                     target = (verdict.get("jump") or verdict.get("goto") or {}).get("target")
                     self.elements[item["map"]["name"]][_key_text(key)] = target or ""
@@ -140,7 +145,15 @@ def container_rules(options: PortmapOptions, container: ContainerNet,
 
 
 def base_script(listing: Listing, options: PortmapOptions) -> list[str]:
-    """Idempotent lines that (re)create the table, maps, hooks and the dispatch rules."""
+    """Lines that create the table, maps, hooks and dispatch rules — only when a map is missing
+    (they are all made in one transaction): re-flushing the hook chains on every ADD made the
+    kernel wait for an RCU grace period (nft -f 15.8 ms instead of 4.1, measured). The masquerade
+    rule of this mark bit is added when the listing of ``postrouting`` lacks it."""
+    lines: list[str] = []
+    if set(MAPS) <= listing.maps_seen:
+        if options.snat and (1 << options.mark_masq_bit) not in listing.masq_marks:
+            lines.append(f"add rule {T} postrouting {masq_rule(options)}")
+        return lines
     lines = [f"add table {T}"]
     lines += [f"add map {T} {name} {{ type {kind}; }}" for name, kind in MAPS.items()]
     lines += [
@@ -194,15 +207,19 @@ def teardown_script(listing: Listing, network: str, container_id: str) -> str | 
     """Delete the elements that jump to the container's chain, then the chain; None when
     neither exists (DEL is idempotent)."""
     chain = chain_name(network, container_id)
+    if not listing.maps_seen:
+        return None  # no table: nothing of this container can exist
     lines = [
         f"delete element {T} {name} {{ {key} }}"
         for name, elements in listing.elements.items()
         for key, target in elements.items()
         if target == chain
     ]
-    if chain in listing.chains:
-        lines += [f"flush chain {T} {chain}", f"delete chain {T} {chain}"]
-    return "\n".join(lines) + "\n" if lines else None
+    if chain in listing.chains or not listing.complete:
+        # A maps-only listing does not say whether the chain exists: "add" makes sure it does.
+        lines += [f"add chain {T} {chain}", f"flush chain {T} {chain}",
+                  f"delete chain {T} {chain}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def missing(listing: Listing, network: str, container_id: str,
@@ -227,7 +244,8 @@ def missing(listing: Listing, network: str, container_id: str,
 
 
 def list_table() -> Listing:
-    """The table as it is now (an empty Listing when it does not exist)."""
+    """The whole table as it is now (an empty Listing when it does not exist): for CHECK and
+    GC. At 300 containers it is ~400 KB of JSON (~60 ms): ADD and DEL use :func:`list_maps`."""
     from podnet import proc
     from podnet.cni.fastjson import loads
 
@@ -235,7 +253,24 @@ def list_table() -> Listing:
         out = proc.run(["nft", "-j", "list", "table", FAMILY, TABLE])
     except proc.ToolError:
         return Listing(None)
-    return Listing(loads(out))
+    listing = Listing(loads(out))
+    listing.complete = True
+    return listing
+
+
+def list_maps(postrouting: bool) -> Listing:
+    """Only the dispatch maps (and, with ``postrouting``, that chain's rules, for the masquerade
+    marks in use): what ADD and DEL need, at a cost that barely grows with containers."""
+    from podnet import proc
+    from podnet.cni.fastjson import loads
+
+    rc, out, _ = proc.spawn(["nft", "-j", "list", "maps", FAMILY]).wait()
+    items = loads(out).get("nftables", []) if rc == 0 and out.strip() else []
+    if postrouting and items:
+        rc, out, _ = proc.spawn(["nft", "-j", "list", "chain", FAMILY, TABLE, "postrouting"]).wait()
+        if rc == 0 and out.strip():
+            items += loads(out).get("nftables", [])
+    return Listing({"nftables": items})
 
 
 def chain_text(chain: str) -> str:

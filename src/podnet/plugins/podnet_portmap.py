@@ -161,7 +161,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
         from podnet.firewall import nft, portmap_nft
 
         with _TableLock():
-            listing = portmap_nft.list_table()
+            listing = portmap_nft.list_maps(postrouting=conf.options.snat)
             script = portmap_nft.setup_script(
                 listing, conf.options, conf.name, call.container_id, nets, conf.port_mappings
             )
@@ -193,21 +193,25 @@ def cmd_del(call: Call) -> None:
         from podnet.firewall import nft, portmap_nft
 
         with _TableLock():
-            script = portmap_nft.teardown_script(portmap_nft.list_table(), conf.name,
-                                                 call.container_id)  # fmt: skip
+            script = portmap_nft.teardown_script(portmap_nft.list_maps(postrouting=False),
+                                                 conf.name, call.container_id)  # fmt: skip
             if script:
                 nft.apply(script, f"remove hostPorts of {call.container_id}")
         _udp_flush(conf.port_mappings, [4, 6])
         return
-    families = [f for f in (4, 6) if iptables.usable(f)]
-    if not families:
-        raise errors.KernelError("neither iptables nor ip6tables is usable")
-    for family in families:
+    families = []
+    for family in (4, 6):
         with _TableLock():
-            saved = rules.SavedNat(iptables.save(family))
+            try:  # a family whose iptables does not work here holds nothing of ours
+                saved = rules.SavedNat(iptables.save(family))
+            except errors.KernelError:
+                continue
+            families.append(family)
             script = rules.teardown_script(saved, conf.name, call.container_id)
             if script:
                 iptables.restore(family, script, f"remove hostPorts of {call.container_id}")
+    if not families:
+        raise errors.KernelError("neither iptables nor ip6tables is usable")
     _udp_flush(conf.port_mappings, families)
 
 
