@@ -1,0 +1,95 @@
+"""podnet-redirect's rules as data (issue 4, in progress): linkerd2-proxy-init's chains and
+comments (seed 003, FIELD-NOTES §5), golden text per option set, and loading them for real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from netns import Lab
+from podnet.firewall import redirect as r
+
+GOLDEN = Path(__file__).parent / "golden" / "redirect"
+
+CASES = {
+    "defaults": r.RedirectOptions(),
+    "ignores": r.RedirectOptions(
+        inbound_ports_to_ignore=r.parse_ports("4190,4191,25-27"),
+        outbound_ports_to_ignore=r.parse_ports("443,6443"),
+        subnets_to_ignore=["10.0.0.0/8", "fd00::/8"], proxy_gid=2103,
+    ),
+    "redirect_listed": r.RedirectOptions(ports_to_redirect=r.parse_ports("80,8080-8090"), proxy_uid=0),
+    "many_ports": r.RedirectOptions(inbound_ports_to_ignore=r.parse_ports(
+        ",".join(str(p) for p in range(1000, 1012)) + ",2000-2001,3000-3001,4000")),
+}
+
+
+def test_multiport_split_counts_ranges_twice() -> None:
+    ports = r.parse_ports(",".join(str(p) for p in range(1, 14)) + ",100-101,200")
+    sizes = [sum(p.refs for p in chunk) for chunk in r.chunks(ports)]
+    assert sizes == [15, 1]  # 13 ports + the range (2 refs) fill a rule; 200 starts the next
+    assert [len(c) for c in r.chunks(ports)] == [14, 1]
+
+
+@pytest.mark.parametrize("bad", ["0", "70000", "10-5", "a", "1-b"])
+def test_bad_ports(bad: str) -> None:
+    with pytest.raises(ValueError):
+        r.parse_ports(bad)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("family", [4, 6])
+def test_restore_golden(name: str, family: int) -> None:
+    text = r.restore_script(CASES[name], family, set())
+    path = GOLDEN / f"{name}_v{family}.rules"
+    if os.environ.get("PODNET_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nft_golden(name: str) -> None:
+    text = r.nft_script(CASES[name])
+    path = GOLDEN / f"{name}.nft"
+    if os.environ.get("PODNET_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def _jumps(save: str) -> set[str]:
+    return r.present(save)[0]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("variant", ["nft", "legacy"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rules_load_and_rerun_gives_the_same_rules(lab: Lab, name: str, variant: str) -> None:
+    if shutil.which(f"iptables-{variant}-restore") is None:
+        pytest.skip(f"iptables-{variant} not installed")
+    saves = []
+    for _ in range(2):
+        save = lab.exec(lab.node, f"iptables-{variant}-save", "-t", "nat").stdout
+        text = r.restore_script(CASES[name], 4, _jumps(save))
+        lab.exec(lab.node, f"iptables-{variant}-restore", "--noflush", input=text)
+        saves.append("\n".join(line for line in lab.exec(lab.node, f"iptables-{variant}-save", "-t", "nat").stdout.splitlines()
+                               if not line.startswith("#")))
+    assert saves[0] == saves[1]
+    assert saves[0].count("install-proxy-init-prerouting") == 1
+    cleanup = r.cleanup_script(_jumps(saves[1]), {r.REDIRECT_CHAIN, r.OUTPUT_CHAIN})
+    assert cleanup is not None
+    lab.exec(lab.node, f"iptables-{variant}-restore", "--noflush", input=cleanup)
+    assert "PROXY_INIT" not in lab.exec(lab.node, f"iptables-{variant}-save", "-t", "nat").stdout
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nft_table_loads_and_is_replaced(lab: Lab, name: str) -> None:
+    for _ in range(2):
+        subprocess.run(["ip", "netns", "exec", lab.node, "nft", "-f", "-"], input=r.nft_script(CASES[name]),
+                       text=True, check=True, capture_output=True)
+    listing = lab.exec(lab.node, "nft", "list", "table", "inet", r.NFT_TABLE).stdout
+    assert listing.count("redirect to :") == (2 if name != "redirect_listed" else 2)
