@@ -15,6 +15,7 @@ import click
 from podnet import __version__
 from podnet.cli import install as install_cmd
 from podnet.cli import net as net_cmd
+from podnet.cli import proxy_init as proxy_init_cmd
 from podnet.cli import state as state_cmd
 from podnet.cni.errors import CNIError
 
@@ -51,6 +52,7 @@ def cli() -> None:
 
 cli.add_command(net_cmd.net)
 cli.add_command(install_cmd.install)
+cli.add_command(proxy_init_cmd.proxy_init)
 for command in state_cmd.COMMANDS:
     cli.add_command(command)
 

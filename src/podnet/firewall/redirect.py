@@ -191,6 +191,11 @@ def restore_script(options: RedirectOptions, family: int, present_jumps: set[str
     return "\n".join([*lines, "COMMIT", ""])
 
 
+def nft_cleanup_script() -> str:
+    """Remove the nftables mode's table, whether it exists or not."""
+    return f"add table inet {NFT_TABLE}\ndelete table inet {NFT_TABLE}\n"
+
+
 def cleanup_script(present_jumps: set[str], chains: set[str]) -> str | None:
     """Input removing the jumps and both chains; None when nothing of ours is there."""
     lines = [f"-D {parent} {rule}" for parent, rule in JUMPS if parent in present_jumps]
@@ -200,11 +205,13 @@ def cleanup_script(present_jumps: set[str], chains: set[str]) -> str | None:
     return "\n".join(["*nat", *lines, "COMMIT", ""]) if lines else None
 
 
-def nft_script(options: RedirectOptions) -> str:
+def nft_script(options: RedirectOptions, ipv6: bool = True) -> str:
     """The nftables mode: table ``inet podnet_redirect`` replaced in one transaction (IPv4 and
-    IPv6 together); the same decisions as the iptables chains, with linkerd's comments."""
+    IPv6 together; without ``ipv6`` IPv6 packets pass untouched, as linkerd without --ipv6);
+    the same decisions as the iptables chains, with linkerd's comments."""
     t = f"inet {NFT_TABLE}"
-    inbound = []
+    guard = [] if ipv6 else ['meta nfproto ipv6 return comment "proxy-init/ipv4-only"']
+    inbound = list(guard)
     ignored_in = ", ".join(p.nft() for p in options.inbound_ports_to_ignore)
     if ignored_in:
         inbound.append(f"tcp dport {{ {ignored_in} }} return comment \"proxy-init/ignore-port\"")
@@ -219,7 +226,7 @@ def nft_script(options: RedirectOptions) -> str:
     else:
         inbound.append(f"meta l4proto tcp redirect to :{to} "
                        "comment \"proxy-init/redirect-all-incoming-to-proxy-port\"")  # fmt: skip
-    outbound = []
+    outbound = list(guard)
     if options.proxy_uid > 0:
         outbound.append(f"meta skuid {options.proxy_uid} return "
                         "comment \"proxy-init/ignore-proxy-user-id\"")  # fmt: skip

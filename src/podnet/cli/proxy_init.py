@@ -1,0 +1,109 @@
+"""``podnetctl proxy-init``: Linkerd's proxy-init redirection for a network namespace, with the
+options of linkerd2-proxy-init (seed 003)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("proxy-init")
+@click.option(
+    "--netns",
+    default=None,
+    metavar="PATH",
+    help="Network namespace file [default: the current one].",
+)
+@click.option(
+    "--incoming-proxy-port",
+    type=click.IntRange(1, 65535),
+    default=4143,
+    show_default=True,
+    help="Proxy's inbound port: incoming TCP is redirected there.",
+)
+@click.option(
+    "--outgoing-proxy-port",
+    type=click.IntRange(1, 65535),
+    default=4140,
+    show_default=True,
+    help="Proxy's outbound port: outgoing TCP is redirected there.",
+)
+@click.option(
+    "--proxy-uid",
+    type=click.IntRange(0),
+    default=2102,
+    show_default=True,
+    help="The proxy's user ID: its own traffic is not redirected (0: no rule).",
+)
+@click.option(
+    "--proxy-gid",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="The proxy's group ID (0: no rule).",
+)
+@click.option(
+    "--inbound-ports-to-ignore",
+    default="",
+    metavar="PORTS",
+    help="Inbound ports and a-b ranges (comma-separated) that bypass the proxy.",
+)
+@click.option(
+    "--outbound-ports-to-ignore",
+    default="",
+    metavar="PORTS",
+    help="Outbound ports and a-b ranges that bypass the proxy.",
+)
+@click.option(
+    "--subnets-to-ignore",
+    default="",
+    metavar="CIDRS",
+    help="Inbound source subnets (comma-separated) that bypass the proxy.",
+)
+@click.option(
+    "--ports-to-redirect",
+    default="",
+    metavar="PORTS",
+    help="Redirect only these inbound ports (linkerd's redirect-listed mode).",
+)
+@click.option(
+    "--firewall",
+    type=click.Choice(["iptables-legacy", "iptables-nft", "nftables"]),
+    default="iptables-nft",
+    show_default=True,
+    help="Which firewall to program.",
+)
+@click.option("--ipv6", is_flag=True, help="Also redirect IPv6 (an IPv6 failure is an error).")
+@click.option("--simulate", is_flag=True, help="Print the rules; change nothing.")
+@click.option("--cleanup", is_flag=True, help="Remove everything proxy-init installed.")
+def proxy_init(netns: str | None, incoming_proxy_port: int, outgoing_proxy_port: int,
+               proxy_uid: int, proxy_gid: int, inbound_ports_to_ignore: str,
+               outbound_ports_to_ignore: str, subnets_to_ignore: str, ports_to_redirect: str,
+               firewall: str, ipv6: bool, simulate: bool, cleanup: bool) -> None:  # fmt: skip
+    """Redirect a pod's TCP through its proxy: inbound to --incoming-proxy-port, outbound to
+    --outgoing-proxy-port, except the proxy's own traffic, loopback and ignored ports/subnets."""
+    import ipaddress
+
+    from podnet.firewall import redirect, redirect_apply
+
+    if cleanup:
+        for tool, text in redirect_apply.cleanup(firewall, ipv6, netns):
+            click.echo(f"# {tool}\n{text}", nl=False)
+        return
+    try:
+        subnets = [
+            str(ipaddress.ip_network(s.strip())) for s in subnets_to_ignore.split(",") if s.strip()
+        ]
+        options = redirect.RedirectOptions(
+            incoming_proxy_port=incoming_proxy_port, outgoing_proxy_port=outgoing_proxy_port,
+            proxy_uid=proxy_uid, proxy_gid=proxy_gid,
+            inbound_ports_to_ignore=redirect.parse_ports(inbound_ports_to_ignore),
+            outbound_ports_to_ignore=redirect.parse_ports(outbound_ports_to_ignore),
+            subnets_to_ignore=subnets, ports_to_redirect=redirect.parse_ports(ports_to_redirect),
+        )  # fmt: skip
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    steps = (redirect_apply.plan if simulate else redirect_apply.apply)(
+        options, firewall, ipv6, netns
+    )
+    for tool, text in steps:
+        click.echo(f"# {tool}\n{text}", nl=False)
