@@ -79,3 +79,16 @@ def cleanup(firewall: str, ipv6: bool, netns: str | None) -> list[tuple[str, str
     for tool, text in steps:
         _run(netns, tool.split(), text)
     return steps
+
+
+def save(firewall: str, family: int, netns: str | None) -> str:
+    """``iptables-save -t nat`` of the chosen iptables variant and family in ``netns``."""
+    return _run(netns, [_tool(firewall, family, "save"), "-t", "nat"])
+
+
+def list_nft(netns: str | None) -> str:
+    """``nft list table inet podnet_redirect`` in ``netns`` ("" when it does not exist)."""
+    try:
+        return _run(netns, ["nft", "list", "table", "inet", redirect.NFT_TABLE])
+    except KernelError:
+        return ""

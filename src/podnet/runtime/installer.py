@@ -59,6 +59,7 @@ PLUGINS: dict[str, str] = {
     "podnet": "podnet.plugins.podnet:main",
     "podnet-ipam": "podnet.plugins.podnet_ipam:main",
     "podnet-portmap": "podnet.plugins.podnet_portmap:main",
+    "podnet-redirect": "podnet.plugins.podnet_redirect:main",
 }
 
 #: Linux reads at most this many bytes of a ``#!`` line.
