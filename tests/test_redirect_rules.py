@@ -23,6 +23,9 @@ CASES = {
         subnets_to_ignore=["10.0.0.0/8", "fd00::/8"], proxy_gid=2103,
     ),
     "redirect_listed": r.RedirectOptions(ports_to_redirect=r.parse_ports("80,8080-8090"), proxy_uid=0),
+    "custom_ports_no_uid": r.RedirectOptions(incoming_proxy_port=15006, outgoing_proxy_port=15001,
+                                             proxy_uid=0, proxy_gid=1337,
+                                             outbound_ports_to_ignore=r.parse_ports("1-1024")),
     "many_ports": r.RedirectOptions(inbound_ports_to_ignore=r.parse_ports(
         ",".join(str(p) for p in range(1000, 1012)) + ",2000-2001,3000-3001,4000")),
 }
@@ -51,10 +54,11 @@ def test_restore_golden(name: str, family: int) -> None:
     assert text == path.read_text()
 
 
+@pytest.mark.parametrize("ipv6", [True, False], ids=["ipv6", "ipv4-only"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_nft_golden(name: str) -> None:
-    text = r.nft_script(CASES[name])
-    path = GOLDEN / f"{name}.nft"
+def test_nft_golden(name: str, ipv6: bool) -> None:
+    text = r.nft_script(CASES[name], ipv6)
+    path = GOLDEN / (f"{name}.nft" if ipv6 else f"{name}_ipv4_only.nft")
     if os.environ.get("PODNET_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text()
@@ -93,3 +97,26 @@ def test_nft_table_loads_and_is_replaced(lab: Lab, name: str) -> None:
                        text=True, check=True, capture_output=True)
     listing = lab.exec(lab.node, "nft", "list", "table", "inet", r.NFT_TABLE).stdout
     assert listing.count("redirect to :") == (2 if name != "redirect_listed" else 2)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("variant", ["nft", "legacy"])
+def test_half_applied_run_is_repaired(lab: Lab, variant: str) -> None:
+    """A run that stopped half-way (the redirect chain with one stale rule, no output chain, no
+    jumps) is completed to exactly the rules of a clean run (linkerd2 #5786, #9267)."""
+    if shutil.which(f"iptables-{variant}-restore") is None:
+        pytest.skip(f"iptables-{variant} not installed")
+    options = CASES["ignores"]
+    clean = lab.netns("clean")
+    for ns in (clean, lab.node):
+        if ns == lab.node:
+            lab.exec(ns, f"iptables-{variant}-restore", "--noflush",
+                     input="*nat\n:PROXY_INIT_REDIRECT - [0:0]\n-A PROXY_INIT_REDIRECT -p tcp -j RETURN\nCOMMIT\n")
+        save = lab.exec(ns, f"iptables-{variant}-save", "-t", "nat").stdout
+        lab.exec(ns, f"iptables-{variant}-restore", "--noflush", input=r.restore_script(options, 4, _jumps(save)))
+
+    def rules(ns: str) -> list[str]:
+        return sorted(line for line in lab.exec(ns, f"iptables-{variant}-save", "-t", "nat").stdout.splitlines()
+                      if line.startswith("-A"))
+
+    assert rules(lab.node) == rules(clean)
