@@ -78,7 +78,21 @@ def cleanup(firewall: str, ipv6: bool, netns: str | None) -> list[tuple[str, str
                 steps.append((f"{_tool(firewall, family, 'restore')} --noflush", text))
     for tool, text in steps:
         _run(netns, tool.split(), text)
+    if firewall == "iptables-nft":
+        for family in (4, 6) if ipv6 else (4,):
+            _drop_empty_nat_table(family, netns)
     return steps
+
+
+def _drop_empty_nat_table(family: int, netns: str | None) -> None:
+    """iptables-nft creates table ``ip nat`` (``ip6 nat``) on first use; when our chains were
+    all it held, remove it too, so --cleanup leaves the netns as it was."""
+    from podnet.firewall.portmap_iptables import SavedNat
+
+    saved = SavedNat(save("iptables-nft", family, netns))
+    builtin = {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"}
+    if saved.chains and saved.chains <= builtin and not saved.rules:
+        _run(netns, ["nft", "delete", "table", "ip6" if family == 6 else "ip", "nat"])
 
 
 def save(firewall: str, family: int, netns: str | None) -> str:
