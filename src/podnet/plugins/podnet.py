@@ -517,7 +517,6 @@ def cmd_status(call: Call) -> None:
     tools or the database are unusable; exit 0 (nothing printed) when ADD can be served. With
     ``ipam``, the IPAM plugin's STATUS decides about addresses (its error passes through)."""
     from podnet import proc
-    from podnet.ipam.allocator import exhausted
 
     conf = _conf(call)
     for tool in ("ip", "nft"):
@@ -525,14 +524,9 @@ def cmd_status(call: Call) -> None:
             proc.which(tool)
         except FileNotFoundError as err:
             raise errors.Unavailable(f"{tool} is not installed", str(err)) from None
-    try:
-        store = _open(conf)
-    except CNIError as err:
-        raise errors.Unavailable(f"state database unusable: {err.msg}") from None
-    with store:
-        full = exhausted(conf.ranges, store.used_addresses)
-    if full:
-        raise errors.Unavailable(full)
+    from podnet.ipam.status import check_ranges
+
+    check_ranges(conf.data_dir, conf.busy_timeout, conf.ranges)
     if conf.ipam_type:
         from podnet.ipam import delegate
 

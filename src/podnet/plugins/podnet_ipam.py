@@ -194,18 +194,12 @@ def cmd_gc(call: Call) -> None:
 def cmd_status(call: Call) -> None:
     """STATUS (spec 1.1): code 50 when some family of ``ipam.ranges`` has no free address left
     (allocations of every owner in the database count) or the database is unusable."""
-    from podnet.ipam.allocator import exhausted
     from podnet.plugins.podnet_ipam_conf import IpamConf
 
     conf = IpamConf(call.config)
-    try:
-        store = _open(conf)
-    except CNIError as err:
-        raise errors.Unavailable(f"state database unusable: {err.msg}") from None
-    with store:
-        full = exhausted(conf.ranges, store.used_addresses)
-    if full:
-        raise errors.Unavailable(full)
+    from podnet.ipam.status import check_ranges
+
+    check_ranges(conf.data_dir, conf.busy_timeout, conf.ranges)
 
 
 HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "STATUS": cmd_status}

@@ -169,6 +169,15 @@ class Store:
         ).fetchall()
         return [(i, s, d, bool(m)) for i, s, d, m in rows]
 
+    def _insert_range(self, subnet: str, description: str, *, ip_masq: bool) -> None:
+        cur = self.conn.execute(
+            "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)", (subnet, description)
+        )
+        self.conn.execute(
+            "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?)",
+            (cur.lastrowid, int(ip_masq)),
+        )
+
     def add_ranges(self, subnets: Sequence[str], description: str) -> bool:
         """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
         serves them for another main plugin, which owns their egress. Known ranges and their
@@ -177,14 +186,7 @@ class Store:
         added = False
         for subnet in subnets:
             if subnet not in known:
-                cur = self.conn.execute(
-                    "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)",
-                    (subnet, description),
-                )
-                self.conn.execute(
-                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, 0)",
-                    (cur.lastrowid,),
-                )
+                self._insert_range(subnet, description, ip_masq=False)
                 added = True
         return added
 
@@ -197,14 +199,7 @@ class Store:
         changed = False
         for subnet in subnets:
             if subnet not in known:
-                cur = self.conn.execute(
-                    "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)",
-                    (subnet, description),
-                )
-                self.conn.execute(
-                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?)",
-                    (cur.lastrowid, int(ip_masq)),
-                )
+                self._insert_range(subnet, description, ip_masq=ip_masq)
                 changed = True
             elif known[subnet][1] != ip_masq:
                 self.conn.execute(
