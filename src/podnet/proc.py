@@ -1,17 +1,35 @@
-"""Running the field's tools (``ip``, ``nft``, ``conntrack``) with little start-up cost.
+"""Running the field's tools (``ip``, ``nft``, ``conntrack``, …) with little start-up cost, a
+deadline, and no process left behind.
 
 A plugin is a new process per call, so this module avoids :mod:`subprocess` (its import pulls in
 ``selectors``, ``threading`` and ``signal``: ~6 ms) and spawns with :func:`os.posix_spawn`, which
 is also cheaper than fork+exec for the parent. Children inherit the caller's network namespace:
 see :mod:`podnet.link.netns` to run a tool inside a pod's netns.
 
-Outputs are read stdout-first; the tools used here keep stderr far below a pipe's 64 KiB, so the
-order cannot deadlock.
+Every child:
+
+- runs in a process group of its own, so a deadline kills it and anything it started;
+- gets SIGKILL when the plugin dies (``setpriv --pdeathsig KILL``, util-linux): a runtime that
+  kills a plugin with SIGKILL mid-ADD must not leave an ``ip -batch`` running that creates a veth
+  after the runtime's DEL has already cleaned up (issue 7, item 7);
+- has a deadline (:data:`Limits.timeout` seconds, set once per plugin call from the NetConf's
+  ``toolTimeout``): past it the group is killed and :class:`ToolTimeout` (code 104, naming the
+  tool) is raised. Stdin, stdout and stderr are pumped with ``poll`` so neither a tool that does
+  not read its input nor one that floods its output can block the plugin past the deadline.
+
+Errors are :class:`~podnet.cni.errors.KernelError` subclasses (CNI code 104): a tool that is
+missing (:class:`ToolMissing`), exits non-zero (:class:`ToolError`, raised by :func:`run` and
+:meth:`Spawned.check`; callers that interpret exit codes use :meth:`Spawned.wait`), or overruns
+its deadline (:class:`ToolTimeout`). The tool's stderr is in ``details``.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import time
+
+from podnet.cni.errors import KernelError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,77 +37,212 @@ if TYPE_CHECKING:
 
 #: Where tools are looked up after $PATH: runtimes call plugins with a PATH that may lack sbin.
 _FALLBACK_PATH = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
-_resolved: dict[str, str] = {}
+#: SIGKILL's number on Linux (the signal module's enums cost ~3 ms of import per plugin call).
+_SIGKILL = 9
 
 
-class ToolError(Exception):
-    """A tool exited non-zero: ``argv``, ``returncode``, ``stdout``, ``stderr`` (str)."""
+class Limits:
+    """Per-process settings of spawned tools: ``timeout`` (seconds a tool may run, default 10;
+    the plugin skeleton sets it from ``toolTimeout``) and ``pdeathsig`` (wrap children in
+    ``setpriv --pdeathsig KILL`` when setpriv exists). A plugin process serves exactly one CNI
+    call, so these are set once, before any tool runs."""
+
+    timeout = 10.0
+    pdeathsig = True
+
+
+class ToolMissing(KernelError):
+    """The tool is not installed (not in PATH nor in the sbin/bin fallbacks); code 104."""
+
+
+class ToolError(KernelError):
+    """A tool exited non-zero: ``argv``, ``returncode``, ``stdout``, ``stderr`` (str); code 104
+    with the tool's stderr as ``details``."""
 
     def __init__(self, argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
-        super().__init__(f"{' '.join(argv)}: exit {returncode}: {stderr.strip()}")
+        super().__init__(f"{_name(argv)} failed (exit status {returncode})", stderr.strip())
         self.argv = list(argv)
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
 
 
+class ToolTimeout(KernelError):
+    """A tool ran past its deadline and was killed with its process group; code 104."""
+
+
+def _name(argv: Sequence[str]) -> str:
+    """The tool a command line runs, skipping the wrappers podnet puts in front of it."""
+    words = list(argv)
+    while words and os.path.basename(words[0]) in ("setpriv", "nsenter"):
+        words = words[1:]
+        while words and words[0].startswith("-"):
+            words = words[2:] if words[0] == "--pdeathsig" else words[1:]
+    return os.path.basename(words[0]) if words else "?"
+
+
+_resolved: dict[str, str] = {}  # tool → path, for this process
+
+
 def which(tool: str) -> str:
-    """Absolute path of ``tool`` from $PATH, then the sbin/bin fallbacks; FileNotFoundError."""
+    """Absolute path of ``tool`` from $PATH, then the sbin/bin fallbacks; :class:`ToolMissing`.
+
+    Only executable regular files count (a tool hidden by a bind mount of /dev/null does not).
+    """
     found = _resolved.get(tool)
     if found:
         return found
     dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d] + list(_FALLBACK_PATH)
     for d in dirs:
         path = os.path.join(d, tool)
-        if os.access(path, os.X_OK):
+        if os.access(path, os.X_OK) and os.path.isfile(path):
             _resolved[tool] = path
             return path
-    raise FileNotFoundError(f"{tool} not found in PATH or {':'.join(_FALLBACK_PATH)}")
+    raise ToolMissing(f"{tool} is not installed",
+                      f"{tool} not found in PATH or {':'.join(_FALLBACK_PATH)}")  # fmt: skip
+
+
+def _wrapper() -> list[str]:
+    if not Limits.pdeathsig:
+        return []
+    try:
+        return [which("setpriv"), "--pdeathsig", "KILL"]
+    except ToolMissing:
+        Limits.pdeathsig = False  # util-linux is essential on Debian; elsewhere, do without
+        return []
 
 
 class Spawned:
     """A started tool; :meth:`wait` collects its exit status and output.
 
     ``argv[0]`` is looked up with :func:`which` unless it is an absolute path; ``env`` replaces
-    the environment (default: this process's).
+    the environment (default: this process's); ``timeout`` overrides :data:`Limits.timeout`.
+    Raises :class:`ToolMissing`, or KernelError when the process cannot be started; no file
+    descriptor is left open then.
     """
 
     def __init__(
-        self, argv: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        stdin: bytes | None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.argv = list(argv)
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        exe = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
+        full = [*_wrapper(), exe, *self.argv[1:]]
+        pipes = [*os.pipe(), *os.pipe(), *os.pipe()]
+        in_r, in_w, out_r, out_w, err_r, err_w = pipes
         actions = [
             (os.POSIX_SPAWN_DUP2, in_r, 0),
             (os.POSIX_SPAWN_DUP2, out_w, 1),
             (os.POSIX_SPAWN_DUP2, err_w, 2),
         ]
         try:
-            exe = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
-            environ = os.environ if env is None else env
-            self.pid = os.posix_spawn(exe, self.argv, environ, file_actions=actions)
-        finally:
-            os.close(in_r)
-            os.close(out_w)
-            os.close(err_w)
+            self.pid = os.posix_spawn(full[0], full, os.environ if env is None else env,
+                                      file_actions=actions, setpgroup=0)  # fmt: skip
+        except OSError as err:
+            for fd in pipes:
+                os.close(fd)
+            raise KernelError(f"cannot start {_name(argv)}: {err.strerror}", str(err)) from err
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        self.timeout = Limits.timeout if timeout is None else timeout
+        self.deadline = time.monotonic() + self.timeout
         self._out, self._err = out_r, err_r
+        self._pending = memoryview(stdin or b"")
+        self._pidfd = -1
+        self._in: int | None = in_w
+        os.set_blocking(in_w, False)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Write what the pipe takes now; close stdin once all is written or the tool is gone."""
+        assert self._in is not None
         try:
-            if stdin:
-                view = memoryview(stdin)
-                while view:
-                    view = view[os.write(in_w, view) :]
+            while self._pending:
+                self._pending = self._pending[os.write(self._in, self._pending) :]
+        except BlockingIOError:
+            return
         except BrokenPipeError:
             pass  # the tool exited without reading it all: its exit status says why
-        finally:
-            os.close(in_w)
+        os.close(self._in)
+        self._in = None
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self.pid, _SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+
+    def _reap(self) -> int:
+        """The exit status, once the tool has closed its output; killed at the deadline (a
+        tool may close its pipes and still run)."""
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return status
+            if time.monotonic() >= self.deadline:
+                self._kill()
+                raise ToolTimeout(f"{_name(self.argv)} did not exit within {self.timeout:g} s "
+                                  "and was killed", " ".join(self.argv)[:300])  # fmt: skip
+            time.sleep(0.0005)
+
+    def _close(self) -> None:
+        for fd in (self._in, self._out, self._err, self._pidfd):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        self._in = None
+        self._out = self._err = self._pidfd = -1
 
     def wait(self) -> tuple[int, str, str]:
-        """Block until the tool exits: ``(returncode, stdout, stderr)``."""
-        out = _read_all(self._out)
-        err = _read_all(self._err)
-        _, status = os.waitpid(self.pid, 0)
+        """Block until the tool exits: ``(returncode, stdout, stderr)``. A tool still running at
+        its deadline is killed with its process group: :class:`ToolTimeout` (104)."""
+        chunks: dict[int, list[bytes]] = {self._out: [], self._err: []}
+        poller = select.poll()
+        for fd in chunks:
+            poller.register(fd, select.POLLIN)
+        if self._in is not None:
+            poller.register(self._in, select.POLLOUT)
+        open_fds = len(chunks) + (self._in is not None)
+        try:
+            exited = self._pidfd = os.pidfd_open(self.pid)
+            poller.register(exited, select.POLLIN)  # readable once the tool has exited
+            open_fds += 1
+        except OSError:  # a kernel before 5.3: _reap polls waitpid instead
+            exited = -1
+        try:
+            while open_fds:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    self._kill()
+                    raise ToolTimeout(
+                        f"{_name(self.argv)} did not finish within {self.timeout:g} s "
+                        "and was killed",
+                        " ".join(self.argv)[:300],
+                    )
+                for fd, _ in poller.poll(left * 1000):
+                    if fd == exited:
+                        poller.unregister(fd)
+                        open_fds -= 1
+                        continue
+                    if fd == self._in:
+                        self._feed()
+                        if self._in is None:
+                            poller.unregister(fd)
+                            open_fds -= 1
+                        continue
+                    data = os.read(fd, 65536)
+                    if data:
+                        chunks[fd].append(data)
+                    else:
+                        poller.unregister(fd)
+                        open_fds -= 1
+            status = self._reap()
+        finally:
+            self._close()
+        out, err = (b"".join(c).decode(errors="replace") for c in chunks.values())
         return os.waitstatus_to_exitcode(status), out, err
 
     def check(self) -> str:
@@ -100,27 +253,17 @@ class Spawned:
         return out
 
 
-def _read_all(fd: int) -> str:
-    chunks = []
-    try:
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode(errors="replace")
-
-
 def spawn(
-    argv: Sequence[str], stdin: bytes | None = None, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
 ) -> Spawned:
     """Start ``argv`` (tool looked up with :func:`which`, or an absolute path) without waiting;
     feed ``stdin``; ``env`` replaces the environment (default: this process's)."""
-    return Spawned(argv, stdin, env)
+    return Spawned(argv, stdin, env, timeout)
 
 
 def run(argv: Sequence[str], stdin: bytes | None = None) -> str:
-    """Run ``argv`` to completion; stdout on success, :class:`ToolError` otherwise."""
+    """Run ``argv`` to completion; stdout on success, :class:`ToolError` (104) otherwise."""
     return Spawned(argv, stdin).check()
