@@ -88,17 +88,43 @@ def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
     module, sep, func = entry_point.partition(":")
     if not sep or not module or not func.isidentifier():
         raise ValueError(f"entry point {entry_point!r} is not 'module:function'")
-    import podnet
-
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(podnet.__file__)))
+    own, *deps = _plugin_path()
+    extra = f"sys.path += {deps!r}\n" if deps else ""
     return (
         f"#!{exe} -IS\n"
         f"# CNI plugin installed by podnetctl install; runs {entry_point}.\n"
         "import sys\n"
-        f"sys.path.insert(0, {package_parent!r})\n"
+        f"sys.path.insert(0, {own!r})\n"
+        f"{extra}"
         f"from {module} import {func}\n"
         f"{func}()\n"
     )
+
+
+#: Packages the plugins import at run time besides podnet and the stdlib.
+PLUGIN_RUNTIME_DEPS = ("jiter",)
+
+
+def _plugin_path() -> list[str]:
+    """The directories holding ``podnet`` and :data:`PLUGIN_RUNTIME_DEPS` (``-S`` skips
+    site-packages), each once: podnet's own first (put before the standard library), then the
+    dependencies' (put after it, so nothing in site-packages can shadow a stdlib module). A
+    dependency that is not installed is left out (the plugins fall back to the stdlib)."""
+    import podnet
+
+    out = [os.path.dirname(os.path.dirname(os.path.abspath(podnet.__file__)))]
+    for dep in PLUGIN_RUNTIME_DEPS:
+        spec = importlib.util.find_spec(dep)
+        if spec is None or not spec.origin:
+            continue
+        origin = os.path.abspath(spec.origin)
+        # a package's origin is <dir>/<dep>/__init__.py; a module's <dir>/<dep>….so
+        parent = os.path.dirname(origin)
+        if spec.submodule_search_locations:
+            parent = os.path.dirname(parent)
+        if parent not in out:
+            out.append(parent)
+    return out
 
 
 def network_conflist(
