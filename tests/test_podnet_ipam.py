@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from netns import CLIENT_ADDR4, NODE_ADDR4, VENV_BIN, Lab
+from podnet.cni import env as cni_env
 from podnet.cni import skel
 from podnet.cni.errors import CNIError
 from podnet.ipam import delegate
@@ -299,14 +300,18 @@ def test_owner_migration_marks_existing_rows(tmp_path: Path) -> None:
 
 def test_ipam_key_never_equals_a_container_id() -> None:
     assert ipam_key("c1", "eth0", "net") == "c1/eth0/net"
-    assert skel._valid_container_id("c1") and not skel._valid_container_id(ipam_key("c1", "eth0", "n"))
+    assert cni_env.valid_container_id("c1") and not cni_env.valid_container_id(ipam_key("c1", "eth0", "n"))
 
 
 def test_version_is_answered_without_heavy_imports() -> None:
     """VERSION (podman sends it for every plugin, often) imports neither the store nor json."""
+    from podnet.runtime.installer import _plugin_path
+
+    own, *deps = _plugin_path()  # what the installed plugin file puts on sys.path
     code = (
         "import io, sys\n"
-        f"sys.path.insert(0, {str(Path(skel.__file__).parents[2])!r})\n"
+        f"sys.path.insert(0, {own!r})\n"
+        f"sys.path += {deps!r}\n"
         "from podnet.plugins import podnet_ipam\n"
         "from podnet.cni import skel\n"
         "out = io.StringIO()\n"

@@ -57,6 +57,29 @@ def require_str(raw: dict[str, Any], key: str, *, optional: bool = False) -> str
     return value
 
 
+def valid_network_name(name: str) -> bool:
+    """libcni's network name rule: a letter or digit, then letters, digits, ``_``, ``.``,
+    ``-`` (ASCII)."""
+    return (
+        bool(name)
+        and name.isascii()
+        and name[0].isalnum()
+        and all(c.isalnum() or c in "_.-" for c in name)
+    )
+
+
+def require_name(raw: dict[str, Any]) -> str:
+    """The NetConf's ``name`` (libcni's rule, :func:`valid_network_name`): it ends up in rule
+    comments, chain comments and row keys. Code 7."""
+    name = require_str(raw, "name")
+    if not valid_network_name(name):
+        raise InvalidConfig(
+            f"name: {name!r} is not a valid network name (a letter or digit, then letters, "
+            "digits, '_', '.', '-')"[:300]
+        )
+    return name
+
+
 def opt_bool(raw: dict[str, Any], key: str, default: bool) -> bool:
     value = raw.get(key, default)
     if not isinstance(value, bool):
@@ -69,6 +92,35 @@ def opt_int(raw: dict[str, Any], key: str, default: int, low: int, high: int) ->
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidConfig(f"{key}: must be an integer in {low}-{high}, got {value!r}")
     return value
+
+
+def opt_seconds(raw: dict[str, Any], key: str, default: float, low: float, high: float,
+                *, where: str = "") -> float:  # fmt: skip
+    """A number of seconds in [low, high] (``where`` prefixes the key in the message, e.g.
+    ``ipam.``); code 7 otherwise — booleans, NaN, infinities and huge integers included."""
+    value = raw.get(key, default)
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok:
+        try:
+            ok = low <= float(value) <= high
+        except OverflowError:
+            ok = False
+    if not ok:
+        raise InvalidConfig(
+            f"{where}{key}: must be a number of seconds in {low:g}-{high:g}, got {value!r}"[:300]
+        )
+    return float(value)
+
+
+#: ``toolTimeout`` bounds: seconds a spawned tool (ip, nft, …) may run before it is killed.
+TOOL_TIMEOUT = (10.0, 0.1, 600.0)
+
+
+def tool_timeout(raw: dict[str, Any]) -> float:
+    """``toolTimeout`` (every podnet plugin): seconds a spawned tool may run, default 10,
+    0.1-600. Code 7 naming the key."""
+    default, low, high = TOOL_TIMEOUT
+    return opt_seconds(raw, "toolTimeout", default, low, high)
 
 
 def _port(item: dict[str, Any], key: str, where: str) -> int:

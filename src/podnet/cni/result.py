@@ -94,3 +94,92 @@ def sandbox_addresses(result: Result, ifname: str) -> list[str]:
         ):
             out.append(ip["address"])
     return out
+
+
+def validate(result: Any, where: str = "prevResult") -> Result:
+    """Check that ``result`` has the shape of a CNI result (any supported version) before a
+    plugin reads or passes it on: an object; ``interfaces`` a list of objects with a string
+    ``name`` (``mac``/``sandbox`` strings, ``mtu`` an integer when present); ``ips`` a list of
+    objects with an ``address`` in CIDR form, an optional ``gateway`` address and an optional
+    ``interface`` index into ``interfaces``; ``routes`` a list of objects with a CIDR ``dst``
+    and an optional ``gw``; ``dns`` an object. Returns ``result``.
+
+    Raises :class:`~podnet.cni.errors.InvalidConfig` (code 7) naming the first bad key, e.g.
+    ``prevResult.ips[0].address: 7 is not an address in CIDR form``.
+    """
+    import ipaddress
+
+    from podnet.cni.errors import InvalidConfig
+
+    def bad(key: str, what: str) -> InvalidConfig:
+        return InvalidConfig(f"{where}.{key}: {what}"[:400])
+
+    if not isinstance(result, dict):
+        raise InvalidConfig(f"{where}: must be an object")
+    for key in ("interfaces", "ips", "routes"):
+        if key in result and not isinstance(result[key], list):
+            raise bad(key, "must be a list")
+    if "dns" in result and not isinstance(result["dns"], dict):
+        raise bad("dns", "must be an object")
+    if "cniVersion" in result and not isinstance(result["cniVersion"], str):
+        raise bad("cniVersion", "must be a string")
+    interfaces = result.get("interfaces", [])
+    for i, iface in enumerate(interfaces):
+        if not isinstance(iface, dict):
+            raise bad(f"interfaces[{i}]", "must be an object")
+        if not isinstance(iface.get("name"), str) or not iface["name"]:
+            raise bad(f"interfaces[{i}].name", "must be a non-empty string")
+        for key in ("mac", "sandbox"):
+            if key in iface and not isinstance(iface[key], str):
+                raise bad(f"interfaces[{i}].{key}", "must be a string")
+        mtu = iface.get("mtu")
+        if mtu is not None and (isinstance(mtu, bool) or not isinstance(mtu, int)):
+            raise bad(f"interfaces[{i}].mtu", "must be an integer")
+    for i, ip in enumerate(result.get("ips", [])):
+        if not isinstance(ip, dict):
+            raise bad(f"ips[{i}]", "must be an object")
+        address = ip.get("address")
+        try:
+            if not isinstance(address, str) or "/" not in address:
+                raise ValueError
+            ipaddress.ip_interface(address)
+        except ValueError:
+            raise bad(f"ips[{i}].address", f"{address!r} is not an address in CIDR form") from None
+        gateway = ip.get("gateway")
+        if gateway is not None:
+            try:
+                if not isinstance(gateway, str):
+                    raise ValueError
+                ipaddress.ip_address(gateway)
+            except ValueError:
+                raise bad(f"ips[{i}].gateway", f"{gateway!r} is not an IP address") from None
+        index = ip.get("interface")
+        if index is not None and (
+            isinstance(index, bool) or not isinstance(index, int)
+            or not 0 <= index < len(interfaces)
+        ):  # fmt: skip
+            raise bad(f"ips[{i}].interface", f"{index!r} is not an index into interfaces")
+    for i, route in enumerate(result.get("routes", [])):
+        if not isinstance(route, dict):
+            raise bad(f"routes[{i}]", "must be an object")
+        try:
+            if not isinstance(route.get("dst"), str):
+                raise ValueError
+            ipaddress.ip_network(route["dst"], strict=False)
+        except ValueError:
+            raise bad(f"routes[{i}].dst", f"{route.get('dst')!r} is not a CIDR") from None
+        gw = route.get("gw")
+        if gw is not None:
+            try:
+                if not isinstance(gw, str):
+                    raise ValueError
+                ipaddress.ip_address(gw)
+            except ValueError:
+                raise bad(f"routes[{i}].gw", f"{gw!r} is not an IP address") from None
+    return result
+
+
+def prev_result(config: dict[str, Any]) -> Result | None:
+    """The config's ``prevResult`` validated with :func:`validate`, or None when absent."""
+    prev = config.get("prevResult")
+    return None if prev is None else validate(prev)

@@ -23,24 +23,18 @@ if TYPE_CHECKING:
 
 VERBS = ("ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS")
 
-#: Required environment per verb (spec "Parameters"); CNI_NETNS is optional for DEL.
-REQUIRED_ENV: dict[str, tuple[str, ...]] = {
-    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
-    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
-    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
-    "GC": ("CNI_PATH",),
-    "STATUS": ("CNI_PATH",),
-    "VERSION": (),
-}
-
 
 class Call:
     """One invocation: ``command``, ``container_id``, ``netns``, ``ifname``, ``args`` (CNI_ARGS
-    as a dict), ``path`` (CNI_PATH list), ``config`` (parsed stdin), ``stdin`` (raw bytes)."""
+    as a dict), ``path`` (CNI_PATH list), ``config`` (parsed stdin), ``stdin`` (raw bytes),
+    ``log`` (a :class:`Log`: ``call.log.warn(...)`` for failures that must not fail the call)."""
 
-    __slots__ = ("command", "container_id", "netns", "ifname", "args", "path", "config", "stdin")
+    __slots__ = ("command", "container_id", "netns", "ifname", "args", "path", "config", "stdin",
+                 "log")  # fmt: skip
 
-    def __init__(self, env: Mapping[str, str], stdin: bytes, config: dict[str, Any]) -> None:
+    def __init__(
+        self, env: Mapping[str, str], stdin: bytes, config: dict[str, Any], log: Log | None = None
+    ) -> None:
         from podnet.cni.netconf import parse_cni_args
 
         self.command = env.get("CNI_COMMAND", "")
@@ -51,33 +45,7 @@ class Call:
         self.path = [p for p in env.get("CNI_PATH", "").split(os.pathsep) if p]
         self.config = config
         self.stdin = stdin
-
-
-def _valid_container_id(cid: str) -> bool:
-    # Spec: alphanumeric, underscore, dot, hyphen; starts with an alphanumeric character.
-    return bool(cid) and cid[0].isalnum() and cid.isascii() and all(
-        c.isalnum() or c in "_.-" for c in cid
-    )
-
-
-def _check_env(command: str, env: Mapping[str, str]) -> None:
-    missing = [k for k in REQUIRED_ENV[command] if not env.get(k)]
-    if missing:
-        raise errors.InvalidEnv(f"required env variables [{','.join(missing)}] missing")
-    cid = env.get("CNI_CONTAINERID", "")
-    if command in ("ADD", "DEL", "CHECK") and not _valid_container_id(cid):
-        raise errors.InvalidEnv(
-            f"invalid CNI_CONTAINERID {cid!r}: must be alphanumeric, '_', '.', '-' "
-            "and start with an alphanumeric character"
-        )
-    ifname = env.get("CNI_IFNAME", "")
-    if command in ("ADD", "DEL", "CHECK"):
-        from podnet.link.names import valid_ifname
-
-        if not valid_ifname(ifname):
-            raise errors.InvalidEnv(
-                f"invalid CNI_IFNAME {ifname!r}: 1-15 characters, no '/', ':' or whitespace"
-            )
+        self.log = log or Log("", "")
 
 
 def version_info(requested: str) -> dict[str, Any]:
@@ -96,13 +64,23 @@ class Log:
         self.path = path
         self.prefix = prefix
 
+    def warn(self, message: str) -> None:
+        """A failure the call survives (e.g. a conntrack flush): logged and on stderr, which
+        runtimes keep in their own logs; never on stdout."""
+        self(f"warning: {message}")
+        try:
+            os.write(2, f"{self.prefix}: warning: {message}\n".encode(errors="replace"))
+        except OSError:
+            pass
+
     def __call__(self, message: str) -> None:
         if not self.path:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        line = f"{stamp} {self.prefix} {message}\n".encode(errors="backslashreplace")
         try:
-            with open(self.path, "a") as f:
-                f.write(f"{stamp} {self.prefix} {message}\n")
+            with open(self.path, "ab") as f:
+                f.write(line)
         except OSError:
             pass  # a broken log file must not fail the network setup
 
@@ -137,6 +115,8 @@ def run(
             config = fastjson.loads(raw_stdin) if raw_stdin.strip() else None
         except ValueError as err:
             raise errors.DecodeFailure(f"error reading network config from stdin: {err}") from None
+        except RecursionError:
+            raise errors.DecodeFailure("network config on stdin is nested too deeply") from None
         if command == "VERSION":
             requested = config.get("cniVersion", "") if isinstance(config, dict) else ""
             out.write(fastjson.dumps(version_info(str(requested))) + "\n")
@@ -145,22 +125,25 @@ def run(
             raise errors.DecodeFailure("network config on stdin must be a JSON object")
         if config.get("cniVersion") in version.SUPPORTED_VERSIONS:
             cni_version = config["cniVersion"]
-        from podnet.cni.netconf import require_version
+        from podnet import proc
+        from podnet.cni import env as cni_env
+        from podnet.cni.netconf import require_str, require_version, tool_timeout
 
         cni_version = require_version(config)
-        log_file = config.get("logFile")
-        if isinstance(log_file, str) and log_file:
+        log_file = require_str(config, "logFile", optional=True)
+        if log_file:
             log.path = log_file
+        proc.Limits.timeout = tool_timeout(config)
         minimum = version.MIN_VERSION_FOR_VERB.get(command)
         if minimum and not version.at_least(cni_version, minimum):
             raise errors.IncompatibleVersion(
                 f"config version {cni_version} does not allow {command} (needs >= {minimum})"
             )
-        _check_env(command, env)
+        cni_env.check(command, env)
         handler = handlers.get(command)
         if handler is None:
             raise CNIError(f"{plugin} does not implement {command}", code=errors.INTERNAL)
-        call = Call(env, raw_stdin, config)
+        call = Call(env, raw_stdin, config, log)
         result = handler(call)
         if result is not None:
             from podnet.cni.result import convert

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import zlib
 
+from podnet.cni.env import IFNAMSIZ
+
 #: Prefix of every host-side veth podnet creates; GC uses it to find leaked links.
 HOST_PREFIX = "pn"
-IFNAMSIZ = 15  # usable characters of a Linux interface name
 
 
 def host_ifname(container_id: str, ifname: str) -> str:
@@ -28,12 +29,3 @@ def random_mac() -> str:
     raw = bytearray(os.urandom(6))
     raw[0] = (raw[0] & 0xFE) | 0x02
     return ":".join(f"{b:02x}" for b in raw)
-
-
-def valid_ifname(name: str) -> bool:
-    """CNI_IFNAME rules of libcni's skel: 1-15 chars, no ``/``, ``:`` or whitespace, not . or .."""
-    return (
-        0 < len(name) <= IFNAMSIZ
-        and name not in (".", "..")
-        and not any(c in "/:" or c.isspace() for c in name)
-    )

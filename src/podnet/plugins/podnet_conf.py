@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from podnet.ipam.allocator import Network
 
 DEFAULT_DATA_DIR = "/var/lib/podnet"
+#: Seconds: a runtime's own call timeout is shorter than this anyway (kubelet's CRI: 4 min).
+MAX_BUSY_TIMEOUT = 3600.0
 #: IPv6 needs 1280-byte links; IPv4 at least 68.
 MIN_MTU = {4: 68, 6: 1280}
 
@@ -32,12 +34,10 @@ def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
     data_dir = section.get("dataDir", DEFAULT_DATA_DIR)
     if not isinstance(data_dir, str) or not data_dir.startswith("/"):
         raise InvalidConfig(f"{where}dataDir: must be an absolute path, got {data_dir!r}")
-    timeout = section.get("busyTimeout", 5)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-        raise InvalidConfig(
-            f"{where}busyTimeout: must be a number of seconds >= 0, got {timeout!r}"
-        )
-    return data_dir, float(timeout)
+    if "\0" in data_dir:
+        raise InvalidConfig(f"{where}dataDir: must not contain a NUL character")
+    timeout = netconf.opt_seconds(section, "busyTimeout", 5, 0, MAX_BUSY_TIMEOUT, where=where)
+    return data_dir, timeout
 
 
 def ipam_type(raw: dict[str, Any]) -> str:
@@ -69,7 +69,7 @@ class StoreConf:
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = raw
         self.cni_version = netconf.require_version(raw)
-        self.name = netconf.require_str(raw, "name")
+        self.name = netconf.require_name(raw)
         self.data_dir, self.busy_timeout = store_keys(raw)
         self.log_file = netconf.require_str(raw, "logFile", optional=True)
         self.ipam_type = ipam_type(raw)

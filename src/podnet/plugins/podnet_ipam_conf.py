@@ -44,7 +44,7 @@ class IpamStoreConf:
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = raw
         self.cni_version = netconf.require_version(raw)
-        self.name = netconf.require_str(raw, "name")
+        self.name = netconf.require_name(raw)
         self.ipam = _section(raw)
         self.data_dir, self.busy_timeout = store_keys(self.ipam, "ipam.")
 

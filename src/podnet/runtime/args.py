@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from podnet.link.names import valid_ifname
+from podnet.cni.env import valid_ifname
 from podnet.runtime.errors import ArgsError
 
 __all__ = [
