@@ -2,16 +2,10 @@
 
 Pure functions; :mod:`podnet.firewall.nft` applies their output in one ``nft -f -`` transaction.
 
-Lookup is by hash map, not one rule per mapping, so a packet's cost does not grow with mappings::
-
-    map hostports_v4      ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service
-    map hostports_any_v4              inet_proto . inet_service : ipv4_addr . inet_service
-    (and _v6)
-
-A specific hostIP goes to ``hostports_v<f>``, any hostIP to ``hostports_any_v<f>``; the store
-refuses a wildcard and a specific hostIP on the same port, so at most one map answers. Hash maps,
-not interval maps: nft must fetch every element of an interval set before changing it, which made
-one ``add element`` cost ~15 ms at 300 mappings; a hash map element costs the same at any size.
+hostPorts are :class:`~podnet.firewall.dnat.Dnat` entries in the maps ``hostports_v4``
+(a specific hostIP) and ``hostports_any_v4`` (any hostIP), and their ``_v6`` twins, rendered by
+:mod:`podnet.firewall.dnat`; the store refuses a wildcard and a specific hostIP on the same port,
+so at most one map answers.
 
 Chains: ``prerouting`` (nat, dstnat) and ``output`` (nat, -100) jump to ``hostports`` only for
 ``fib daddr type local`` (no transit traffic hijacked: CP #1209/#1115); ``::1`` is left alone
@@ -31,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from podnet.firewall.dnat import Dnat
     from podnet.store.db import PortMapping
 
 TABLE = "podnet"
@@ -53,37 +48,28 @@ def _set(name: str, addr_type: str, elements: Sequence[str]) -> str:
     return f"  set {name} {{ {body} }}\n"
 
 
-def element_key(m: PortMapping) -> str:
-    """The map key of a mapping: ``hostIP . proto . hostPort``, or ``proto . hostPort`` for any."""
-    if m.wildcard:
-        return f"{m.protocol} . {m.host_port}"
-    return f"{m.host_ip} . {m.protocol} . {m.host_port}"
+PREFIX = "hostports"
+T = f"{FAMILY} {TABLE}"
 
 
-def element(m: PortMapping) -> str:
-    """``key : containerIP . containerPort``."""
-    return f"{element_key(m)} : {m.container_ip} . {m.container_port}"
+def dnat_of(m: PortMapping) -> Dnat:
+    """A hostPort as the table's DNAT model: any address for hostIP 0.0.0.0 / ::."""
+    from podnet.firewall.dnat import Dnat
+
+    return Dnat(m.family, None if m.wildcard else m.host_ip, m.protocol, m.host_port,
+                m.container_ip, m.container_port, m.container_id)  # fmt: skip
 
 
 def map_name(m: PortMapping) -> str:
     """The map holding ``m``: ``hostports_v4``, ``hostports_any_v4``, ``…_v6``."""
-    return f"hostports_any_v{m.family}" if m.wildcard else f"hostports_v{m.family}"
+    from podnet.firewall.dnat import map_of
+
+    return map_of(PREFIX, dnat_of(m))
 
 
-MAP_TYPES = {
-    "hostports_v4": "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service",
-    "hostports_any_v4": "inet_proto . inet_service : ipv4_addr . inet_service",
-    "hostports_v6": "ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service",
-    "hostports_any_v6": "inet_proto . inet_service : ipv6_addr . inet_service",
-}
-
-
-def _map(name: str, mappings: Sequence[PortMapping]) -> str:
-    elements = [element(m) for m in mappings if map_name(m) == name]
-    body = f"type {MAP_TYPES[name]};"
-    if elements:
-        body += " elements = { " + ", ".join(elements) + " };"
-    return f"  map {name} {{ {body} }}\n"
+def expected_element(m: PortMapping) -> str:
+    """How nft prints the element of ``m`` (addresses in canonical form)."""
+    return dnat_of(m).element()
 
 
 def table_script(
@@ -99,11 +85,16 @@ def table_script(
     mark = f"0x{MASQ_MARK:08x}"
     mark_stmt = f"meta mark set meta mark | {mark}"
     l4 = "meta l4proto { tcp, udp }"
+    from podnet.firewall import dnat as d
+
+    dnats = [dnat_of(m) for m in mappings]
+    kinds = [(kind, family) for family in (4, 6) for kind in (d.PORT, d.ANY)]
+    mark_sources = {4: "@masq_sources_v4", 6: "@ranges_v6"}
     out = [
         f"add table {FAMILY} {TABLE}\n",
         f"delete table {FAMILY} {TABLE}\n",
         f"table {FAMILY} {TABLE} {{\n",
-        *(_map(name, mappings) for name in MAP_TYPES),
+        *(d.map_decl(PREFIX, kind, family, dnats) for kind, family in kinds),
         _set("ranges_v4", "ipv4_addr", _collapse(all_ranges, 4)),
         _set("ranges_v6", "ipv6_addr", _collapse(all_ranges, 6)),
         _set("masq_sources_v4", "ipv4_addr", _collapse([*all_ranges, "127.0.0.0/8"], 4)),
@@ -118,18 +109,10 @@ def table_script(
         "    fib daddr type local jump hostports\n"
         "  }\n",
         "  chain hostports {\n"
-        "    ip6 daddr ::1 return\n"
-        f"    {l4} ip saddr @masq_sources_v4 ip daddr . meta l4proto . th dport @hostports_v4 "
-        f"{mark_stmt}\n"
-        f"    {l4} ip saddr @masq_sources_v4 meta l4proto . th dport @hostports_any_v4 "
-        f"{mark_stmt}\n"
-        f"    {l4} ip6 saddr @ranges_v6 ip6 daddr . meta l4proto . th dport @hostports_v6 "
-        f"{mark_stmt}\n"
-        f"    {l4} ip6 saddr @ranges_v6 meta l4proto . th dport @hostports_any_v6 {mark_stmt}\n"
-        f"    {l4} dnat ip to ip daddr . meta l4proto . th dport map @hostports_v4\n"
-        f"    {l4} meta nfproto ipv4 dnat ip to meta l4proto . th dport map @hostports_any_v4\n"
-        f"    {l4} dnat ip6 to ip6 daddr . meta l4proto . th dport map @hostports_v6\n"
-        f"    {l4} meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @hostports_any_v6\n"
+        "    ip6 daddr ::1 return\n",
+        *(f"    {l4} {'ip' if family == 4 else 'ip6'} saddr {mark_sources[family]} "
+          f"{d.lookup(PREFIX, kind, family)} {mark_stmt}\n" for kind, family in kinds),
+        *(f"    {d.statement(PREFIX, kind, family)}\n" for kind, family in kinds),
         "  }\n",
         "  chain input {\n"
         "    type filter hook input priority filter; policy accept;\n"
@@ -148,15 +131,13 @@ def table_script(
 
 def add_script(mappings: Sequence[PortMapping]) -> str:
     """Incremental ADD: the mappings' map elements (the table must exist)."""
-    return "".join(
-        f"add element {FAMILY} {TABLE} {map_name(m)} {{ {element(m)} }}\n"
-        for m in mappings
-    )
+    from podnet.firewall.dnat import add_script
+
+    return add_script(T, PREFIX, [dnat_of(m) for m in mappings])
 
 
 def delete_script(mappings: Sequence[PortMapping]) -> str:
     """Incremental DEL: remove the mappings' map elements (fails if one is missing)."""
-    return "".join(
-        f"delete element {FAMILY} {TABLE} {map_name(m)} {{ {element_key(m)} }}\n"
-        for m in mappings
-    )
+    from podnet.firewall.dnat import delete_script
+
+    return delete_script(T, PREFIX, [dnat_of(m) for m in mappings])

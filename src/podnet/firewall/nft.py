@@ -1,24 +1,23 @@
-"""The nftables backend: apply a script in one transaction, read map elements back."""
+"""The nftables backend, for any table: apply a script in one transaction (``nft -f -``), list
+objects, tell "missing" from real failures.
+
+nft runs a script file as one transaction: all of it or nothing. Every failure is a
+:class:`~podnet.cni.errors.KernelError` (code 104) with nft's stderr in ``details``; a tool that
+is missing or hangs fails the same way (:mod:`podnet.proc`).
+"""
 
 from __future__ import annotations
 
 from podnet import proc
 from podnet.cni.errors import KernelError
-from podnet.firewall import hostports
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from podnet.store.db import PortMapping
+#: What nft prints when a table, chain, map or element named in the command does not exist.
+_MISSING = "No such file or directory"
 
 
 def start(script: str) -> proc.Spawned:
-    """Start ``nft -f -`` with ``script``; collect with :func:`finish`."""
+    """Start ``nft -f -`` with ``script``; collect with :func:`finish` or :func:`outcome`."""
     return proc.spawn(["nft", "-f", "-"], script.encode())
-
-
-def start_list_chain(chain: str) -> proc.Spawned:
-    """Start ``nft list chain inet podnet <chain>`` (a probe: it fails when the table is gone)."""
-    return proc.spawn(["nft", "list", "chain", hostports.FAMILY, hostports.TABLE, chain])
 
 
 def finish(spawned: proc.Spawned, what: str) -> None:
@@ -29,30 +28,73 @@ def finish(spawned: proc.Spawned, what: str) -> None:
 
 
 def apply(script: str, what: str) -> None:
-    """Apply ``script`` atomically (nft runs a file as one transaction)."""
+    """Apply ``script`` atomically; KernelError (104) naming ``what``."""
     finish(start(script), what)
 
 
-def try_apply(script: str) -> bool:
-    """Apply ``script``; False instead of an error (for incremental updates with a fallback)."""
-    rc, _, _ = start(script).wait()
-    return rc == 0
+class Outcome:
+    """How an nft run ended: ``ok``, ``missing`` (it failed because something it names does not
+    exist — a table removed behind our back, an element already gone), ``stderr``."""
+
+    __slots__ = ("ok", "missing", "stderr")
+
+    def __init__(self, rc: int, stderr: str) -> None:
+        self.ok = rc == 0
+        self.stderr = stderr.strip()
+        self.missing = not self.ok and _MISSING in self.stderr
 
 
-def map_elements(name: str) -> set[str] | None:
-    """Elements of map ``name`` of table inet podnet as normalised ``element()`` strings; None
-    when the table or map is missing."""
+def outcome(spawned: proc.Spawned) -> Outcome:
+    """Wait for an nft run and classify it (for incremental updates with a fallback). A tool
+    that is missing or hangs still raises KernelError."""
+    rc, _, err = spawned.wait()
+    return Outcome(rc, err)
+
+
+def run(script: str) -> Outcome:
+    """Apply ``script`` and classify the result instead of raising."""
+    return outcome(start(script))
+
+
+def list_text(*what: str) -> str | None:
+    """``nft list <what…>`` output; None when the object does not exist; KernelError (104) for
+    any other failure (nft's message in ``details``)."""
+    rc, out, err = proc.spawn(["nft", "list", *what]).wait()
+    if rc == 0:
+        return out
+    if _MISSING in err:
+        return None
+    raise KernelError(f"nft failed to list {' '.join(what)}", err.strip())
+
+
+def list_json(*what: str) -> list[dict[str, object]] | None:
+    """``nft -j list <what…>`` as its ``nftables`` items; None when the object does not exist.
+    KernelError (104) for any other failure, code 104 too for output that is not nft's JSON."""
+    from podnet.cni.fastjson import loads
+
+    rc, out, err = proc.spawn(["nft", "-j", "list", *what]).wait()
+    if rc != 0:
+        if _MISSING in err:
+            return None
+        raise KernelError(f"nft failed to list {' '.join(what)}", err.strip())
     try:
-        out = proc.run(["nft", "list", "map", hostports.FAMILY, hostports.TABLE, name])
-    except proc.ToolError:
+        data = loads(out) if out.strip() else {}
+    except ValueError as exc:
+        raise KernelError(f"nft printed unreadable JSON for {' '.join(what)}", str(exc)) from None
+    items = data.get("nftables", []) if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise KernelError(f"nft printed unexpected JSON for {' '.join(what)}", out[:200])
+    return [i for i in items if isinstance(i, dict)]
+
+
+def map_elements(family: str, table: str, name: str) -> set[str] | None:
+    """Elements of map ``name`` as nft prints them (whitespace normalised, ``key : value``);
+    None when the table or map is missing."""
+    out = list_text("map", family, table, name)
+    if out is None:
         return None
     start_at = out.find("elements = {")
     if start_at < 0:
         return set()
     body = out[start_at + len("elements = {") : out.find("}", start_at)]
     return {" ".join(e.split()) for e in body.split(",") if e.strip()}
-
-
-def expected_element(m: PortMapping) -> str:
-    """How nft prints the element of ``m`` (addresses in canonical form)."""
-    return " ".join(hostports.element(m).split())

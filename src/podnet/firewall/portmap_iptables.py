@@ -15,6 +15,8 @@ nat table::
                           -j CNI-HOSTPORT-MASQ
     CNI-HOSTPORT-MASQ     -m mark --mark M/M -j MASQUERADE
 
+Saved tables are read with :class:`podnet.firewall.iptables.Saved`.
+
 ``<hash>``: the first 21 hex digits of sha512(network name + container ID) (chain names are cut
 to 28 characters). ``snat: false`` drops the SETMARK rules and the SETMARK/MASQ chains;
 ``externalSetMarkChain`` jumps there instead and creates neither chain; ``masqAll`` marks
@@ -25,6 +27,9 @@ shows, and the top-level rules can be found in a save by plain text.
 """
 
 from __future__ import annotations
+
+from podnet.firewall.iptables import Saved as SavedNat
+from podnet.firewall.iptables import quote, tokens
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,13 +114,6 @@ def dnat_chain_name(network: str, container_id: str) -> str:
 
     digest: str = sha512((network + container_id).encode()).hexdigest()
     return ("CNI-DN-" + digest)[:MAX_CHAIN]
-
-
-def quote(text: str) -> str:
-    """An argument as iptables-save writes it: double-quoted when it has spaces or quotes."""
-    if text and not any(c in text for c in ' "\\\t'):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def entry_comment(network: str, container_id: str) -> str:
@@ -215,55 +213,6 @@ def dnat_rules(
         target = f"{host}:{m.container_port}"
         out.append(f"{match} -j DNAT --to-destination {target}")
     return out
-
-
-class SavedNat:
-    """The nat table of one family as ``iptables-save -t nat`` printed it: ``chains`` (names)
-    and ``rules`` (chain → rule texts without ``-A <chain>``)."""
-
-    def __init__(self, text: str) -> None:
-        self.chains: set[str] = set()
-        self.rules: dict[str, list[str]] = {}
-        for line in text.splitlines():
-            if line.startswith(":"):
-                self.chains.add(line[1:].split(" ", 1)[0])
-            elif line.startswith("-A "):
-                _, chain, rule = line.split(" ", 2)
-                self.rules.setdefault(chain, []).append(rule)
-
-    def has_rule(self, chain: str, rule: str) -> bool:
-        return any(same_rule(r, rule) for r in self.rules.get(chain, []))
-
-
-def tokens(rule: str) -> list[str]:
-    """Split a saved rule into words; double-quoted words keep their spaces."""
-    out: list[str] = []
-    word: list[str] = []
-    quoted = False
-    i = 0
-    while i < len(rule):
-        c = rule[i]
-        if quoted and c == "\\" and i + 1 < len(rule):
-            word.append(rule[i + 1])
-            i += 2
-            continue
-        if c == '"':
-            quoted = not quoted
-        elif c == " " and not quoted:
-            if word:
-                out.append("".join(word))
-                word = []
-        else:
-            word.append(c)
-        i += 1
-    if word:
-        out.append("".join(word))
-    return out
-
-
-def same_rule(saved: str, wanted: str) -> bool:
-    """Equal up to the order iptables-save puts matches in (the same words, as a multiset)."""
-    return sorted(tokens(saved)) == sorted(tokens(wanted))
 
 
 def _ensure_chain(saved: SavedNat, chain: str, out: list[str]) -> None:

@@ -74,7 +74,8 @@ class Listing:
         self.maps_seen: set[str] = set()
         self.complete = False  # True when the listing holds every chain (a whole-table list)
         for item in (data or {}).get("nftables", []):
-            if item.get(next(iter(item)), {}).get("table", TABLE) != TABLE:
+            body: Any = next(iter(item.values()), {}) if item else {}
+            if not isinstance(body, dict) or body.get("table", TABLE) != TABLE:
                 continue  # "list maps inet" shows other inet tables' maps too
             if "chain" in item:
                 self.chains.add(item["chain"]["name"])
@@ -245,39 +246,33 @@ def missing(listing: Listing, network: str, container_id: str,
 
 def list_table() -> Listing:
     """The whole table as it is now (an empty Listing when it does not exist): for CHECK and
-    GC. At 300 containers it is ~400 KB of JSON (~60 ms): ADD and DEL use :func:`list_maps`."""
-    from podnet import proc
-    from podnet.cni.fastjson import loads
+    GC. At 300 containers it is ~400 KB of JSON (~60 ms): ADD and DEL use :func:`list_maps`.
+    KernelError (104) when nft fails for any other reason than a missing table."""
+    from podnet.firewall import nft
 
-    try:
-        out = proc.run(["nft", "-j", "list", "table", FAMILY, TABLE])
-    except proc.ToolError:
+    items = nft.list_json("table", FAMILY, TABLE)
+    if items is None:
         return Listing(None)
-    listing = Listing(loads(out))
+    listing = Listing({"nftables": items})
     listing.complete = True
     return listing
 
 
 def list_maps(postrouting: bool) -> Listing:
     """Only the dispatch maps (and, with ``postrouting``, that chain's rules, for the masquerade
-    marks in use): what ADD and DEL need, at a cost that barely grows with containers."""
-    from podnet import proc
-    from podnet.cni.fastjson import loads
+    marks in use): what ADD and DEL need, at a cost that barely grows with containers.
+    KernelError (104) when nft fails."""
+    from podnet.firewall import nft
 
-    rc, out, _ = proc.spawn(["nft", "-j", "list", "maps", FAMILY]).wait()
-    items = loads(out).get("nftables", []) if rc == 0 and out.strip() else []
-    if postrouting and items:
-        rc, out, _ = proc.spawn(["nft", "-j", "list", "chain", FAMILY, TABLE, "postrouting"]).wait()
-        if rc == 0 and out.strip():
-            items += loads(out).get("nftables", [])
+    items = nft.list_json("maps", FAMILY) or []
+    if postrouting and any("map" in i for i in items):
+        items += nft.list_json("chain", FAMILY, TABLE, "postrouting") or []
     return Listing({"nftables": items})
 
 
 def chain_text(chain: str) -> str:
-    """``nft list chain`` output of a container chain ("" when missing)."""
-    from podnet import proc
+    """``nft list chain`` output of a container chain ("" when missing); KernelError (104)
+    when nft fails otherwise."""
+    from podnet.firewall import nft
 
-    try:
-        return proc.run(["nft", "list", "chain", FAMILY, TABLE, chain])
-    except proc.ToolError:
-        return ""
+    return nft.list_text("chain", FAMILY, TABLE, chain) or ""

@@ -173,9 +173,9 @@ JUMPS = (
 def present(save_text: str) -> tuple[set[str], set[str]]:
     """From ``iptables-save -t nat``: the parent chains already holding our jump, and which of
     our chains exist (for an idempotent re-run and for cleanup)."""
-    from podnet.firewall.portmap_iptables import SavedNat
+    from podnet.firewall.iptables import Saved
 
-    saved = SavedNat(save_text)
+    saved = Saved(save_text)
     jumps = {parent for parent, rule in JUMPS if saved.has_rule(parent, rule)}
     return jumps, saved.chains & {REDIRECT_CHAIN, OUTPUT_CHAIN}
 
@@ -205,6 +205,13 @@ def cleanup_script(present_jumps: set[str], chains: set[str]) -> str | None:
     return "\n".join(["*nat", *lines, "COMMIT", ""]) if lines else None
 
 
+def _nft_set(items: Sequence[PortSpec]) -> str:
+    """A port set as nft prints it back: one item bare (``80``, ``80-90``), several in braces
+    (so CHECK can find the rule text in ``nft list``)."""
+    parts = [p.nft() for p in items]
+    return parts[0] if len(parts) == 1 else "{ " + ", ".join(parts) + " }"
+
+
 def nft_script(options: RedirectOptions, ipv6: bool = True) -> str:
     """The nftables mode: table ``inet podnet_redirect`` replaced in one transaction (IPv4 and
     IPv6 together; without ``ipv6`` IPv6 packets pass untouched, as linkerd without --ipv6);
@@ -212,16 +219,16 @@ def nft_script(options: RedirectOptions, ipv6: bool = True) -> str:
     t = f"inet {NFT_TABLE}"
     guard = [] if ipv6 else ['meta nfproto ipv6 return comment "proxy-init/ipv4-only"']
     inbound = list(guard)
-    ignored_in = ", ".join(p.nft() for p in options.inbound_ports_to_ignore)
-    if ignored_in:
-        inbound.append(f"tcp dport {{ {ignored_in} }} return comment \"proxy-init/ignore-port\"")
+    if options.inbound_ports_to_ignore:
+        ignored_in = _nft_set(options.inbound_ports_to_ignore)
+        inbound.append(f"tcp dport {ignored_in} return comment \"proxy-init/ignore-port\"")
     for subnet in options.subnets_to_ignore:
         ip = "ip6" if ":" in subnet else "ip"
         inbound.append(f"{ip} saddr {subnet} return comment \"proxy-init/ignore-subnet-{subnet}\"")
     to = options.incoming_proxy_port
     if options.ports_to_redirect:
-        listed = ", ".join(p.nft() for p in options.ports_to_redirect)
-        inbound.append(f"tcp dport {{ {listed} }} redirect to :{to} "
+        listed = _nft_set(options.ports_to_redirect)
+        inbound.append(f"tcp dport {listed} redirect to :{to} "
                        "comment \"proxy-init/redirect-listed-ports\"")  # fmt: skip
     else:
         inbound.append(f"meta l4proto tcp redirect to :{to} "
@@ -234,9 +241,9 @@ def nft_script(options: RedirectOptions, ipv6: bool = True) -> str:
         outbound.append(f"meta skgid {options.proxy_gid} return "
                         "comment \"proxy-init/ignore-proxy-group-id\"")  # fmt: skip
     outbound.append('oifname "lo" return comment "proxy-init/ignore-loopback"')
-    ignored_out = ", ".join(p.nft() for p in options.outbound_ports_to_ignore)
-    if ignored_out:
-        outbound.append(f"tcp dport {{ {ignored_out} }} return comment \"proxy-init/ignore-port\"")
+    if options.outbound_ports_to_ignore:
+        ignored_out = _nft_set(options.outbound_ports_to_ignore)
+        outbound.append(f"tcp dport {ignored_out} return comment \"proxy-init/ignore-port\"")
     outbound.append(f"meta l4proto tcp redirect to :{options.outgoing_proxy_port} "
                     "comment \"proxy-init/redirect-all-outgoing-to-proxy-port\"")  # fmt: skip
 

@@ -8,9 +8,8 @@ error, never skipped (linkerd proxy-init #388 let IPv6 bypass the proxy that way
 
 from __future__ import annotations
 
-from podnet import proc
 from podnet.cni.errors import KernelError
-from podnet.firewall import redirect
+from podnet.firewall import iptables, nft, redirect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,22 +18,18 @@ if TYPE_CHECKING:
 FIREWALLS = ("iptables-legacy", "iptables-nft", "nftables")
 
 
-def _in_netns(netns: str | None, argv: list[str]) -> list[str]:
-    return ["nsenter", f"--net={netns}", *argv] if netns else argv
+def _variant(firewall: str) -> str:
+    return firewall.split("-", 1)[1]  # legacy | nft
 
 
-def _tool(firewall: str, family: int, what: str) -> str:
-    variant = firewall.split("-", 1)[1]  # legacy | nft
-    return f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{what}"
+def _nft(netns: str | None, script: str) -> None:
+    from podnet import proc
 
-
-def _run(netns: str | None, argv: list[str], stdin: str | None = None) -> str:
+    argv = ["nsenter", f"--net={netns}", "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
     try:
-        return proc.run(_in_netns(netns, argv), stdin.encode() if stdin is not None else None)
+        proc.run(argv, script.encode())
     except proc.ToolError as err:
-        raise KernelError(f"{argv[0]} failed", err.stderr.strip()) from err
-    except FileNotFoundError as err:
-        raise KernelError(f"{argv[0]} is not installed", str(err)) from err
+        raise KernelError("nft failed", err.stderr.strip()) from err
 
 
 def plan(
@@ -46,8 +41,8 @@ def plan(
         return [("nft -f -", redirect.nft_script(options, ipv6))]
     out = []
     for family in (4, 6) if ipv6 else (4,):
-        jumps, _ = redirect.present(_run(netns, [_tool(firewall, family, "save"), "-t", "nat"]))
-        tool = _tool(firewall, family, "restore")
+        jumps, _ = redirect.present(save(firewall, family, netns))
+        tool = iptables.tool(family, "restore", _variant(firewall))
         out.append((f"{tool} --noflush", redirect.restore_script(options, family, jumps)))
     return out
 
@@ -58,9 +53,18 @@ def apply(
     """Install the rules (idempotent: a second run or a run after a half-applied one ends with
     the same rules once). Returns what was applied. KernelError (104) on any failure."""
     steps = plan(options, firewall, ipv6, netns)
-    for tool, text in steps:
-        _run(netns, tool.split(), text)
+    _run_steps(firewall, netns, steps)
     return steps
+
+
+def _run_steps(firewall: str, netns: str | None, steps: list[tuple[str, str]]) -> None:
+    for tool, text in steps:
+        if firewall == "nftables":
+            _nft(netns, text)
+        else:
+            family = 6 if tool.startswith("ip6") else 4
+            iptables.restore(family, text, "apply the proxy redirection",
+                             variant=_variant(firewall), netns=netns)  # fmt: skip
 
 
 def cleanup(firewall: str, ipv6: bool, netns: str | None) -> list[tuple[str, str]]:
@@ -70,14 +74,12 @@ def cleanup(firewall: str, ipv6: bool, netns: str | None) -> list[tuple[str, str
     else:
         steps = []
         for family in (4, 6) if ipv6 else (4,):
-            jumps, chains = redirect.present(
-                _run(netns, [_tool(firewall, family, "save"), "-t", "nat"])
-            )
+            jumps, chains = redirect.present(save(firewall, family, netns))
             text = redirect.cleanup_script(jumps, chains)
             if text:
-                steps.append((f"{_tool(firewall, family, 'restore')} --noflush", text))
-    for tool, text in steps:
-        _run(netns, tool.split(), text)
+                tool = iptables.tool(family, "restore", _variant(firewall))
+                steps.append((f"{tool} --noflush", text))
+    _run_steps(firewall, netns, steps)
     if firewall == "iptables-nft":
         for family in (4, 6) if ipv6 else (4,):
             _drop_empty_nat_table(family, netns)
@@ -87,22 +89,29 @@ def cleanup(firewall: str, ipv6: bool, netns: str | None) -> list[tuple[str, str
 def _drop_empty_nat_table(family: int, netns: str | None) -> None:
     """iptables-nft creates table ``ip nat`` (``ip6 nat``) on first use; when our chains were
     all it held, remove it too, so --cleanup leaves the netns as it was."""
-    from podnet.firewall.portmap_iptables import SavedNat
-
-    saved = SavedNat(save("iptables-nft", family, netns))
+    saved = iptables.Saved(save("iptables-nft", family, netns))
     builtin = {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"}
     if saved.chains and saved.chains <= builtin and not saved.rules:
-        _run(netns, ["nft", "delete", "table", "ip6" if family == 6 else "ip", "nat"])
+        _nft(netns, f"delete table {'ip6' if family == 6 else 'ip'} nat\n")
 
 
 def save(firewall: str, family: int, netns: str | None) -> str:
     """``iptables-save -t nat`` of the chosen iptables variant and family in ``netns``."""
-    return _run(netns, [_tool(firewall, family, "save"), "-t", "nat"])
+    return iptables.save(family, variant=_variant(firewall), netns=netns)
 
 
 def list_nft(netns: str | None) -> str:
-    """``nft list table inet podnet_redirect`` in ``netns`` ("" when it does not exist)."""
-    try:
-        return _run(netns, ["nft", "list", "table", "inet", redirect.NFT_TABLE])
-    except KernelError:
+    """``nft list table inet podnet_redirect`` in ``netns`` ("" when it does not exist);
+    KernelError for any other failure."""
+    if netns is None:
+        return nft.list_text("table", "inet", redirect.NFT_TABLE) or ""
+    from podnet import proc
+
+    argv = ["nsenter", f"--net={netns}", "nft", "list", "table", "inet", redirect.NFT_TABLE]
+    rc, out, err = proc.spawn(argv).wait()
+    if rc == 0:
+        return out
+    if "No such file or directory" in err:
         return ""
+    raise KernelError(f"nft failed to list table inet {redirect.NFT_TABLE} in {netns}",
+                      err.strip())  # fmt: skip

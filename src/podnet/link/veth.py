@@ -71,7 +71,10 @@ def host_batch(link: PodLink) -> list[str]:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""
         lines.append(f"addr add {gateway}/{plen} dev {link.host_if}{nodad}")
-        lines.append(f"route add {pod_ip}/{plen} dev {link.host_if}")
+        # replace, not add: a veth left by a killed call for an address the store has since
+        # freed may still hold this route; the new pod takes it over (its DEL or GC removes
+        # the stale link)
+        lines.append(f"route replace {pod_ip}/{plen} dev {link.host_if}")
     return lines
 
 
@@ -93,15 +96,17 @@ def _batch(lines: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def check_ifname(ifname: str) -> None:
+    """Raise :class:`InvalidEnv` (4) for an ifname with ``#``: ``ip -batch`` strips everything
+    after it as a comment, even inside quotes. Call it before any state changes."""
+    if "#" in ifname:
+        raise InvalidEnv(f"CNI_IFNAME {ifname!r}: podnet cannot configure names with '#'")
+
+
 def start_create_pair(link: PodLink) -> proc.Spawned:
     """Start creating the pair and configuring the host end (in the node netns); collect with
-    :func:`finish_create_pair`.
-
-    Raises :class:`InvalidEnv` (4) for an ifname with ``#``: ``ip -batch`` strips everything
-    after it as a comment, even inside quotes.
-    """
-    if "#" in link.ifname:
-        raise InvalidEnv(f"CNI_IFNAME {link.ifname!r}: podnet cannot configure names with '#'")
+    :func:`finish_create_pair`. KernelError (104) when ``ip`` cannot be started."""
+    check_ifname(link.ifname)
     return proc.spawn(["ip", "-batch", "-"], _batch(host_batch(link)))
 
 
@@ -184,11 +189,17 @@ def delete_host(host_if: str) -> None:
 
 def list_host_links(prefix: str, alias: str) -> list[str]:
     """Names of the veths in the current netns named ``prefix…`` with alias ``alias``."""
-    import json
+    from podnet.cni.fastjson import loads
 
-    links = json.loads(proc.run(["ip", "-j", "link", "show", "type", "veth"]) or "[]")
+    out = proc.run(["ip", "-j", "link", "show", "type", "veth"])
+    try:
+        links = loads(out) if out.strip() else []
+    except ValueError as err:
+        raise KernelError("ip printed unreadable JSON for its link list", str(err)) from None
     return [
-        link["ifname"]
+        str(link["ifname"])
         for link in links
-        if link.get("ifname", "").startswith(prefix) and link.get("ifalias") == alias
+        if isinstance(link, dict)
+        and str(link.get("ifname", "")).startswith(prefix)
+        and link.get("ifalias") == alias
     ]

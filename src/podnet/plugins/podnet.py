@@ -1,10 +1,14 @@
 """``podnet``: the main CNI plugin — IPAM, the pod's veth, egress masquerade and hostPorts, with
 all node state in one SQLite database and no daemon (seed 001, issue 2).
 
-ADD holds the database write lock (``BEGIN IMMEDIATE``) from allocation until the firewall
-reflects the change, so concurrent ADD/DEL can neither lose nor duplicate a mapping; a failed ADD
-rolls the transaction back and removes the links it created. DEL starts the veth deletion (an
-RCU grace period, ~20 ms) before anything else and overlaps it with the database and nft work.
+ADD allocates and commits the rows, then publishes the hostPorts, under the store's write lock
+(:meth:`podnet.store.Store.locked`), so concurrent ADD/DEL can neither lose nor duplicate a
+mapping; the veth is created meanwhile and configured after the lock is released. The kernel
+never holds more than the store (:mod:`podnet.firewall.sync`): a failed ADD removes its map
+elements and veth before its rows, DEL removes the elements before the rows, so a plugin killed
+at any moment leaves nothing the runtime's next DEL or a GC cannot clean. DEL starts the veth
+deletion (an RCU grace period, ~20 ms) before anything else and overlaps it with the database
+and nft work.
 
 With an ``ipam`` object in the config, podnet delegates address choice to that IPAM plugin (CNI
 SPEC 1.1.0 "Plugin Delegation", :mod:`podnet.ipam.delegate`): ADD runs it first and wires the
@@ -99,63 +103,13 @@ def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
             )
 
 
-def firewall_epoch() -> str:
-    """Identifies the kernel state the nft table was built in: boot ID + node netns inode.
-
-    Stored in ``podnet_state`` after every rebuild; a different value (a reboot, a new node
-    netns) means the table must be rebuilt from the store before incremental updates.
-    """
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        boot = f.read().strip()
-    return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
-
-
-def _start_firewall_add(store: Store, entries: list[PortMapping], rebuild: bool) -> Any:
-    """Start the nft update of an ADD (None when there is nothing to do); finish with
-    :func:`_finish_firewall_add`. Incremental: the mappings' map elements only."""
-    from podnet.firewall import hostports, nft
-
-    if rebuild or store.get_state("firewall_epoch") != firewall_epoch():
-        return "rebuild"
-    if not entries:
-        # Nothing to add, but the table may have been removed behind podnet's back (nft flush
-        # ruleset, a firewall reload): listing a chain fails then, and ADD rebuilds it. It runs
-        # in parallel with the veth creation.
-        return nft.start_list_chain("prerouting")
-    return nft.start(hostports.add_script(entries))
-
-
-def _finish_firewall_add(store: Store, handle: Any) -> None:
-    if handle is None:
-        return
-    if handle != "rebuild" and handle.wait()[0] == 0:
-        return
-    # First ADD, a reboot, new ranges, or the table was changed behind podnet's back.
-    rebuild_firewall(store)
-
-
-def rebuild_firewall(store: Store) -> None:
-    """Replace table ``inet podnet`` with one built from the store (atomic). KernelError (104)."""
-    from podnet.firewall import hostports, nft
-
-    ranges = [(subnet, masq) for _, subnet, _, masq in store.ranges()]
-    nft.apply(hostports.table_script(ranges, store.portmaps()), "rebuild table inet podnet")
-    store.set_state("firewall_epoch", firewall_epoch())
-
-
-def _udp_ports(entries: list[PortMapping]) -> list[tuple[int, int]]:
-    return [(e.family, e.host_port) for e in entries if e.protocol == "udp"]
-
-
 def cmd_add(call: Call) -> dict[str, Any]:
     """ADD (spec "ADD"): allocate, wire the veth, publish hostPorts; returns a 1.x result.
 
-    The write lock covers allocation, the rows and the nft update; the veth is created and the
-    pod end configured meanwhile, in parallel with nft. A failure before COMMIT rolls back and
-    removes the veth; one after it (the pod end) removes the rows and rules again in a second
-    transaction. Errors: 7 bad config, 100 no free address, 101 hostPort held (names the
-    holder), 102 CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5
-    database I/O; with ``ipam``, also the IPAM plugin's own (see :func:`_delegated_add`).
+    Errors: 7 bad config, 100 no free address, 101 hostPort held (names the holder), 102
+    CNI_IFNAME exists in the netns, 104 kernel failure (the tool's message in ``details``), 11
+    database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own (see
+    :func:`_delegated_add`). A failed ADD leaves no row, link or map element.
     """
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
 
@@ -164,8 +118,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
         return _delegated_add(call, conf)
     requested = parse_requested_ips(call.config, call.args)
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
-    if not os.path.exists(call.netns):
-        raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+    _require_netns(call)
 
     def own_ranges(store: Store) -> tuple[Allocation, bool]:
         from podnet.ipam.allocator import allocate_in
@@ -176,12 +129,30 @@ def cmd_add(call: Call) -> dict[str, Any]:
     return _add(call, conf, pod_mac, own_ranges)
 
 
+def _require_netns(call: Call) -> None:
+    """Code 4 unless CNI_NETNS is an existing network namespace file."""
+    from podnet.link.netns import exists
+
+    if not os.path.exists(call.netns):
+        raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+    if not exists(call.netns):
+        raise CNIError(f"CNI_NETNS {call.netns} is not a network namespace",
+                       code=errors.INVALID_ENV)  # fmt: skip
+
+
 def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[str, Any]:
     """The body of ADD once the config is valid; ``choose`` picks the addresses inside the write
-    transaction (podnet's own ranges, or a delegated IPAM plugin's answer)."""
+    transaction (podnet's own ranges, or a delegated IPAM plugin's answer).
+
+    Under the write lock: the rows are committed, then the veth creation starts and the
+    hostPorts are published in parallel with it. After the lock: the pod end is configured.
+    Any failure after the commit undoes the kernel side, then the rows (:func:`_fail_add`).
+    """
+    from podnet.firewall import sync
     from podnet.link import veth
 
     cid, ifname = call.container_id, call.ifname
+    veth.check_ifname(ifname)
     host_if = names.host_ifname(cid, ifname)
     if conf.mtu:
         mtu = conf.mtu
@@ -190,54 +161,79 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
 
         mtu = default_mtu()
     with _open(conf) as store:
-        with store.write():
-            _refuse_existing(store, cid)
-            alloc, ranges_changed = choose(store)
-            addresses = {family: a[0] for family, a in alloc.items()}
-            entries = _mappings_for(conf, cid, addresses)
-            _check_hostports(store, entries)
-            link = veth.PodLink(
-                host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
-            )  # fmt: skip
-            store.insert_pod(
-                container_id=cid, netns=call.netns, interface_name=host_if, interface_mtu=mtu,
-                ifname=ifname, network_name=conf.name, host_mac=link.host_mac,
-                pod_mac=link.pod_mac, ip_address_v4=addresses.get(4),
-                ip_address_v6=addresses.get(6),
-                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
-                uid=call.args.get("K8S_POD_UID"),
-            )  # fmt: skip
-            store.insert_portmaps(entries)
-            creating = veth.start_create_pair(link)
-            firewall = _start_firewall_add(store, entries, ranges_changed)
-            configuring = None
+        with store.locked():
+            with store.write():
+                _refuse_existing(store, cid)
+                alloc, ranges_changed = choose(store)
+                addresses = {family: a[0] for family, a in alloc.items()}
+                entries = _mappings_for(conf, cid, addresses)
+                _check_hostports(store, entries)
+                link = veth.PodLink(
+                    host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                    addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                    host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+                )  # fmt: skip
+                store.insert_pod(
+                    container_id=cid, netns=call.netns, interface_name=host_if,
+                    interface_mtu=mtu, ifname=ifname, network_name=conf.name,
+                    host_mac=link.host_mac, pod_mac=link.pod_mac,
+                    ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+                    ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                    ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                    name=call.args.get("K8S_POD_NAME"),
+                    namespace=call.args.get("K8S_POD_NAMESPACE"),
+                    uid=call.args.get("K8S_POD_UID"),
+                )  # fmt: skip
+                store.insert_portmaps(entries)
+            creating = None
             try:
-                veth.finish_create_pair(link, creating)
-                configuring = veth.start_configure_pod(link)
-                _finish_firewall_add(store, firewall)
-            except BaseException:
-                if configuring is not None:
-                    configuring.wait()
-                if firewall not in (None, "rebuild"):
-                    firewall.wait()
-                _abandon_add(store, cid, link.host_if, entries)
+                creating = veth.start_create_pair(link)
+                pending = sync.start_add(store, entries, ranges_changed=ranges_changed)
+                sync.finish_add(store, pending, call.log.warn)
+            except BaseException as err:
+                _fail_add(store, call, link.host_if, entries, err, creating)
                 raise
-        assert configuring is not None
         try:
-            veth.finish_configure_pod(link, configuring)
-        except BaseException:
-            veth.delete_host(link.host_if)
-            _undo_add(store, cid, entries)
+            veth.finish_create_pair(link, creating)
+            veth.finish_configure_pod(link, veth.start_configure_pod(link))
+        except BaseException as err:
+            with store.locked():
+                _fail_add(store, call, link.host_if, entries, err)
             raise
-    if _udp_ports(entries):
-        from podnet.firewall.conntrack import flush_udp_ports
-
-        flush_udp_ports(_udp_ports(entries))
+    _flush_udp(call, entries)
     return _result(link, alloc)
+
+
+def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping],
+              err: BaseException, creating: Any = None) -> None:  # fmt: skip
+    """Undo an ADD whose rows were committed (under the write lock): the veth, the hostPort
+    elements, then the rows. A failure here is added to ``err``'s details, never raised: the
+    original error is the answer. Should the elements stay (nft unusable), the rows stay with
+    them, and the runtime's DEL after the failed ADD retries."""
+    from podnet.firewall import sync
+    from podnet.link import veth
+
+    notes = []
+    if creating is not None:
+        try:
+            creating.wait()  # let ip finish before the veth is deleted
+        except CNIError:
+            pass
+    try:
+        veth.delete_host(host_if)
+    except CNIError as undo:
+        notes.append(f"deleting {host_if}: {undo.msg} {undo.details}".strip())
+    try:
+        sync.delete(store, entries, call.container_id, call.log.warn)
+        with store.write():
+            store.delete_pod(call.container_id)
+    except CNIError as undo:
+        notes.append(f"removing the rows and hostPorts: {undo.msg} {undo.details}".strip())
+    if notes:
+        call.log.warn(f"undoing the failed ADD of {call.container_id}: " + "; ".join(notes))
+        if isinstance(err, CNIError):
+            note = "undoing the ADD also failed: " + "; ".join(notes)
+            err.details = f"{err.details}; {note}" if err.details else note
 
 
 def _refuse_existing(store: Store, container_id: str) -> None:
@@ -264,8 +260,7 @@ def _delegated_add(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.ipam import delegate
 
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
-    if not os.path.exists(call.netns):
-        raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
+    _require_netns(call)
     with _open(conf) as store:
         _refuse_existing(store, call.container_id)
     try:
@@ -320,33 +315,6 @@ def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) ->
         )
 
 
-def _abandon_add(store: Store, container_id: str, host_if: str,
-                 entries: list[PortMapping]) -> None:  # fmt: skip
-    """A failure inside ADD's transaction: the rows go with the ROLLBACK, but the veth and
-    whatever nft already holds of this ADD (incremental elements or a rebuilt table) must go
-    now, while the lock is still held. Errors here are not allowed to hide the original one."""
-    from podnet.link import veth
-
-    try:
-        veth.delete_host(host_if)
-    except CNIError:
-        pass
-    store.delete_pod(container_id)
-    if entries:
-        try:
-            _firewall_del(store, entries)
-        except CNIError:
-            pass
-
-
-def _undo_add(store: Store, container_id: str, entries: list[PortMapping]) -> None:
-    """Second transaction of a failed ADD: the rows and hostPort elements go again."""
-    with store.write():
-        store.delete_pod(container_id)
-        if entries:
-            _firewall_del(store, entries)
-
-
 def link_alias(conf: StoreConf) -> str:
     """The alias podnet sets on its host veths: names the database that owns them, so GC of
     one ``dataDir`` never touches another's links."""
@@ -395,27 +363,28 @@ def cmd_del(call: Call) -> None:
     Works with an empty, stale or deleted CNI_NETNS: the host veth name is derived from the
     container ID and ifname, and the address is released from the store regardless. Reads only
     the config keys it uses (:class:`StoreConf`), so it is not refused over, say, a range.
-    The veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest.
+    The veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest; under
+    the write lock the hostPort elements go before the rows (:mod:`podnet.firewall.sync`).
     With ``ipam``, the IPAM plugin's DEL starts once podnet's row is gone (so the address is not
     handed out while still recorded here), overlaps the veth deletion, and its error (code
-    passed through) is this DEL's.
+    passed through) is this DEL's. A failed conntrack flush is only logged.
     """
+    from podnet.firewall import sync
     from podnet.link import veth
     from podnet.plugins.podnet_conf import StoreConf
 
     conf = StoreConf(call.config)
     deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
-    udp: list[tuple[int, int]] = []
+    entries: list[PortMapping] = []
     ipam: Any = None
     try:
-        with _open(conf) as store, store.write():
+        with _open(conf) as store, store.locked():
             pod = store.get_pod(call.container_id)
             if pod is not None and pod.ifname in (None, call.ifname):
                 entries = store.portmaps(call.container_id)
-                store.delete_pod(call.container_id)
-                if entries:
-                    _firewall_del(store, entries)
-                udp = _udp_ports(entries)
+                sync.delete(store, entries, call.container_id, call.log.warn)
+                with store.write():
+                    store.delete_pod(call.container_id)
         if conf.ipam_type:
             from podnet.ipam import delegate
 
@@ -426,17 +395,17 @@ def cmd_del(call: Call) -> None:
         finally:
             if ipam is not None:
                 delegate.finish(ipam)
-    if udp:
+    _flush_udp(call, entries)
+
+
+def _flush_udp(call: Call, entries: list[PortMapping]) -> None:
+    """Flush stale UDP conntrack entries of the mapped ports; a failure is logged only (as the
+    reference portmap does: the mapping works, old flows may linger)."""
+    ports = [(e.family, e.host_port) for e in entries if e.protocol == "udp"]
+    if ports:
         from podnet.firewall.conntrack import flush_udp_ports
 
-        flush_udp_ports(udp)
-
-
-def _firewall_del(store: Store, entries: list[PortMapping]) -> None:
-    from podnet.firewall import hostports, nft
-
-    if not nft.try_apply(hostports.delete_script(entries)):
-        rebuild_firewall(store)
+        flush_udp_ports(ports, call.log.warn)
 
 
 # -- CHECK -------------------------------------------------------------------------------------
@@ -444,9 +413,13 @@ def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the row, the pod interface, routes, host route and hostPort map
     elements must all be as ADD left them; the first difference → code 103 naming it. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
+    from podnet.cni.result import prev_result
     from podnet.plugins import podnet_check
 
     conf = _conf(call)
+    if prev_result(call.config) is None:
+        raise errors.InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
+    _require_netns(call)
     if conf.ipam_type:
         from podnet.ipam import delegate
 
@@ -476,26 +449,39 @@ def cmd_gc(call: Call) -> None:
 
     valid = parse_valid_attachments(call.config)
     failures: list[str] = []
-    with _open(conf) as store, store.write():
+    from podnet.firewall import sync
+
+    with _open(conf) as store, store.locked():
         keep: set[str] = set()
+        stale: list[str] = []
         for pod in store.pods():
             if pod.owner not in (None, OWNER_PODNET):
                 continue
             if (pod.container_id, pod.ifname) in valid or pod.network_name not in (None, conf.name):
                 keep.add(str(pod.interface_name))
-                continue
-            store.delete_pod(str(pod.container_id))
+            else:
+                stale.append(str(pod.container_id))
         try:
-            rebuild_firewall(store)
+            sync.rebuild(store, without=stale)  # the kernel lets go first, then the rows
         except CNIError as err:
             failures.append(f"{err.msg}: {err.details}")
+            # rows whose map elements could not be removed stay, with their elements
+            stale = [cid for cid in stale if not store.portmaps(cid)]
+        with store.write():
+            for cid in stale:
+                store.delete_pod(cid)
         try:
             ours = veth.list_host_links(names.HOST_PREFIX, link_alias(conf))
             leaked = [n for n in ours if n not in keep]
-        except Exception as err:  # noqa: BLE001 - keep going, report at the end
-            failures.append(f"listing links: {err}")
+        except CNIError as err:
+            failures.append(f"listing links: {err.msg}: {err.details}")
             leaked = []
-        deletions = [veth.start_delete_host(n) for n in leaked]
+        deletions = []
+        for name in leaked:
+            try:
+                deletions.append(veth.start_delete_host(name))
+            except CNIError as err:
+                failures.append(f"{err.msg}: {err.details}")
         for d in deletions:
             try:
                 veth.finish_delete(d)
@@ -522,8 +508,8 @@ def cmd_status(call: Call) -> None:
     for tool in ("ip", "nft"):
         try:
             proc.which(tool)
-        except FileNotFoundError as err:
-            raise errors.Unavailable(f"{tool} is not installed", str(err)) from None
+        except CNIError as err:
+            raise errors.Unavailable(err.msg, err.details) from None
     from podnet.ipam.status import check_ranges
 
     check_ranges(conf.data_dir, conf.busy_timeout, conf.ranges)

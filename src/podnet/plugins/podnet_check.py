@@ -5,10 +5,9 @@ Each mismatch raises :class:`~podnet.cni.errors.CheckFailed` (code 103) naming w
 
 from __future__ import annotations
 
-import json
-
 from podnet import proc
-from podnet.cni.errors import CheckFailed, InvalidConfig
+from podnet.cni.errors import CheckFailed, InvalidConfig, KernelError
+from podnet.cni.fastjson import loads
 from podnet.link.netns import NetNS
 
 TYPE_CHECKING = False
@@ -21,7 +20,11 @@ if TYPE_CHECKING:
 
 def _ip_json(*args: str) -> list[dict[str, Any]]:
     out = proc.run(["ip", "-j", *args])
-    return json.loads(out) if out.strip() else []
+    try:
+        data = loads(out) if out.strip() else []
+    except ValueError as err:
+        raise KernelError(f"ip printed unreadable JSON for {' '.join(args)}", str(err)) from None
+    return [x for x in data if isinstance(x, dict)] if isinstance(data, list) else []
 
 
 def _families(pod: Pod) -> list[tuple[int, str, str]]:
@@ -107,17 +110,11 @@ def _check_host_side(pod: Pod) -> None:
 
 
 def _check_hostports(entries: list[PortMapping]) -> None:
-    from podnet.firewall import hostports, nft
+    from podnet.firewall import sync
 
-    for name in sorted({hostports.map_name(e) for e in entries}):
-        have = nft.map_elements(name)
-        if have is None:
-            raise CheckFailed(f"nftables map {name} of table inet podnet is missing")
-        for e in entries:
-            if hostports.map_name(e) == name and nft.expected_element(e) not in have:
-                raise CheckFailed(
-                    f"hostPort map element missing from {name}: {nft.expected_element(e)}"
-                )
+    problem = sync.check(entries)
+    if problem:
+        raise CheckFailed(problem)
 
 
 def check(call: Call, pod: Pod, entries: list[PortMapping]) -> None:

@@ -150,8 +150,10 @@ def cmd_check(call: Call) -> None:
             f"network {conf.name}",
             code=errors.UNKNOWN_CONTAINER,
         )
-    prev = call.config.get("prevResult")
-    if isinstance(prev, dict):
+    from podnet.cni.result import prev_result
+
+    prev = prev_result(call.config)
+    if prev is not None:
         listed = {str(ip.get("address", "")).split("/")[0] for ip in prev.get("ips", [])
                   if isinstance(ip, dict)}  # fmt: skip
         for addr in (pod.ip_address_v4, pod.ip_address_v6):
@@ -167,17 +169,24 @@ def cmd_gc(call: Call) -> None:
     from podnet.store.db import OWNER_IPAM, ipam_key
 
     conf = IpamStoreConf(call.config)
-    valid_raw = call.config.get("cni.dev/valid-attachments") or []
+    valid_raw = call.config.get("cni.dev/valid-attachments", [])
     if not isinstance(valid_raw, list):
         raise errors.InvalidConfig("cni.dev/valid-attachments: must be a list")
     keep_keys, keep_containers = set(), set()
-    for item in valid_raw:
-        if not isinstance(item, dict) or not isinstance(item.get("containerID"), str):
-            continue
-        if isinstance(item.get("ifname"), str):
-            keep_keys.add(ipam_key(item["containerID"], item["ifname"], conf.name))
+    for i, item in enumerate(valid_raw):
+        # A malformed item must not make GC release a live allocation: refuse it (code 7).
+        cid = item.get("containerID") if isinstance(item, dict) else None
+        ifname = item.get("ifname") if isinstance(item, dict) else None
+        if not isinstance(cid, str) or not cid or not (ifname is None or
+                                                       (isinstance(ifname, str) and ifname)):
+            raise errors.InvalidConfig(
+                f"cni.dev/valid-attachments[{i}]: needs a string containerID (and ifname), "
+                f"got {item!r}"[:300]
+            )
+        if ifname is not None:
+            keep_keys.add(ipam_key(cid, ifname, conf.name))
         else:
-            keep_containers.add(item["containerID"])
+            keep_containers.add(cid)
     with _open(conf) as store, store.write():
         for pod in store.pods():
             key = str(pod.container_id)

@@ -68,10 +68,14 @@ class RedirectConf:
         pods = raw.get("pods", "annotated")
         if pods not in ("all", "annotated"):
             raise InvalidConfig(f"pods: {pods!r} is not 'all' or 'annotated'")
-        runtime = raw.get("runtimeConfig") or {}
-        annotations = runtime.get(ANNOTATIONS) or {} if isinstance(runtime, dict) else {}
-        if not isinstance(annotations, dict):
-            raise InvalidConfig(f"runtimeConfig.{ANNOTATIONS}: must be an object")
+        runtime = raw.get("runtimeConfig", {})
+        if not isinstance(runtime, dict):
+            raise InvalidConfig("runtimeConfig: must be an object")
+        annotations = runtime.get(ANNOTATIONS) or {}
+        if not isinstance(annotations, dict) or not all(
+            isinstance(v, str) for v in annotations.values()
+        ):
+            raise InvalidConfig(f"runtimeConfig.{ANNOTATIONS}: must be an object of strings")
         self.active = pods == "all" or annotations.get(INJECT) in ("enabled", "ingress")
 
         def ports(key: str, value: Any) -> list[redirect.PortSpec]:
@@ -126,16 +130,21 @@ class RedirectConf:
             subnets_to_ignore=cidrs,
             ports_to_redirect=ports("portsToRedirect", get("portsToRedirect", [])),
         )
-        prev = raw.get("prevResult")
-        if prev is not None and not isinstance(prev, dict):
-            raise InvalidConfig("prevResult: must be an object")
-        self.prev_result: dict[str, Any] | None = prev
+        self.raw = raw
+
+    @property
+    def prev_result(self) -> dict[str, Any] | None:
+        """``prevResult`` validated (code 7 naming the bad key), or None."""
+        from podnet.cni.result import prev_result
+
+        return prev_result(self.raw)
 
 
 def _passthrough(conf: RedirectConf, call: Call) -> dict[str, Any]:
-    if conf.prev_result is None:
+    prev_result = conf.prev_result
+    if prev_result is None:
         raise InvalidConfig("prevResult: missing; podnet-redirect must be chained after a plugin")
-    prev = dict(conf.prev_result)
+    prev = dict(prev_result)
     prev.setdefault("cniVersion", call.config.get("cniVersion"))
     return prev
 
@@ -165,7 +174,7 @@ def cmd_del(call: Call) -> None:
 def cmd_check(call: Call) -> None:
     """CHECK: every rule of the redirection is present in CNI_NETNS (code 103 naming it)."""
     from podnet.firewall import redirect, redirect_apply
-    from podnet.firewall.portmap_iptables import SavedNat
+    from podnet.firewall.iptables import Saved
 
     conf = RedirectConf(call.config)
     _passthrough(conf, call)
@@ -179,7 +188,7 @@ def cmd_check(call: Call) -> None:
                 raise CheckFailed(f"nftables rule missing in {call.netns}: {line}")
         return
     for family in (4, 6) if conf.ipv6 else (4,):
-        saved = SavedNat(redirect_apply.save(conf.firewall, family, call.netns))
+        saved = Saved(redirect_apply.save(conf.firewall, family, call.netns))
         wanted = [
             (redirect.REDIRECT_CHAIN, r) for r in redirect.redirect_rules(conf.options, family)
         ]

@@ -1,0 +1,134 @@
+"""Keeping table ``inet podnet`` in step with the store: incremental updates, a rebuild when the
+table is new, stale or was changed behind podnet's back.
+
+The store is the truth; the kernel may lag behind it but never holds more than it: callers
+commit rows *before* :func:`add` publishes their map elements, and call :func:`delete` *before*
+they delete the rows. A plugin killed between the two steps therefore leaves rows without
+elements (harmless: the runtime's DEL or a GC removes both), never an element without its row —
+which would DNAT a hostPort to an address the store has freed and may give to another pod.
+Every function here runs under the store's write lock (:meth:`podnet.store.Store.locked`), so
+kernel changes happen in the order of the commits.
+
+The table is rebuilt (one atomic ``nft -f``) when its epoch — boot ID and node netns inode,
+stored in ``podnet_state`` after each rebuild — differs from the current one (a reboot, a new
+node netns), when ranges change, and when an incremental update fails because the table or an
+element is missing (``nft flush ruleset``, a firewall reload).
+"""
+
+from __future__ import annotations
+
+import os
+
+from podnet.cni.errors import KernelError
+from podnet.firewall import hostports, nft
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
+
+    from podnet.proc import Spawned
+    from podnet.store import Store
+    from podnet.store.db import PortMapping
+
+    Warn = Callable[[str], None]
+
+EPOCH_KEY = "firewall_epoch"
+
+
+def epoch() -> str:
+    """Identifies the kernel state the table was built in: boot ID + node netns inode."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
+
+
+def rebuild(store: Store, *, without: Collection[str] = ()) -> None:
+    """Replace the table with one built from the store (atomic), leaving out the hostPorts of
+    the containers in ``without`` (those being deleted: their rows go right after). Records the
+    epoch. KernelError (104) with nft's message."""
+    ranges = [(subnet, masq) for _, subnet, _, masq in store.ranges()]
+    mappings = [m for m in store.portmaps() if m.container_id not in without]
+    nft.apply(hostports.table_script(ranges, mappings), "rebuild table inet podnet")
+    with store.write():
+        store.set_state(EPOCH_KEY, epoch())
+
+
+class Pending:
+    """An :func:`start_add` in flight: ``spawned`` (nft, or None) and ``rebuild`` (a rebuild is
+    due whatever nft says)."""
+
+    __slots__ = ("spawned", "rebuild")
+
+    def __init__(self, spawned: Spawned | None, rebuild: bool) -> None:
+        self.spawned = spawned
+        self.rebuild = rebuild
+
+
+def start_add(store: Store, entries: Sequence[PortMapping], *, ranges_changed: bool) -> Pending:
+    """Start publishing ``entries`` (already committed); finish with :func:`finish_add`.
+
+    Incremental (their map elements only) while the table is current. Without entries, the
+    prerouting chain is listed instead: when the table was removed behind podnet's back the
+    listing fails and the table is rebuilt. Either runs in parallel with the caller's other
+    work (the veth creation)."""
+    if ranges_changed or store.get_state(EPOCH_KEY) != epoch():
+        return Pending(None, True)
+    if not entries:
+        from podnet import proc
+
+        spawned = proc.spawn(["nft", "list", "chain", hostports.FAMILY, hostports.TABLE,
+                              "prerouting"])  # fmt: skip
+        return Pending(spawned, False)
+    return Pending(nft.start(hostports.add_script(entries)), False)
+
+
+def finish_add(store: Store, pending: Pending, warn: Warn | None = None) -> None:
+    """Wait for :func:`start_add`; rebuild when it was due or the incremental update failed
+    (nft's message goes to ``warn``). KernelError (104) when the rebuild fails too, with both
+    messages."""
+    first = ""
+    if pending.spawned is not None:
+        done = nft.outcome(pending.spawned)
+        if done.ok and not pending.rebuild:
+            return
+        first = done.stderr
+        if first and not done.missing and warn is not None:
+            warn(f"incremental nft update failed, rebuilding table inet podnet: {first}")
+    try:
+        rebuild(store)
+    except KernelError as err:
+        if first:
+            err.details = f"{err.details}; before that, the incremental update: {first}"
+        raise
+
+
+def delete(
+    store: Store, entries: Sequence[PortMapping], owner: str, warn: Warn | None = None
+) -> None:
+    """Remove ``owner``'s ``entries`` from the kernel before their rows are deleted: element by
+    element, or — when one is missing or the update fails — by a rebuild without ``owner``."""
+    if not entries:
+        return
+    done = nft.run(hostports.delete_script(entries))
+    if done.ok:
+        return
+    if not done.missing and warn is not None:
+        warn(f"incremental nft delete failed, rebuilding table inet podnet: {done.stderr}")
+    try:
+        rebuild(store, without=(owner,))
+    except KernelError as err:
+        err.details = f"{err.details}; before that, the incremental delete: {done.stderr}"
+        raise
+
+
+def check(entries: Sequence[PortMapping]) -> str | None:
+    """What CHECK finds wrong with ``entries`` in the kernel (a missing map or element), or
+    None when every element is there."""
+    for name in sorted({hostports.map_name(e) for e in entries}):
+        have = nft.map_elements(hostports.FAMILY, hostports.TABLE, name)
+        if have is None:
+            return f"nftables map {name} of table inet podnet is missing"
+        for e in entries:
+            if hostports.map_name(e) == name and hostports.expected_element(e) not in have:
+                return f"hostPort map element missing from {name}: {hostports.expected_element(e)}"
+    return None
