@@ -145,6 +145,7 @@ class Spawned:
             for fd in pipes:
                 os.close(fd)
             raise KernelError(f"cannot start {_name(argv)}: {err.strerror}", str(err)) from err
+        # (setpriv, when used, reports a failed exec of the tool itself as exit status 127)
         for fd in (in_r, out_w, err_w):
             os.close(fd)
         self.timeout = Limits.timeout if timeout is None else timeout
@@ -197,8 +198,13 @@ class Spawned:
         self._out = self._err = self._pidfd = -1
 
     def wait(self) -> tuple[int, str, str]:
-        """Block until the tool exits: ``(returncode, stdout, stderr)``. A tool still running at
-        its deadline is killed with its process group: :class:`ToolTimeout` (104)."""
+        """Block until the tool exits: ``(returncode, stdout, stderr)`` (text). A tool still
+        running at its deadline is killed with its process group: :class:`ToolTimeout` (104)."""
+        rc, out, err = self.wait_raw()
+        return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def wait_raw(self) -> tuple[int, bytes, bytes]:
+        """:meth:`wait` with stdout and stderr as bytes."""
         chunks: dict[int, list[bytes]] = {self._out: [], self._err: []}
         poller = select.poll()
         for fd in chunks:
@@ -242,7 +248,7 @@ class Spawned:
             status = self._reap()
         finally:
             self._close()
-        out, err = (b"".join(c).decode(errors="replace") for c in chunks.values())
+        out, err = (b"".join(c) for c in chunks.values())
         return os.waitstatus_to_exitcode(status), out, err
 
     def check(self) -> str:

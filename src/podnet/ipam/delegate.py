@@ -3,21 +3,16 @@
 The plugin named by ``ipam.type`` is looked up in CNI_PATH (first executable file), run with the
 main plugin's environment and the *same* stdin (the whole network config), with CNI_COMMAND the
 main plugin's verb — except the DEL that undoes an ADD that failed after the IPAM ADD. Its stderr
-is copied to ours. When it fails, the error object it printed is raised as a :class:`CNIError`
-with its own ``code``, ``msg`` and ``details`` (passed through unchanged, as the reference
-plugins do); a failure without one becomes code 999 naming the plugin.
-
-This runs on the plugin path: :mod:`podnet.proc` and :mod:`podnet.cni.fastjson`, no subprocess
-or json imports. The runtime's own lookup (:func:`podnet.runtime.invoke.find_in_path`) is not
-reused for the same reason; the rule is the same.
+is copied to ours. Finding, running and decoding are :mod:`podnet.cni.invoke`'s (the runtime
+uses the same module): the plugin's error passes through with its own ``code``, ``msg`` and
+``details``; a failure without an error object becomes code 999 naming the plugin.
 """
 
 from __future__ import annotations
 
 import os
 
-from podnet import proc
-from podnet.cni import errors, fastjson
+from podnet.cni import invoke
 from podnet.cni.errors import CNIError, InvalidConfig
 
 TYPE_CHECKING = False
@@ -27,6 +22,7 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.ipam.allocator import Network
+    from podnet.proc import Spawned
 
     #: ``{family: (address, gateway, network)}``, as :func:`podnet.ipam.allocator.allocate`.
     Allocation = dict[int, tuple[str, str, Network]]
@@ -35,11 +31,12 @@ if TYPE_CHECKING:
 def find(plugin_type: str, paths: Sequence[str]) -> str:
     """``<dir>/<plugin_type>`` for the first CNI_PATH ``dir`` holding an executable file of that
     name. Code 7 when none does (libcni: ``failed to find plugin "x" in path [...]``)."""
-    for d in paths:
-        candidate = os.path.join(d, plugin_type)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return os.path.abspath(candidate)
-    raise InvalidConfig(f'failed to find IPAM plugin "{plugin_type}" in path [{" ".join(paths)}]')
+    try:
+        return invoke.find(plugin_type, paths)
+    except InvalidConfig:
+        raise InvalidConfig(
+            f'failed to find IPAM plugin "{plugin_type}" in path [{" ".join(paths)}]'
+        ) from None
 
 
 class Running:
@@ -47,7 +44,7 @@ class Running:
 
     __slots__ = ("plugin_type", "command", "spawned")
 
-    def __init__(self, plugin_type: str, command: str, spawned: proc.Spawned) -> None:
+    def __init__(self, plugin_type: str, command: str, spawned: Spawned) -> None:
         self.plugin_type = plugin_type
         self.command = command
         self.spawned = spawned
@@ -61,67 +58,33 @@ def start(call: Call, plugin_type: str, command: str | None = None) -> Running:
     Code 7 when the plugin is not in CNI_PATH, 5 when it cannot be started.
     """
     path = find(plugin_type, call.path)
-    env = dict(os.environ)
-    env.update(
-        CNI_COMMAND=command or call.command,
-        CNI_CONTAINERID=call.container_id,
-        CNI_NETNS=call.netns,
-        CNI_IFNAME=call.ifname,
-        CNI_PATH=os.pathsep.join(call.path),
-    )
-    try:
-        spawned = proc.spawn([path], call.stdin, env)
-    except OSError as err:
-        raise CNIError(f"cannot execute IPAM plugin {path}: {err}", code=errors.IO_FAILURE) from err
-    return Running(plugin_type, env["CNI_COMMAND"], spawned)
+    verb = command or call.command
+    env = invoke.env(os.environ, command=verb, container_id=call.container_id,
+                     netns=call.netns, ifname=call.ifname,
+                     cni_args=os.environ.get("CNI_ARGS", ""), cni_path=call.path)  # fmt: skip
+    return Running(plugin_type, verb, invoke.start(path, call.stdin, env))
 
 
 def finish(running: Running) -> dict[str, Any] | None:
     """Wait for a started call. ADD: the IPAM result (a dict, any spec version); other verbs:
     None. Raises the plugin's own error (its code), or 999 / 6 for unreadable output."""
-    rc, out, err = running.spawned.wait()
+    rc, out, err = running.spawned.wait_raw()
     if err:
         try:
-            os.write(2, err.encode())
+            os.write(2, err)
         except OSError:
             pass
     what = f"IPAM plugin {running.plugin_type} ({running.command})"
     if rc != 0:
-        raise _error(out, err, rc, what)
+        raise invoke.decode_error(out, err, rc, what)
     if running.command != "ADD":
         return None
-    try:
-        result = fastjson.loads(out)
-    except ValueError as exc:
-        raise CNIError(
-            f"{what} printed an invalid result: {exc}", code=errors.DECODE_FAILURE
-        ) from None
-    if not isinstance(result, dict):
-        raise CNIError(f"{what} printed a result that is not an object", code=errors.DECODE_FAILURE)
-    return result
+    return invoke.decode_result(out, what)
 
 
 def run(call: Call, plugin_type: str, command: str | None = None) -> dict[str, Any] | None:
     """:func:`start` then :func:`finish`."""
     return finish(start(call, plugin_type, command))
-
-
-def _error(out: str, err: str, rc: int, what: str) -> CNIError:
-    try:
-        raw = fastjson.loads(out) if out.strip() else None
-    except ValueError:
-        raw = None
-    if isinstance(raw, dict) and isinstance(raw.get("msg"), str):
-        code = raw.get("code")
-        return CNIError(
-            raw["msg"],
-            str(raw.get("details") or ""),
-            code=code
-            if isinstance(code, int) and not isinstance(code, bool) and code > 0
-            else errors.INTERNAL,
-        )
-    text = (err or out).strip()[:500]
-    return CNIError(f"{what} failed with exit status {rc}", text, code=errors.INTERNAL)
 
 
 def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, dict[str, Any]]:
@@ -134,6 +97,8 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
     usable gateway; 6 when an entry is malformed. ``dns`` is passed through (``{}`` if absent).
     """
     import ipaddress
+
+    from podnet.cni import errors
 
     ips = result.get("ips")
     if not isinstance(ips, list) or not ips:
