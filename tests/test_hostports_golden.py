@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from podnet.firewall import hostports
+from podnet.firewall import hostports, table
+from podnet.firewall.dnat import Dnat
+from podnet.firewall.table import BridgeNat, TableState
 from podnet.store.db import PortMapping
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -20,9 +22,25 @@ MAPPINGS = [
 ]
 RANGES = [("10.244.2.0/24", True), ("10.244.3.0/24", True), ("fd00:10:244::/64", False)]
 
+FORWARDS = [
+    Dnat(4, "198.51.100.1", "tcp", 80, "10.0.0.2", 8080, "1"),
+    Dnat(4, "198.51.100.1", None, None, "10.0.0.3", None, "1"),
+    Dnat(6, "2001:db8:f::1", "udp", 53, "fd00:1::2", 53, "2"),
+]
+BRIDGES = [
+    BridgeNat("br0", {4: "10.0.0.0/24", 6: "fd00:1::/64"}, {4: True, 6: True}, {4: "192.0.2.9", 6: None}),
+    BridgeNat("br1", {4: "10.1.0.0/24"}, {4: False}, {4: None}),
+]
+
+
+def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=()):  # type: ignore[no-untyped-def]
+    return table.script(TableState(ranges, [hostports.dnat_of(m) for m in mappings], forwards, bridges))
+
+
 CASES = {
-    "table_full.nft": lambda: hostports.table_script(RANGES, MAPPINGS),
-    "table_empty.nft": lambda: hostports.table_script([], []),
+    "table_full.nft": lambda: full(),
+    "table_empty.nft": lambda: full([], []),
+    "table_networks.nft": lambda: full(forwards=FORWARDS, bridges=BRIDGES),
     "add.nft": lambda: hostports.add_script(MAPPINGS),
     "delete.nft": lambda: hostports.delete_script(MAPPINGS),
 }
@@ -38,5 +56,5 @@ def test_golden(name: str) -> None:
 
 
 def test_adjacent_ranges_collapse() -> None:
-    text = hostports.table_script(RANGES, [])
+    text = full(RANGES, [])
     assert "set ranges_v4 { type ipv4_addr; flags interval; elements = { 10.244.2.0/23 }; }" in text

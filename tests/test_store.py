@@ -50,9 +50,9 @@ def test_connection_setup_and_migrations(tmp_path: Path) -> None:
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         names = [r[0] for r in store.conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
         assert names == ["0001_seed_schema", "0002_pod_attachments_range_options", "0003_podnet_state",
-                         "0004_pod_owner"]
+                         "0004_pod_owner", "0005_networks"]
     with open_store(str(tmp_path)) as again:  # re-open: nothing re-applied
-        assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == 4
+        assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == 5
 
 
 def _pod(store, cid: str, v4: str) -> None:  # type: ignore[no-untyped-def]
@@ -123,3 +123,48 @@ def test_writers_serialise(tmp_path: Path) -> None:
     assert not errors
     with open_store(str(tmp_path)) as store:
         assert len(store.pods()) == 32
+
+
+SEED_004 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "004_b0f7575b9f5b4f74.txt"
+
+
+def _seed_004_ddl() -> str:
+    """seed 004's two CREATE TABLE statements, as the seed prints them."""
+    from podnet.store.schema import NETWORKS
+
+    text = SEED_004.read_text() if SEED_004.exists() else NETWORKS
+    stmts = []
+    for table in ('"networks_forwards"', '"networks_forwards_config"'):
+        start = text.index(f"CREATE TABLE {table}")
+        stmts.append(text[start : text.index(");", start) + 2])
+    return "\n".join(stmts)
+
+
+@pytest.mark.parametrize("table", ["networks_forwards", "networks_forwards_config"])
+def test_seed_004_tables_match(tmp_path: Path, table: str) -> None:
+    """Seed 004's tables column for column, with its UNIQUE constraints and foreign keys."""
+    reference = sqlite3.connect(":memory:")
+    reference.executescript(_seed_004_ddl())
+    with open_store(str(tmp_path)) as store:
+        assert _table_info(store.conn, table) == _table_info(reference, table)
+        for pragma in ("foreign_key_list", "index_list"):
+            ours = store.conn.execute(f"PRAGMA {pragma}({table})").fetchall()
+            theirs = reference.execute(f"PRAGMA {pragma}({table})").fetchall()
+            if pragma == "index_list":  # index names (autoindex numbering) aside
+                ours, theirs = [r[2:] for r in ours], [r[2:] for r in theirs]
+            assert ours == theirs, pragma
+
+
+def test_forward_rows_cascade_with_their_network(tmp_path: Path) -> None:
+    from podnet.firewall.dnat import Dnat
+
+    with open_store(str(tmp_path)) as store, store.write():
+        nid = store.insert_network("br0", "bridge", "", {"ipv4.address": "10.0.0.1/24"})
+        node = store.node_id("host1")
+        fid = store.insert_forward(nid, node, "198.51.100.1", "", "[]", {"user.a": "b"})
+        store.set_forward_dnats(fid, [Dnat(4, "198.51.100.1", None, None, "10.0.0.2", None)])
+        with pytest.raises(sqlite3.IntegrityError):  # UNIQUE (network_id, node_id, listen_address)
+            store.insert_forward(nid, node, "198.51.100.1", "", "[]", {})
+        store.delete_network(nid)
+        for table in ("networks_forwards", "networks_forwards_config", "forward_dnats", "networks_config"):
+            assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0

@@ -15,6 +15,7 @@ import click
 from podnet import __version__
 from podnet.cli import install as install_cmd
 from podnet.cli import net as net_cmd
+from podnet.cli import network as network_cmd
 from podnet.cli import proxy_init as proxy_init_cmd
 from podnet.cli import state as state_cmd
 from podnet.cni.errors import CNIError
@@ -37,8 +38,12 @@ class _Group(click.Group):
     """The top-level group: maps library exceptions of any subcommand to a one-line error."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from podnet.networks.errors import NetworkError
+
         try:
             return super().invoke(ctx)
+        except NetworkError as err:  # lxc's wording: the message alone
+            raise click.ClickException(str(err)) from err
         except (CNIError, OSError) as err:
             raise click.ClickException(error_line(err)) from err
 
@@ -51,6 +56,7 @@ def cli() -> None:
 
 
 cli.add_command(net_cmd.net)
+cli.add_command(network_cmd.network)
 cli.add_command(install_cmd.install)
 cli.add_command(proxy_init_cmd.proxy_init)
 for command in state_cmd.COMMANDS:

@@ -1,5 +1,6 @@
 """Keeping table ``inet podnet`` in step with the store: incremental updates, a rebuild when the
-table is new, stale or was changed behind podnet's back.
+table is new, stale or was changed behind podnet's back — for hostPorts (the ``podnet`` plugin)
+and network forwards (:mod:`podnet.networks.ops`) alike.
 
 The store is the truth; the kernel may lag behind it but never holds more than it: callers
 commit rows *before* :func:`add` publishes their map elements, and call :func:`delete` *before*
@@ -20,12 +21,13 @@ from __future__ import annotations
 import os
 
 from podnet.cni.errors import KernelError
-from podnet.firewall import hostports, nft
+from podnet.firewall import hostports, nft, table
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
+    from podnet.firewall.dnat import Dnat
     from podnet.proc import Spawned
     from podnet.store import Store
     from podnet.store.db import PortMapping
@@ -42,15 +44,68 @@ def epoch() -> str:
     return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
 
 
+def state(store: Store, *, without: Collection[str] = ()) -> table.TableState:
+    """The table's content from the store: ranges, hostPorts (leaving out the containers in
+    ``without``), forwards and bridge networks' NAT."""
+    from podnet.networks.config import is_true, subnet
+
+    ranges = [(subnet_, masq) for _, subnet_, _, masq in store.ranges()]
+    mappings = [hostports.dnat_of(m) for m in store.portmaps() if m.container_id not in without]
+    bridges = []
+    for net in store.networks():
+        if net.type != "bridge":
+            continue
+        subnets, nat, nat_address = {}, {}, {}
+        for family in (4, 6):
+            cidr = subnet(net.config, family)
+            if cidr is not None:
+                subnets[family] = str(cidr)
+                nat[family] = is_true(net.config.get(f"ipv{family}.nat", "false"))
+                nat_address[family] = net.config.get(f"ipv{family}.nat.address") or None
+        bridges.append(table.BridgeNat(net.name, subnets, nat, nat_address))
+    return table.TableState(ranges, mappings, store.forward_dnats(), bridges)
+
+
 def rebuild(store: Store, *, without: Collection[str] = ()) -> None:
     """Replace the table with one built from the store (atomic), leaving out the hostPorts of
     the containers in ``without`` (those being deleted: their rows go right after). Records the
     epoch. KernelError (104) with nft's message."""
-    ranges = [(subnet, masq) for _, subnet, _, masq in store.ranges()]
-    mappings = [m for m in store.portmaps() if m.container_id not in without]
-    nft.apply(hostports.table_script(ranges, mappings), "rebuild table inet podnet")
+    nft.apply(table.script(state(store, without=without)), "rebuild table inet podnet")
     with store.write():
         store.set_state(EPOCH_KEY, epoch())
+
+
+def current(store: Store) -> bool:
+    """Whether the table was built in this boot and node netns (incremental updates apply)."""
+    return store.get_state(EPOCH_KEY) == epoch()
+
+
+def forwards(store: Store, old: Sequence[Dnat], new: Sequence[Dnat],
+             warn: Warn | None = None) -> None:  # fmt: skip
+    """Make the kernel's forward elements go from ``old`` to ``new`` (one forward's, inside the
+    write transaction that records the change): one nft transaction deleting what is gone and
+    adding what is new, so its cost does not depend on how many forwards exist. A stale table,
+    or one missing an element, is rebuilt from the store (which already holds the change)."""
+    new_keys = {(d.kind, d.family, d.key()): d.value() for d in new}
+    old_keys = {(d.kind, d.family, d.key()): d.value() for d in old}
+    gone = [d for d in old if new_keys.get((d.kind, d.family, d.key())) != d.value()]
+    added = [d for d in new if old_keys.get((d.kind, d.family, d.key())) != d.value()]
+    if not gone and not added:
+        return
+    if not current(store):
+        rebuild(store)
+        return
+    done = nft.run(table.delete_script(table.FORWARDS, gone) +
+                   table.add_script(table.FORWARDS, added))  # fmt: skip
+    if done.ok:
+        return
+    if not done.missing and warn is not None:
+        warn(f"incremental nft update failed, rebuilding table inet podnet: {done.stderr}")
+    try:
+        rebuild(store)
+    except KernelError as err:
+        err.details = f"{err.details}; before that, the incremental update: {done.stderr}"
+        raise
 
 
 class Pending:
@@ -71,7 +126,7 @@ def start_add(store: Store, entries: Sequence[PortMapping], *, ranges_changed: b
     prerouting chain is listed instead: when the table was removed behind podnet's back the
     listing fails and the table is rebuilt. Either runs in parallel with the caller's other
     work (the veth creation)."""
-    if ranges_changed or store.get_state(EPOCH_KEY) != epoch():
+    if ranges_changed or not current(store):
         return Pending(None, True)
     if not entries:
         from podnet import proc

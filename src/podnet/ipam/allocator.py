@@ -17,14 +17,14 @@ from podnet.cni.errors import InvalidConfig, NoFreeAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from podnet.store import Store
 
     Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def gateway(network: Network) -> str:
+def default_gateway(network: Network) -> str:
     """The range's gateway: its first host address (network + 1)."""
     return str(network.network_address + 1)
 
@@ -67,14 +67,28 @@ def allocate(
     used_counts: dict[int, int],
     rng: Callable[[int], int] | None = None,
     requested: dict[int, str] | None = None,
+    gateways: Mapping[Network, str] | None = None,
 ) -> dict[int, tuple[str, str, Network]]:
     """One address per family present in ``ranges``: ``{family: (address, gateway, range)}``.
 
     ``is_used(family, addr)`` and ``used_counts[family]`` describe current allocations.
     ``requested`` (``{family: address}``, from the ``ips`` capability or CNI_ARGS ``IP=``) must
     be a usable address of a configured range (else code 7) and free (else code 100).
-    Raises :class:`NoFreeAddress` (code 100) naming the family's ranges when all are full.
+    ``gateways``: a range's gateway when it is not network + 1 (a bridge network's address);
+    it is never handed out either. Raises :class:`NoFreeAddress` (code 100) naming the family's
+    ranges when all are full.
     """
+    gateways = gateways or {}
+    if gateways:
+        plain = is_used
+        taken = set(gateways.values())
+
+        def is_used(family: int, addr: str) -> bool:
+            return addr in taken or plain(family, addr)
+
+    def gateway(net: Network) -> str:
+        return gateways.get(net) or default_gateway(net)
+
     out: dict[int, tuple[str, str, Network]] = {}
     for family, wanted in (requested or {}).items():
         ip = ipaddress.ip_address(wanted)
@@ -117,6 +131,7 @@ def allocate_in(
     ranges: Sequence[Network],
     requested: dict[int, str] | None = None,
     rng: Callable[[int], int] | None = None,
+    gateways: Mapping[Network, str] | None = None,
 ) -> dict[int, tuple[str, str, Network]]:
     """:func:`allocate` against every address ``store`` holds (rows of any owner), so the
     ``podnet`` plugin and ``podnet-ipam`` sharing a database never hand out one address twice.
@@ -131,6 +146,7 @@ def allocate_in(
         {f: len(u) for f, u in used.items()},
         rng,
         requested,
+        gateways,
     )
 
 

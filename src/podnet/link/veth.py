@@ -24,10 +24,14 @@ class PodLink:
     """What to build for one attachment.
 
     ``addresses``: list of ``(family, pod_ip, gateway_ip)`` with family 4 or 6 (plain addresses,
-    no prefix); ``mtu`` in bytes (> 0); MACs as ``"aa:bb:…"``.
+    no prefix); ``mtu`` in bytes (> 0); MACs as ``"aa:bb:…"``. ``bridge``: the bridge the host
+    end joins (a pod of a bridge network), "" for podnet's point-to-point layout; ``prefixes``:
+    the subnet prefix length per family on a bridge (the pod is on the subnet, the gateway is
+    the bridge's address).
     """
 
-    __slots__ = ("host_if", "ifname", "netns", "mtu", "addresses", "host_mac", "pod_mac", "alias")
+    __slots__ = ("host_if", "ifname", "netns", "mtu", "addresses", "host_mac", "pod_mac", "alias",
+                 "bridge", "prefixes")  # fmt: skip
 
     def __init__(
         self,
@@ -40,6 +44,8 @@ class PodLink:
         host_mac: str,
         pod_mac: str,
         alias: str = "",
+        bridge: str = "",
+        prefixes: dict[int, int] | None = None,
     ) -> None:
         self.host_if = host_if
         self.ifname = ifname
@@ -49,6 +55,8 @@ class PodLink:
         self.host_mac = host_mac
         self.pod_mac = pod_mac
         self.alias = alias
+        self.bridge = bridge
+        self.prefixes = prefixes or {}
 
 
 def q(word: str) -> str:
@@ -67,6 +75,12 @@ def host_batch(link: PodLink) -> list[str]:
     ]
     if link.alias:
         lines.insert(1, f"link set dev {link.host_if} alias {q(link.alias)}")
+    if link.bridge:
+        # a bridge port: no address or route of its own; hairpin so a frame may leave by the
+        # port it came in (a pod reaching a forward that targets itself through the bridge)
+        lines.insert(-1, f"link set dev {link.host_if} master {q(link.bridge)}")
+        lines.insert(-1, f"link set dev {link.host_if} type bridge_slave hairpin on")
+        return lines
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""
@@ -81,6 +95,14 @@ def host_batch(link: PodLink) -> list[str]:
 def pod_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
     lines = [f"link set dev {q(link.ifname)} up"]
+    if link.bridge:
+        for family, pod_ip, gateway in link.addresses:
+            nodad = " nodad" if family == 6 else ""
+            default = "0.0.0.0/0" if family == 4 else "::/0"
+            dev = q(link.ifname)
+            lines.append(f"addr add {pod_ip}/{link.prefixes[family]} dev {dev}{nodad}")
+            lines.append(f"route add {default} via {gateway} dev {dev} src {pod_ip}")
+        return lines
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""

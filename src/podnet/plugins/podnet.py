@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     #: ``{family: (address, gateway, range)}``, as :func:`podnet.ipam.allocator.allocate` gives.
     Allocation = dict[int, tuple[str, str, Network]]
-    #: Chooses the addresses inside ADD's write transaction: ``(allocation, ranges changed)``.
-    Chooser = Callable[[Store], tuple[Allocation, bool]]
+    #: Chooses the addresses inside ADD's write transaction.
+    Chooser = Callable[[Store], "Choice"]
 
 PLUGIN = "podnet"
 
@@ -92,7 +92,17 @@ def _mappings_for(
 
 
 def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
+    """Code 101 naming the holder when a hostPort is held by another container or taken by a
+    network forward (a listed port, or a default target on that hostIP)."""
     for entry in entries:
+        forward = store.forward_port_holder(entry.family, entry.protocol, entry.host_port,
+                                            None if entry.wildcard else entry.host_ip)  # fmt: skip
+        if forward:
+            network, listen = forward
+            raise errors.HostPortConflict(
+                f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is taken by the "
+                f"forward of {listen} in network {network}"
+            )
         holders = store.hostport_holders(entry)
         if holders:
             h = holders[0]
@@ -101,6 +111,61 @@ def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
                 f"by container {h.container_id} ({h.host_ip}:{h.host_port}/{h.protocol} -> "
                 f"{h.container_ip}:{h.container_port})"
             )
+
+
+class Choice:
+    """What ADD's chooser decided inside the write transaction: ``alloc`` (``{family:
+    (address, gateway, network)}``), ``ranges_changed`` (the table must be rebuilt), and for a
+    pod of a bridge network: ``bridge`` (its name), ``network_id``, ``prefixes`` (family →
+    subnet prefix length), ``bridge_addresses`` (gateway CIDRs) and ``mtu`` (``bridge.mtu``,
+    0 unset)."""
+
+    __slots__ = ("alloc", "ranges_changed", "bridge", "network_id", "prefixes",
+                 "bridge_addresses", "mtu")  # fmt: skip
+
+    def __init__(self, alloc: Allocation, ranges_changed: bool = False, *, bridge: str = "",
+                 network_id: int | None = None, prefixes: dict[int, int] | None = None,
+                 bridge_addresses: list[str] | None = None, mtu: int = 0) -> None:  # fmt: skip
+        self.alloc = alloc
+        self.ranges_changed = ranges_changed
+        self.bridge = bridge
+        self.network_id = network_id
+        self.prefixes = prefixes or {}
+        self.bridge_addresses = bridge_addresses or []
+        self.mtu = mtu
+
+
+def _on_bridge(conf: PodnetConf, requested: dict[int, str]) -> Chooser:
+    """The chooser of a pod of bridge network ``conf.network``: an address of each subnet the
+    network has, the bridge's own address as gateway. Code 7 when the network does not exist
+    or is not a bridge network; 100 when a subnet is full."""
+
+    def choose(store: Store) -> Choice:
+        from podnet.ipam.allocator import allocate_in
+        from podnet.networks.config import gateway, subnet
+
+        net = store.network(conf.network)
+        if net is None or net.type != "bridge":
+            what = "does not exist" if net is None else f"is a {net.type} network, not a bridge"
+            raise errors.InvalidConfig(
+                f"network: {conf.network!r} {what} (podnetctl network create {conf.network})"
+            )
+        subnets, gateways, prefixes = [], {}, {}
+        for family in (4, 6):
+            cidr, gw = subnet(net.config, family), gateway(net.config, family)
+            if cidr is not None and gw is not None:
+                subnets.append(cidr)
+                gateways[cidr] = gw
+                prefixes[family] = cidr.prefixlen
+        if not subnets:
+            raise errors.InvalidConfig(f"network: {conf.network!r} has no IPv4 or IPv6 address")
+        alloc = allocate_in(store, subnets, requested, gateways=gateways)
+        addresses = [net.config[k] for k in ("ipv4.address", "ipv6.address")
+                     if subnet(net.config, 4 if k[3] == "4" else 6) is not None]  # fmt: skip
+        return Choice(alloc, bridge=net.name, network_id=net.id, prefixes=prefixes,
+                      bridge_addresses=addresses, mtu=int(net.config.get("bridge.mtu", "0")))
+
+    return choose
 
 
 def cmd_add(call: Call) -> dict[str, Any]:
@@ -120,13 +185,41 @@ def cmd_add(call: Call) -> dict[str, Any]:
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
     _require_netns(call)
 
-    def own_ranges(store: Store) -> tuple[Allocation, bool]:
+    if conf.network:
+        return _add(call, conf, pod_mac, _on_bridge(conf, requested))
+
+    def own_ranges(store: Store) -> Choice:
         from podnet.ipam.allocator import allocate_in
 
         changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
-        return allocate_in(store, conf.ranges, requested), changed
+        _ptp_network(store, conf, changed)
+        return Choice(allocate_in(store, conf.ranges, requested), changed)
 
     return _add(call, conf, pod_mac, own_ranges)
+
+
+def _ptp_network(store: Store, conf: PodnetConf, changed: bool) -> None:
+    """The conflist's network as a ``ptp`` network (so forwards can target its pods): created
+    or given the new ranges when they change. Code 7 when a bridge network has its name."""
+    net = store.network(conf.name)
+    if net is not None and net.type != "ptp":
+        raise errors.InvalidConfig(
+            f"name: {conf.name!r} is a {net.type} network; a conflist for it gives "
+            f'"network": "{conf.name}" instead of ranges'
+        )
+    if net is not None and not changed:
+        return
+    config = {} if net is None else dict(net.config)
+    for family in (4, 6):
+        key = f"ipv{family}.ranges"
+        have = [c for c in config.get(key, "").split(",") if c]
+        have += [str(n) for n in conf.ranges if n.version == family and str(n) not in have]
+        if have:
+            config[key] = ",".join(have)
+    if net is None:
+        store.insert_network(conf.name, "ptp", "", config)
+    else:
+        store.set_network_config(net.id, config)
 
 
 def _require_netns(call: Call) -> None:
@@ -154,17 +247,13 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
     cid, ifname = call.container_id, call.ifname
     veth.check_ifname(ifname)
     host_if = names.host_ifname(cid, ifname)
-    if conf.mtu:
-        mtu = conf.mtu
-    else:
-        from podnet.link.mtu import default_mtu
-
-        mtu = default_mtu()
     with _open(conf) as store:
         with store.locked():
             with store.write():
                 _refuse_existing(store, cid)
-                alloc, ranges_changed = choose(store)
+                choice = choose(store)
+                alloc = choice.alloc
+                mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
                 addresses = {family: a[0] for family, a in alloc.items()}
                 entries = _mappings_for(conf, cid, addresses)
                 _check_hostports(store, entries)
@@ -172,6 +261,7 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
                     host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
                     addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
                     host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+                    bridge=choice.bridge, prefixes=choice.prefixes,
                 )  # fmt: skip
                 store.insert_pod(
                     container_id=cid, netns=call.netns, interface_name=host_if,
@@ -185,10 +275,14 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
                     uid=call.args.get("K8S_POD_UID"),
                 )  # fmt: skip
                 store.insert_portmaps(entries)
+                if choice.network_id is not None:
+                    store.attach_pod(cid, choice.network_id)
             creating = None
             try:
+                if choice.bridge:
+                    _ensure_bridge(choice)
                 creating = veth.start_create_pair(link)
-                pending = sync.start_add(store, entries, ranges_changed=ranges_changed)
+                pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
                 sync.finish_add(store, pending, call.log.warn)
             except BaseException as err:
                 _fail_add(store, call, link.host_if, entries, err, creating)
@@ -202,6 +296,27 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
             raise
     _flush_udp(call, entries)
     return _result(link, alloc)
+
+
+def _default_mtu(bridge_name: str) -> int:
+    """Bytes: the bridge's MTU for a pod of a bridge network, else the default-route link's."""
+    from podnet.link import mtu
+
+    if bridge_name:
+        try:
+            return mtu.link_mtu(bridge_name)
+        except OSError:
+            return mtu.DEFAULT_MTU
+    return mtu.default_mtu()
+
+
+def _ensure_bridge(choice: Choice) -> None:
+    """A pod joins a bridge that a reboot (or a cleanup) removed: bring it back first, with the
+    network's addresses (``podnetctl network restore`` does the same for every network)."""
+    from podnet.link import bridge
+
+    if not bridge.exists(choice.bridge):
+        bridge.create(choice.bridge, choice.bridge_addresses, choice.mtu)
 
 
 def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping],
@@ -269,11 +384,11 @@ def _delegated_add(call: Call, conf: PodnetConf) -> dict[str, Any]:
         alloc, dns = delegate.parse_result(answer, conf.ipam_type)
         conf.check_mtu(set(alloc))
 
-        def delegated(store: Store) -> tuple[Allocation, bool]:
+        def delegated(store: Store) -> Choice:
             _take_over(store, call, conf, alloc)
             subnets = sorted({str(net) for _, _, net in alloc.values()})
             description = f"network {conf.name} (ipam {conf.ipam_type})"
-            return alloc, store.sync_ranges(subnets, conf.ip_masq, description)
+            return Choice(alloc, store.sync_ranges(subnets, conf.ip_masq, description))
 
         result = _add(call, conf, pod_mac, delegated)
     except BaseException as err:
@@ -326,7 +441,7 @@ def _result(link: Any, alloc: dict[int, tuple[str, str, Any]]) -> dict[str, Any]
     1), a default route per family through its gateway, empty ``dns``."""
     ips, routes = [], []
     for family, (addr, gw, _net) in sorted(alloc.items()):
-        plen = 32 if family == 4 else 128
+        plen = link.prefixes.get(family) or (32 if family == 4 else 128)
         ips.append({"address": f"{addr}/{plen}", "gateway": gw, "interface": 1})
         routes.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gw})
     return {
@@ -431,7 +546,18 @@ def cmd_check(call: Call) -> None:
                 f"container {call.container_id} has no podnet attachment {call.ifname}",
                 code=errors.UNKNOWN_CONTAINER,
             )
-        podnet_check.check(call, pod, store.portmaps(call.container_id))
+        bridge, prefixes = "", {}
+        if pod.network_id is not None:
+            from podnet.networks.config import subnet
+
+            net = next((n for n in store.networks() if n.id == pod.network_id), None)
+            if net is not None:
+                bridge = net.name
+                for family in (4, 6):
+                    cidr = subnet(net.config, family)
+                    if cidr is not None:
+                        prefixes[family] = cidr.prefixlen
+        podnet_check.check(call, pod, store.portmaps(call.container_id), bridge, prefixes)
 
 
 # -- GC and STATUS -------------------------------------------------------------------------------

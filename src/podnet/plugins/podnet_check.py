@@ -63,7 +63,7 @@ def _expected_link(call: Call, pod: Pod) -> tuple[str | None, int | None]:
     return mac, mtu
 
 
-def _check_pod_side(call: Call, pod: Pod) -> None:
+def _check_pod_side(call: Call, pod: Pod, prefixes: dict[int, int]) -> None:
     ifname = call.ifname
     want_mac, want_mtu = _expected_link(call, pod)
     try:
@@ -84,18 +84,18 @@ def _check_pod_side(call: Call, pod: Pod) -> None:
         addrs = _ip_json("addr", "show", "dev", ifname)
         have = {(a["local"], a["prefixlen"]) for x in addrs for a in x.get("addr_info", [])}
         for family, addr, gw in _families(pod):
-            plen = 32 if family == 4 else 128
+            plen = prefixes.get(family) or (32 if family == 4 else 128)
             if (addr, plen) not in have:
                 raise CheckFailed(f"interface {ifname} lacks address {addr}/{plen}")
             routes = _ip_json(f"-{family}", "route", "show", "dev", ifname)
             dsts = {(r.get("dst"), r.get("gateway")) for r in routes}
-            if (gw, None) not in dsts:
+            if not prefixes and (gw, None) not in dsts:  # ptp: a link route to the gateway
                 raise CheckFailed(f"route to gateway {gw} dev {ifname} is missing in the pod")
             if ("default", gw) not in dsts:
                 raise CheckFailed(f"default route via {gw} dev {ifname} is missing in the pod")
 
 
-def _check_host_side(pod: Pod) -> None:
+def _check_host_side(pod: Pod, bridge: str) -> None:
     host_if = str(pod.interface_name)
     links = _ip_json("link", "show", "type", "veth")
     link = next((x for x in links if x.get("ifname") == host_if), None)
@@ -103,6 +103,10 @@ def _check_host_side(pod: Pod) -> None:
         raise CheckFailed(f"host interface {host_if} is missing")
     if "UP" not in link.get("flags", []):
         raise CheckFailed(f"host interface {host_if} is down")
+    if bridge:
+        if link.get("master") != bridge:
+            raise CheckFailed(f"host interface {host_if} is not a port of bridge {bridge}")
+        return
     for family, addr, _ in _families(pod):
         routes = _ip_json(f"-{family}", "route", "show", "dev", host_if)
         if not any(r.get("dst") == addr for r in routes):
@@ -117,9 +121,12 @@ def _check_hostports(entries: list[PortMapping]) -> None:
         raise CheckFailed(problem)
 
 
-def check(call: Call, pod: Pod, entries: list[PortMapping]) -> None:
-    """Verify prevResult, pod interface/addresses/routes, host veth/route, hostPort elements."""
+def check(call: Call, pod: Pod, entries: list[PortMapping], bridge: str = "",
+          prefixes: dict[int, int] | None = None) -> None:  # fmt: skip
+    """Verify prevResult, pod interface/addresses/routes, host veth/route (or its bridge port),
+    hostPort elements. ``bridge``/``prefixes``: the bridge network the pod joined and its
+    subnets' prefix lengths (empty: podnet's point-to-point layout)."""
     _check_prev_result(call, pod)
-    _check_pod_side(call, pod)
-    _check_host_side(pod)
+    _check_pod_side(call, pod, prefixes or {})
+    _check_host_side(pod, bridge)
     _check_hostports(entries)

@@ -1,12 +1,14 @@
 """The ``podnet`` plugin's NetConf (seed 001's conflist with ``"type": "podnet"``).
 
 Keys: ``ranges`` (IPv4 and/or IPv6 CIDRs, several allowed, first with space wins; required
-unless ``ipam`` is given), ``capabilities.portMappings``, and optional ``dataDir`` (default
-``/var/lib/podnet``), ``mtu`` (bytes, 0 = the default-route link's), ``ipMasq`` (default true),
-``logFile``, ``busyTimeout`` (seconds the database lock is waited for, default 5), ``ipam``
-(an object with ``type``: the IPAM plugin in CNI_PATH podnet delegates to instead of using
-``ranges`` — host-local, static, podnet-ipam…; the two keys exclude each other). Invalid values →
-code 7 naming the key.
+unless ``ipam`` or ``network`` is given), ``network`` (a bridge network made by ``podnetctl
+network create``: the pod joins its bridge and gets an address of its subnet),
+``capabilities.portMappings``, and optional ``dataDir`` (default ``/var/lib/podnet``), ``mtu``
+(bytes, 0 = the default-route link's or the bridge's), ``ipMasq`` (default true), ``logFile``,
+``busyTimeout`` (seconds the database lock is waited for, default 5), ``toolTimeout`` (seconds
+a spawned tool may run, default 10), ``ipam`` (an object with ``type``: the IPAM plugin in
+CNI_PATH podnet delegates to instead of using ``ranges`` — host-local, static, podnet-ipam…).
+``ranges``, ``network`` and ``ipam`` exclude each other. Invalid values → code 7 naming the key.
 """
 
 from __future__ import annotations
@@ -79,16 +81,24 @@ class PodnetConf(StoreConf):
     """A validated ``podnet`` NetConf (what ADD, CHECK and STATUS need). ``ranges`` is empty
     when an ``ipam`` plugin chooses the addresses."""
 
-    __slots__ = ("ranges", "mtu", "ip_masq", "port_mappings")
+    __slots__ = ("ranges", "mtu", "ip_masq", "port_mappings", "network")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         super().__init__(raw)
+        #: A bridge network (``podnetctl network create``) the pods join instead of ptp links.
+        self.network = netconf.require_str(raw, "network", optional=True)
+        if self.network and (self.ipam_type or raw.get("ranges") is not None):
+            raise InvalidConfig(
+                f"network: a pod of bridge network {self.network!r} gets its address from the "
+                "network's subnet; give network, ranges or ipam, not several"
+            )
         if self.ipam_type and raw.get("ranges") is not None:
             raise InvalidConfig(
                 f"ranges: not used with ipam (the {self.ipam_type} plugin chooses the "
                 "addresses); give one of them"
             )
-        self.ranges = [] if self.ipam_type else parse_ranges(raw.get("ranges"))
+        own = not (self.ipam_type or self.network)
+        self.ranges = parse_ranges(raw.get("ranges")) if own else []
         self.mtu = netconf.opt_int(raw, "mtu", 0, 0, 65535)
         self.check_mtu({n.version for n in self.ranges})
         self.ip_masq = netconf.opt_bool(raw, "ipMasq", True)

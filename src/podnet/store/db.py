@@ -24,6 +24,7 @@ import os
 import time
 
 from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
+from podnet.store.networks import NetworkQueries
 from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
@@ -65,17 +66,19 @@ def ipam_key(container_id: str, ifname: str, network: str) -> str:
     return f"{container_id}/{ifname}/{network}"
 
 
-_ATTACHMENT_COLUMNS = "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner"
+_ATTACHMENT_COLUMNS = "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner, a.network_id"
 
 
 class Pod:
     """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs,
-    ``owner``: :data:`OWNER_PODNET` or :data:`OWNER_IPAM`)."""
+    ``owner``: :data:`OWNER_PODNET` or :data:`OWNER_IPAM`; ``network_id``: the bridge network
+    the pod joined, None for podnet's point-to-point layout)."""
 
     __slots__ = (
         "container_id", "name", "namespace", "uid", "netns", "ip_address_v4", "ip_address_v6",
         "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
         "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac", "owner",
+        "network_id",
     )  # fmt: skip
 
     container_id: str
@@ -95,6 +98,7 @@ class Pod:
     host_mac: str | None
     pod_mac: str | None
     owner: str | None
+    network_id: int | None
 
     def __init__(self, row: Sequence[object]) -> None:
         for slot, value in zip(self.__slots__, row, strict=True):
@@ -202,8 +206,9 @@ LOCK_NAME = "podnet.lock"
 _LOCK_POLL = (0.0005, 0.004)
 
 
-class Store:
-    """The node state. Use :meth:`write` for every change; reads may run outside it."""
+class Store(NetworkQueries):
+    """The node state. Use :meth:`write` for every change; reads may run outside it. Queries of
+    networks and forwards come from :class:`~podnet.store.networks.NetworkQueries`."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float = 5.0) -> None:
         self.conn = _Conn(conn, path)
@@ -236,7 +241,7 @@ class Store:
 
     def write(self) -> _WriteTxn:
         """``with store.write():`` — a ``BEGIN IMMEDIATE`` transaction under :meth:`locked`,
-        committed on success, rolled back on any exception.
+        committed on success, rolled back on any exception. Nested, it joins the open one.
 
         The write lock is taken at BEGIN, so reads inside see the latest state and concurrent
         writers wait instead of failing at COMMIT. Raises TryAgainLater (11), CNIError 5.
@@ -477,12 +482,19 @@ class _Locked:
 
 
 class _WriteTxn:
+    """BEGIN IMMEDIATE … COMMIT; inside an open transaction it joins it (the outer one commits
+    or rolls back)."""
+
     def __init__(self, store: Store) -> None:
         self.store = store
         self.lock = _Locked(store)
+        self.joined = False
 
     def __enter__(self) -> None:
         self.lock.__enter__()
+        if self.store.conn.in_transaction:
+            self.joined = True
+            return
         try:
             self.store.conn.execute("BEGIN IMMEDIATE")
         except BaseException:
@@ -496,6 +508,9 @@ class _WriteTxn:
         tb: TracebackType | None,
     ) -> None:
         conn = self.store.conn
+        if self.joined:
+            self.lock.__exit__()
+            return
         try:
             if exc_type is None:
                 try:

@@ -74,10 +74,74 @@ POD_OWNER = """
 ALTER TABLE pod_attachments ADD COLUMN owner TEXT NOT NULL DEFAULT 'podnet'
 """
 
+# Networks and network forwards (seed 004, issue 8). ``networks_forwards`` and
+# ``networks_forwards_config`` are seed 004's DDL verbatim; ``nodes``, ``networks`` and
+# ``networks_config`` follow LXD's tables of those names (trimmed to what podnet uses).
+# ``forward_dnats`` is podnet's: each forward expanded into the firewall's DNAT model (one row
+# per listen port, one for the default target), so the kernel elements of a forward, and a
+# clash with a hostPort, are found by index instead of by parsing every forward's ``ports``.
+# ``pod_attachments.network_id`` ties a pod to the bridge network it joined.
+NETWORKS = """
+CREATE TABLE nodes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+  name TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  UNIQUE (name)
+);
+CREATE TABLE networks (
+  id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+  name TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  type TEXT NOT NULL, -- bridge | ptp
+  UNIQUE (name)
+);
+CREATE TABLE networks_config (
+  id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+  network_id INTEGER NOT NULL,
+  key VARCHAR(255) NOT NULL,
+  value TEXT,
+  UNIQUE (network_id, key),
+  FOREIGN KEY (network_id) REFERENCES "networks" (id) ON DELETE CASCADE
+);
+CREATE TABLE "networks_forwards" (
+id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+network_id INTEGER NOT NULL,
+node_id INTEGER,
+listen_address TEXT NOT NULL,
+description TEXT NOT NULL,
+ports TEXT NOT NULL,
+UNIQUE (network_id, node_id, listen_address),
+FOREIGN KEY (network_id) REFERENCES "networks" (id) ON DELETE CASCADE,
+FOREIGN KEY (node_id) REFERENCES nodes(id) ON DELETE CASCADE
+);
+CREATE TABLE "networks_forwards_config" (
+id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+network_forward_id INTEGER NOT NULL,
+key VARCHAR(255) NOT NULL,
+value TEXT,
+UNIQUE (network_forward_id, key),
+FOREIGN KEY (network_forward_id) REFERENCES "networks_forwards" (id) ON DELETE CASCADE
+);
+CREATE TABLE forward_dnats (
+  forward_id INTEGER NOT NULL REFERENCES networks_forwards(id) ON DELETE CASCADE,
+  family INTEGER NOT NULL,
+  listen_address TEXT NOT NULL,
+  protocol TEXT, -- NULL: the default target (every protocol and port)
+  listen_port INTEGER,
+  target_address TEXT NOT NULL,
+  target_port INTEGER
+);
+CREATE INDEX forward_dnats_forward ON forward_dnats (forward_id);
+CREATE INDEX forward_dnats_port ON forward_dnats (protocol, listen_port);
+CREATE INDEX forward_dnats_listen ON forward_dnats (listen_address);
+ALTER TABLE pod_attachments ADD COLUMN network_id INTEGER REFERENCES networks(id)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
     ("0002_pod_attachments_range_options", ATTACHMENTS),
     ("0003_podnet_state", NODE_STATE),
     ("0004_pod_owner", POD_OWNER),
+    ("0005_networks", NETWORKS),
 )

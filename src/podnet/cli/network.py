@@ -1,0 +1,467 @@
+"""``podnetctl network …`` and ``podnetctl network forward …``: networks and forwards with
+``lxc``'s argument order, output and messages (``Network forward 198.51.100.1 created``,
+``Error: …`` and exit 1), working on the store directly (``--data-dir`` / ``PODNET_DATA_DIR``),
+no daemon. Each command is one call into :class:`podnet.networks.ops.Manager`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from podnet.cli.lxcfmt import FORMATS, dump_yaml, load_yaml, render_list
+from podnet.networks.errors import NetworkError
+from podnet.networks.model import FORWARD_KEYS, PORT_KEYS, Forward, ForwardPort
+from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
+
+FORWARD_TEMPLATE = """### This is a YAML representation of the network forward.
+### Any line starting with a '# will be ignored.
+###
+### A network forward consists of a default target address and optional set of port \
+forwards for a listen address.
+###
+### An example would look like:
+### listen_address: 192.0.2.1
+### config:
+###   target_address: 198.51.100.2
+### description: test desc
+### port:
+### - description: port forward
+###   protocol: tcp
+###   listen_port: 80,81,8080-8090
+###   target_address: 198.51.100.3
+###   target_port: 80,81,8080-8090
+### location: lxd01
+###
+### Note that the listen_address and location cannot be changed."""
+
+NETWORK_TEMPLATE = """### This is a YAML representation of the network.
+### Any line starting with a '# will be ignored.
+###
+### A network consists of a set of configuration items.
+###
+### An example would look like:
+### name: lxdbr0
+### config:
+###   ipv4.address: 10.62.42.1/24
+###   ipv4.nat: true
+###   ipv6.address: fd00:56ad:9f7a:9800::1/64
+###   ipv6.nat: true
+### managed: true
+### type: bridge
+###
+### Note that only the configuration can be changed."""
+
+target_option = click.option("--target", "target", metavar="MEMBER",
+                             help="Cluster member name (must be this node).")  # fmt: skip
+format_option = click.option("--format", "-f", "fmt", default="table", show_default=True,
+                             help=f"Format ({'|'.join(FORMATS)}).")  # fmt: skip
+
+
+def _manager(ctx: click.Context) -> Any:
+    """The :class:`~podnet.networks.ops.Manager` the ``network`` group made for this run."""
+    obj = ctx.find_object(dict)
+    assert obj is not None, "the network group sets ctx.obj"
+    return obj["manager"]
+
+
+def _pairs(args: tuple[str, ...], message: str) -> dict[str, str]:
+    out = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise NetworkError(f"{message}: {arg}")
+        out[key] = value
+    return out
+
+
+def _config_args(args: tuple[str, ...]) -> dict[str, str]:
+    """``lxc``'s ``getConfig``: ``key value`` when exactly two words and the first has no
+    ``=``, else every word ``key=value``."""
+    if len(args) == 2 and "=" not in args[0]:
+        return {args[0]: args[1]}
+    return _pairs(args, "Invalid key=value configuration")
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _edit(text: str, template: str, apply: Any) -> None:
+    """``lxc … edit``: YAML from stdin when it is not a terminal, else $EDITOR with the help
+    template, reopened after a parse or apply error until it succeeds or is aborted."""
+    if not _is_tty():
+        apply(sys.stdin.read())
+        return
+    content = f"{template}\n\n{text}"
+    while True:
+        edited = click.edit(content, extension=".yaml")
+        if edited is None:
+            return
+        body = "\n".join(line for line in edited.splitlines() if not line.startswith("#"))
+        try:
+            apply(body)
+            return
+        except NetworkError as err:
+            click.echo(f"Config parsing error: {err}", err=True)
+            click.echo("Press enter to open the editor again or ctrl+c to abort change")
+            sys.stdin.readline()
+            content = edited
+
+
+@click.group()
+@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+              show_envvar=True, help="podnet's state directory (podnet.db).")
+@click.option("--busy-timeout", type=float, default=5.0, show_default=True,
+              help="Seconds to wait for the store's write lock.")
+@click.pass_context
+def network(ctx: click.Context, data_dir: str, busy_timeout: float) -> None:
+    """Manage networks (bridge networks pods join; the ptp networks of podnet conflists)."""
+    from podnet.networks.ops import Manager
+
+    ctx.ensure_object(dict)
+    ctx.obj["manager"] = Manager(data_dir, busy_timeout=busy_timeout,
+                                 warn=lambda msg: click.echo(f"Warning: {msg}", err=True))
+
+
+# -- networks ------------------------------------------------------------------------------------
+@network.command("list")
+@format_option
+@click.pass_context
+def network_list(ctx: click.Context, fmt: str) -> None:
+    """List available networks."""
+    nets = _manager(ctx).list_networks()
+    rows = [[n.name, n.type, "YES", n.config.get("ipv4.address", ""),
+             n.config.get("ipv6.address", ""), n.description, str(len(n.used_by)),
+             n.status.upper()] for n in nets]  # fmt: skip
+    headers = ["NAME", "TYPE", "MANAGED", "IPV4", "IPV6", "DESCRIPTION", "USED BY", "STATE"]
+    click.echo(render_list(headers, rows, fmt, [n.to_api() for n in nets]), nl=False)
+
+
+@network.command("show")
+@click.argument("name")
+@target_option
+@click.pass_context
+def network_show(ctx: click.Context, name: str, target: str | None) -> None:
+    """Show network configurations."""
+    _manager(ctx).check_target(target)
+    click.echo(dump_yaml(_manager(ctx).get_network(name).to_api()), nl=False)
+
+
+@network.command("create")
+@click.argument("name")
+@click.argument("config", nargs=-1)
+@click.option("--type", "-t", "type_", default="bridge", show_default=True,
+              help="Network type (bridge).")
+@click.option("--description", default="", help="Network description.")
+@target_option
+@click.pass_context
+def network_create(ctx: click.Context, name: str, config: tuple[str, ...], type_: str,
+                   description: str, target: str | None) -> None:  # fmt: skip
+    """Create new networks: a Linux bridge NAME with its gateway addresses and NAT.
+
+    Keys: ipv4.address, ipv6.address (CIDR, auto, none), ipv4.nat, ipv6.nat, ipv4.nat.address,
+    ipv6.nat.address, bridge.mtu, user.*."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.create_network(name, type=type_, description=description,
+                           config=_pairs(config, "Bad key/value pair"))  # fmt: skip
+    click.echo(f"Network {name} created")
+
+
+@network.command("get")
+@click.argument("name")
+@click.argument("key")
+@click.pass_context
+def network_get(ctx: click.Context, name: str, key: str) -> None:
+    """Get values for network configuration keys (a key that is not set prints nothing)."""
+    value = _manager(ctx).get_network(name).config.get(key)
+    if value is not None:
+        click.echo(value)
+
+
+@network.command("set")
+@click.argument("name")
+@click.argument("config", nargs=-1, required=True)
+@target_option
+@click.pass_context
+def network_set(ctx: click.Context, name: str, config: tuple[str, ...],
+                target: str | None) -> None:  # fmt: skip
+    """Set network configuration keys (KEY=VALUE…, or KEY VALUE)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.update_network(name, config=_config_args(config), patch=True)
+
+
+@network.command("unset")
+@click.argument("name")
+@click.argument("key")
+@target_option
+@click.pass_context
+def network_unset(ctx: click.Context, name: str, key: str, target: str | None) -> None:
+    """Unset network configuration keys."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.update_network(name, config={key: ""}, patch=True)
+
+
+@network.command("edit")
+@click.argument("name")
+@target_option
+@click.pass_context
+def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
+    """Edit network configurations as YAML (stdin when it is not a terminal, else $EDITOR)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    current = manager.get_network(name)
+
+    def apply(text: str) -> None:
+        allowed = ("config", "description", "name", "type", "used_by", "managed", "status",
+                   "locations")  # fmt: skip
+        data = load_yaml(text, allowed, "api.NetworkPut", strict=False)
+        config = data.get("config") or {}
+        if not isinstance(config, dict):
+            raise NetworkError("yaml: config must be a mapping")
+        manager.update_network(name, description=str(data.get("description") or ""),
+                               config={str(k): _text(v) for k, v in config.items()})  # fmt: skip
+
+    _edit(dump_yaml(current.to_api()), NETWORK_TEMPLATE, apply)
+
+
+@network.command("delete")
+@click.argument("name")
+@target_option
+@click.pass_context
+def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
+    """Delete networks (refused while pods use them; their forwards go with them)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.delete_network(name)
+    click.echo(f"Network {name} deleted")
+
+
+@network.command("restore")
+@click.pass_context
+def network_restore(ctx: click.Context) -> None:
+    """Bring bridges, their pods' ports and table inet podnet back from the store (at boot)."""
+    for line in _manager(ctx).restore():
+        click.echo(f"restored {line}")
+
+
+def _text(value: Any) -> str:
+    """A YAML scalar as the string LXD stores (``true`` → "true", 80 → "80")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        raise NetworkError(f"yaml: cannot unmarshal {type(value).__name__} into string")
+    return str(value)
+
+
+# -- forwards ------------------------------------------------------------------------------------
+@network.group("forward")
+def forward() -> None:
+    """Manage network forwards."""
+
+
+@forward.command("list")
+@click.argument("network_name", metavar="NETWORK")
+@format_option
+@click.pass_context
+def forward_list(ctx: click.Context, network_name: str, fmt: str) -> None:
+    """List available network forwards."""
+    forwards = _manager(ctx).list_forwards(network_name)
+    rows = [[f.listen_address, f.description, f.default_target, str(len(f.ports))]
+            for f in forwards]  # fmt: skip
+    headers = ["LISTEN ADDRESS", "DESCRIPTION", "DEFAULT TARGET ADDRESS", "PORTS"]
+    click.echo(render_list(headers, rows, fmt, [f.to_api() for f in forwards]), nl=False)
+
+
+@forward.command("show")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@target_option
+@click.pass_context
+def forward_show(ctx: click.Context, network_name: str, listen_address: str,
+                 target: str | None) -> None:  # fmt: skip
+    """Show network forward configurations."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    click.echo(dump_yaml(manager.get_forward(network_name, listen_address).to_api()), nl=False)
+
+
+@forward.command("create")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("config", nargs=-1)
+@click.option("--description", default="", help="Forward description.")
+@target_option
+@click.pass_context
+def forward_create(
+    ctx: click.Context, network_name: str, listen_address: str, config: tuple[str, ...],
+    description: str, target: str | None,
+) -> None:
+    """Create new network forwards (KEY=VALUE: target_address, user.*)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    created = manager.create_forward(network_name, Forward(
+        listen_address, description, _pairs(config, "Bad key/value pair")))  # fmt: skip
+    click.echo(f"Network forward {created.listen_address} created")
+
+
+@forward.command("get")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("key")
+@click.pass_context
+def forward_get(ctx: click.Context, network_name: str, listen_address: str, key: str) -> None:
+    """Get values for network forward configuration keys (an unset key prints nothing; a key
+    that cannot exist is an error)."""
+    found = _manager(ctx).get_forward(network_name, listen_address)
+    if key != "target_address" and not key.startswith("user."):
+        raise NetworkError(f'Invalid option "{key}"')
+    if key in found.config:
+        click.echo(found.config[key])
+
+
+@forward.command("set")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("config", nargs=-1, required=True)
+@target_option
+@click.pass_context
+def forward_set(ctx: click.Context, network_name: str, listen_address: str,
+                config: tuple[str, ...], target: str | None) -> None:  # fmt: skip
+    """Set network forward keys (KEY=VALUE…, or KEY VALUE)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.update_forward(network_name, listen_address, config=_config_args(config),
+                           patch=True)  # fmt: skip
+
+
+@forward.command("unset")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("key")
+@target_option
+@click.pass_context
+def forward_unset(ctx: click.Context, network_name: str, listen_address: str, key: str,
+                  target: str | None) -> None:  # fmt: skip
+    """Unset network forward configuration keys."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.update_forward(network_name, listen_address, config={key: ""}, patch=True)
+
+
+@forward.command("edit")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@target_option
+@click.pass_context
+def forward_edit(ctx: click.Context, network_name: str, listen_address: str,
+                 target: str | None) -> None:  # fmt: skip
+    """Edit network forward configurations as YAML (stdin when it is not a terminal, else
+    $EDITOR); ``listen_address`` and ``location`` cannot be changed."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    current = manager.get_forward(network_name, listen_address)
+
+    def apply(text: str) -> None:
+        data = load_yaml(text, (*FORWARD_KEYS, "listen_address", "location"),
+                         "api.NetworkForward")  # fmt: skip
+        manager.update_forward(network_name, listen_address, **forward_put(data),
+                               etag=None if not _is_tty() else current.etag())  # fmt: skip
+
+    _edit(dump_yaml(current.to_api()), FORWARD_TEMPLATE, apply)
+
+
+def forward_put(data: dict[str, Any]) -> dict[str, Any]:
+    """A forward's YAML/JSON body (``description``, ``config``, ``ports``) as keyword arguments
+    of :meth:`Manager.update_forward`; 400 for wrong types or unknown port keys."""
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise NetworkError("yaml: config must be a mapping")
+    ports = data.get("ports") or []
+    if not isinstance(ports, list):
+        raise NetworkError("yaml: ports must be a list")
+    parsed = []
+    for i, item in enumerate(ports):
+        if not isinstance(item, dict):
+            raise NetworkError(f"yaml: ports[{i}] must be a mapping")
+        unknown = [k for k in item if k not in PORT_KEYS]
+        if unknown:
+            raise NetworkError(f"yaml: unmarshal errors:\n  field {unknown[0]} not found in "
+                               "type api.NetworkForwardPort")  # fmt: skip
+        parsed.append(ForwardPort(**{k: _text(item.get(k)) for k in PORT_KEYS}))
+    return {"description": _text(data.get("description")),
+            "config": {str(k): _text(v) for k, v in config.items()}, "ports": parsed}  # fmt: skip
+
+
+@forward.command("delete")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@target_option
+@click.pass_context
+def forward_delete(ctx: click.Context, network_name: str, listen_address: str,
+                   target: str | None) -> None:  # fmt: skip
+    """Delete network forwards."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.delete_forward(network_name, listen_address)
+    click.echo(f"Network forward {listen_address} deleted")
+
+
+@forward.group("port")
+def port() -> None:
+    """Manage network forward ports."""
+
+
+@port.command("add")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("protocol")
+@click.argument("listen_ports", metavar="LISTEN_PORTS")
+@click.argument("target_address")
+@click.argument("target_ports", metavar="[TARGET_PORTS]", required=False, default="")
+@click.option("--description", default="", help="Port description.")
+@target_option
+@click.pass_context
+def port_add(ctx: click.Context, network_name: str, listen_address: str, protocol: str,
+             listen_ports: str, target_address: str, target_ports: str, description: str,
+             target: str | None) -> None:  # fmt: skip
+    """Add ports to a forward (ports and a-b ranges, comma-separated; TARGET_PORTS: empty =
+    the same, one = many-to-one, else the same count)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.add_forward_port(network_name, listen_address, ForwardPort(
+        description, protocol, listen_ports, target_ports, target_address))  # fmt: skip
+
+
+@port.command("remove")
+@click.argument("network_name", metavar="NETWORK")
+@click.argument("listen_address")
+@click.argument("protocol", required=False)
+@click.argument("listen_ports", metavar="[LISTEN_PORTS]", required=False)
+@click.option("--force", is_flag=True, help="Remove all ports that match.")
+@target_option
+@click.pass_context
+def port_remove(ctx: click.Context, network_name: str, listen_address: str,
+                protocol: str | None, listen_ports: str | None, force: bool,
+                target: str | None) -> None:  # fmt: skip
+    """Remove ports from a forward (exact match of PROTOCOL and LISTEN_PORTS as listed)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    manager.remove_forward_ports(network_name, listen_address, protocol, listen_ports,
+                                 force=force)  # fmt: skip
+
+
+for _group, _aliases in ((network, {"list": "ls", "delete": "rm"}),
+                         (forward, {"list": "ls", "delete": "rm"})):  # fmt: skip
+    for _name, _alias in _aliases.items():
+        _group.add_command(_group.commands[_name], _alias)

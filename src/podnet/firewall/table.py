@@ -1,0 +1,173 @@
+"""podnet's whole table, ``inet podnet``, as nftables text: hostPorts, network forwards, egress
+masquerade and source NAT of every network (pure; :mod:`podnet.firewall.sync` applies it).
+
+Both kinds of DNAT are :class:`~podnet.firewall.dnat.Dnat` entries in hash maps, rendered by
+:mod:`podnet.firewall.dnat`: ``hostports_v4``/``hostports_any_v4`` and ``fwd_v4``/
+``fwd_whole_v4`` (and ``_v6``). Chains::
+
+    prerouting (nat, dstnat)   jump forwards; fib daddr type local jump hostports
+    output (nat, -100)         the same, for the node's own connections
+    forwards                   hairpin marks, then port DNATs before whole-address DNATs
+    hostports                  marks, then DNATs (see below)
+    input (filter)             no new connection to 127.0.0.0/8 from outside ``lo``
+    postrouting (nat, srcnat)  marked → masquerade; a network's SNAT address; egress masquerade
+
+Forwards are not behind ``fib daddr type local``: a listen address is usually routed to the
+node, not assigned to it (seed 004). They come first, so a forward's listen address is the
+forward's; podnet refuses a forward and a hostPort that would take the same traffic.
+
+Hairpin and localhost: a connection from a pod range or network subnet (or, for hostPorts,
+from 127.0.0.0/8) that hits a DNAT is marked (bit 13, 0x2000, portmap's default masquerade bit)
+and masqueraded, so the reply comes back through the node whether the client is the target
+itself, another pod of the same bridge, or a pod elsewhere on the node. ``::1`` is left alone
+(IPv6 has no route_localnet). ``input`` drops new connections to 127.0.0.0/8 arriving on any
+interface but ``lo``: route_localnet on the host veths (needed for 127.0.0.1 → hostPort) would
+otherwise let a pod reach services bound to the node's loopback (the CVE-2020-8558 class).
+
+Egress: traffic from an ``ipMasq`` range or a bridge network with ``ipvN.nat`` to destinations
+outside every range and subnet is masqueraded, or SNATed to the network's ``ipvN.nat.address``.
+"""
+
+from __future__ import annotations
+
+from podnet.firewall import dnat as d
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from podnet.firewall.dnat import Dnat
+
+TABLE = "podnet"
+FAMILY = "inet"
+T = f"{FAMILY} {TABLE}"
+MASQ_MARK = 0x2000
+HOSTPORTS = "hostports"
+FORWARDS = "fwd"
+_L4 = "meta l4proto { tcp, udp }"
+
+
+class BridgeNat:
+    """What the table needs of a bridge network: ``name``, ``subnets`` (family → CIDR),
+    ``nat`` (family → masquerade egress), ``nat_address`` (family → SNAT address or None)."""
+
+    __slots__ = ("name", "subnets", "nat", "nat_address")
+
+    def __init__(self, name: str, subnets: dict[int, str], nat: dict[int, bool],
+                 nat_address: dict[int, str | None]) -> None:  # fmt: skip
+        self.name = name
+        self.subnets = subnets
+        self.nat = nat
+        self.nat_address = nat_address
+
+
+class TableState:
+    """Everything the table is built from: ``ranges`` ``(cidr, ip_masq)`` of the ptp ranges,
+    ``hostports`` and ``forwards`` (DNAT entries), ``bridges`` (:class:`BridgeNat`)."""
+
+    __slots__ = ("ranges", "hostports", "forwards", "bridges")
+
+    def __init__(
+        self,
+        ranges: Sequence[tuple[str, bool]] = (),
+        hostports: Sequence[Dnat] = (),
+        forwards: Sequence[Dnat] = (),
+        bridges: Sequence[BridgeNat] = (),
+    ) -> None:
+        self.ranges = list(ranges)
+        self.hostports = list(hostports)
+        self.forwards = list(forwards)
+        self.bridges = list(bridges)
+
+
+def _collapse(subnets: Iterable[str], family: int) -> list[str]:
+    import ipaddress  # only a rebuild needs it; DEL does not pay for the import
+
+    nets = [ipaddress.ip_network(s) for s in subnets]
+    same = [n for n in nets if n.version == family]
+    return [str(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
+
+
+def _set(name: str, addr_type: str, elements: Sequence[str]) -> str:
+    body = f"type {addr_type}; flags interval;"
+    if elements:
+        body += " elements = { " + ", ".join(elements) + " };"
+    return f"  set {name} {{ {body} }}\n"
+
+
+def _chain(name: str, hook: str, rules: Iterable[str]) -> str:
+    head = f"    {hook}\n" if hook else ""
+    return f"  chain {name} {{\n{head}" + "".join(f"    {r}\n" for r in rules) + "  }\n"
+
+
+def script(state: TableState) -> str:
+    """The whole table, replacing any previous one atomically (``add``+``delete`` first)."""
+    inner = [cidr for cidr, _ in state.ranges]
+    egress = [cidr for cidr, masq in state.ranges if masq]
+    snat: list[tuple[int, str, str]] = []
+    for bridge in state.bridges:
+        for family, cidr in sorted(bridge.subnets.items()):
+            inner.append(cidr)
+            if bridge.nat_address.get(family):
+                snat.append((family, cidr, str(bridge.nat_address[family])))
+            elif bridge.nat.get(family):
+                egress.append(cidr)
+    mark = f"0x{MASQ_MARK:08x}"
+    mark_stmt = f"meta mark set meta mark | {mark}"
+    hostport_kinds = [(kind, family) for family in (4, 6) for kind in (d.PORT, d.ANY)]
+    forward_kinds = [(kind, family) for family in (4, 6) for kind in (d.PORT, d.WHOLE)]
+    hostport_sources = {4: "@masq_sources_v4", 6: "@ranges_v6"}
+    ip = {4: "ip", 6: "ip6"}
+
+    forward_rules = []
+    for kind, family in forward_kinds:
+        guard = f"{_L4} " if kind == d.PORT else ""
+        forward_rules.append(f"{guard}{ip[family]} saddr @ranges_v{family} "
+                             f"{d.lookup(FORWARDS, kind, family)} {mark_stmt}")  # fmt: skip
+    forward_rules += [d.statement(FORWARDS, kind, family) for kind, family in forward_kinds]
+    hostport_rules = ["ip6 daddr ::1 return"]
+    hostport_rules += [f"{_L4} {ip[family]} saddr {hostport_sources[family]} "
+                       f"{d.lookup(HOSTPORTS, kind, family)} {mark_stmt}"
+                       for kind, family in hostport_kinds]  # fmt: skip
+    hostport_rules += [d.statement(HOSTPORTS, kind, family) for kind, family in hostport_kinds]
+    postrouting = [f"meta mark & {mark} == {mark} masquerade"]
+    postrouting += [f"{ip[f]} saddr {cidr} {ip[f]} daddr != @ranges_v{f} snat {ip[f]} to {addr}"
+                    for f, cidr, addr in snat]  # fmt: skip
+    postrouting += [f"{ip[f]} saddr @egress_v{f} {ip[f]} daddr != @ranges_v{f} masquerade"
+                    for f in (4, 6)]  # fmt: skip
+    out = [
+        f"add table {T}\n",
+        f"delete table {T}\n",
+        f"table {T} {{\n",
+        *(d.map_decl(HOSTPORTS, kind, family, state.hostports)
+          for kind, family in hostport_kinds),  # fmt: skip
+        *(d.map_decl(FORWARDS, kind, family, state.forwards) for kind, family in forward_kinds),
+        _set("ranges_v4", "ipv4_addr", _collapse(inner, 4)),
+        _set("ranges_v6", "ipv6_addr", _collapse(inner, 6)),
+        _set("masq_sources_v4", "ipv4_addr", _collapse([*inner, "127.0.0.0/8"], 4)),
+        _set("egress_v4", "ipv4_addr", _collapse(egress, 4)),
+        _set("egress_v6", "ipv6_addr", _collapse(egress, 6)),
+        _chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;",
+               ["jump forwards", "fib daddr type local jump hostports"]),
+        _chain("output", "type nat hook output priority -100; policy accept;",
+               ["jump forwards", "fib daddr type local jump hostports"]),
+        _chain("forwards", "", forward_rules),
+        _chain("hostports", "", hostport_rules),
+        _chain("input", "type filter hook input priority filter; policy accept;",
+               ['iifname != "lo" ip daddr 127.0.0.0/8 ct state new drop']),
+        _chain("postrouting", "type nat hook postrouting priority srcnat; policy accept;",
+               postrouting),
+        "}\n",
+    ]  # fmt: skip
+    return "".join(out)
+
+
+def add_script(prefix: str, dnats: Sequence[Dnat]) -> str:
+    """Incremental add of ``dnats`` to the maps of ``prefix`` (:data:`HOSTPORTS` or
+    :data:`FORWARDS`); the table must exist."""
+    return d.add_script(T, prefix, dnats)
+
+
+def delete_script(prefix: str, dnats: Sequence[Dnat]) -> str:
+    """Incremental delete of ``dnats``' elements (nft fails if one is missing)."""
+    return d.delete_script(T, prefix, dnats)

@@ -1,0 +1,192 @@
+"""Bridge network configuration: LXD's key names, values, defaults and messages (lxd/network/
+driver_bridge.go ``Validate`` and ``FillConfig``; shared/validate), for the keys podnet
+implements.
+
+- ``ipv4.address`` / ``ipv6.address``: the gateway in CIDR form, ``auto`` or ``none``
+  (default ``auto`` on create);
+- ``ipv4.nat`` / ``ipv6.nat``: a boolean (true/false/yes/no/1/0/on/off); ``true`` when the
+  address was ``auto``, else off;
+- ``ipv4.nat.address`` / ``ipv6.nat.address``: the source address of egress (else masquerade);
+- ``bridge.mtu``: 1280-16384 bytes (default: the kernel's, 1500);
+- ``user.*``: anything.
+
+``auto`` resolves to a free ``10.x.y.1/24`` / ``fd42:…::1/64`` (not overlapping any network or
+range the store knows, nor a route of the node) and adds ``ipvN.nat: "true"``, as LXD does.
+Messages: ``Invalid option for network "n" option "k"``, ``Invalid value for network "n" option
+"k": <reason>``; the name follows LXD's interface-name rules.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+from podnet.networks.errors import NetworkError
+
+__all__ = [
+    "BRIDGE_KEYS",
+    "check_name",
+    "fill_defaults",
+    "is_true",
+    "subnet",
+    "validate",
+]
+
+_BOOLS = ("true", "false", "yes", "no", "1", "0", "on", "off")
+MTU_RANGE = (1280, 16384)
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def check_name(name: str) -> None:
+    """LXD's ``IsInterfaceName``: 2-15 characters of ``[-_a-zA-Z0-9.]`` (the bridge is a Linux
+    interface of that name). NetworkError (400)."""
+    if len(name) < 2:
+        raise NetworkError("Network interface is too short (minimum 2 characters)")
+    if len(name) > 15:
+        raise NetworkError("Network interface is too long (maximum 15 characters)")
+    if not name.isascii() or not all(c.isalnum() or c in "-_." for c in name):
+        raise NetworkError("Network interface contains invalid characters")
+
+
+def is_true(value: str) -> bool:
+    """LXD's ``IsTrue`` for an already valid boolean string."""
+    return value.lower() in ("true", "yes", "1", "on")
+
+
+def _bool(value: str) -> None:
+    if value.lower() not in _BOOLS:
+        raise ValueError(f'Invalid value for a boolean "{value}"')
+
+
+def _cidr(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value in ("none", "auto"):
+            return
+        try:
+            iface = ipaddress.ip_interface(value)
+            if "/" not in value:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"invalid CIDR address: {value}") from None
+        if iface.version != family:
+            raise ValueError(f'Not an IPv{family} address "{value}"')
+        if iface.ip == iface.network.network_address and iface.network.num_addresses > 1:
+            raise ValueError(f'Not a usable IPv{family} address "{value}"')
+        if family == 4 and iface.network.prefixlen > 30:
+            raise ValueError(f'Subnet too small for a network "{value}" (at most /30)')
+        if family == 6 and iface.network.prefixlen > 126:
+            raise ValueError(f'Subnet too small for a network "{value}" (at most /126)')
+
+    return check
+
+
+def _address(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        try:
+            addr = ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f'Not an IPv{family} address "{value}"') from None
+        if addr.version != family:
+            raise ValueError(f'Not an IPv{family} address "{value}"')
+
+    return check
+
+
+def _mtu(value: str) -> None:
+    if not value.isdigit():
+        raise ValueError(f'Invalid MTU "{value}"')
+    if not MTU_RANGE[0] <= int(value) <= MTU_RANGE[1]:
+        raise ValueError(f'Out of MTU range ({MTU_RANGE[0]}-{MTU_RANGE[1]}) "{value}"')
+
+
+#: key → validator (raises ValueError with LXD's reason).
+BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
+    "ipv4.address": _cidr(4),
+    "ipv6.address": _cidr(6),
+    "ipv4.nat": _bool,
+    "ipv6.nat": _bool,
+    "ipv4.nat.address": _address(4),
+    "ipv6.nat.address": _address(6),
+    "bridge.mtu": _mtu,
+}
+
+
+def validate(name: str, config: Mapping[str, str]) -> dict[str, str]:
+    """The bridge config with empty values dropped (LXD stores none); NetworkError (400) with
+    LXD's message for an unknown key or a bad value, checked in key order."""
+    out = {}
+    for key in sorted(config):
+        value = config[key]
+        if not isinstance(value, str):
+            raise NetworkError(f'Invalid value for network "{name}" option "{key}": not a string')
+        if key.startswith("user."):
+            pass
+        elif key not in BRIDGE_KEYS:
+            raise NetworkError(f'Invalid option for network "{name}" option "{key}"')
+        elif value:
+            try:
+                BRIDGE_KEYS[key](value)
+            except ValueError as err:
+                raise NetworkError(
+                    f'Invalid value for network "{name}" option "{key}": {err}'
+                ) from None
+        if value:
+            out[key] = value
+    for family in (4, 6):
+        nat_address = out.get(f"ipv{family}.nat.address")
+        net = subnet(out, family)
+        if nat_address and net is not None and ipaddress.ip_address(nat_address) in net:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{family}.nat.address": '
+                f"{nat_address} is inside the network's own subnet {net}"
+            )
+    return out
+
+
+def subnet(config: Mapping[str, str], family: int) -> Net | None:
+    """The network's subnet of ``family`` from ``ipvN.address`` (None: none, auto or unset)."""
+    value = config.get(f"ipv{family}.address", "")
+    if value in ("", "none", "auto"):
+        return None
+    return ipaddress.ip_interface(value).network
+
+
+def gateway(config: Mapping[str, str], family: int) -> str | None:
+    """The bridge's own address of ``family`` (plain), or None."""
+    value = config.get(f"ipv{family}.address", "")
+    if value in ("", "none", "auto"):
+        return None
+    return str(ipaddress.ip_interface(value).ip)
+
+
+def _free_subnet(family: int, taken: Iterable[Net], rng: Callable[[int], int]) -> str:
+    taken = list(taken)
+    for _ in range(256):
+        if family == 4:
+            n = rng(1 << 16)
+            net: Net = ipaddress.ip_network(f"10.{n >> 8}.{n & 0xFF}.0/24")
+        else:
+            n = rng(1 << 48)
+            prefix = (0xFD42 << 112) | (n << 64)
+            net = ipaddress.IPv6Network((prefix, 64))
+        if not any(net.overlaps(t) for t in taken if t.version == family):
+            return f"{net.network_address + 1}/{net.prefixlen}"
+    raise NetworkError(f"Failed to automatically find an unused IPv{family} subnet")
+
+
+def fill_defaults(config: Mapping[str, str], taken: Iterable[Net], *, create: bool = True,
+                  rng: Callable[[int], int] | None = None) -> dict[str, str]:  # fmt: skip
+    """Resolve ``auto`` addresses (LXD ``FillConfig``): ``ipvN.address: auto`` — and, when
+    ``create``, an unset one — becomes a free subnet avoiding ``taken``, with
+    ``ipvN.nat: "true"`` unless given."""
+    rng = rng or (lambda n: int.from_bytes(os.urandom(8), "big") % n)
+    out = dict(config)
+    taken = list(taken)
+    for family in (4, 6):
+        key = f"ipv{family}.address"
+        if out.get(key, "auto" if create else "") == "auto":
+            out[key] = _free_subnet(family, taken, rng)
+            taken.append(ipaddress.ip_interface(out[key]).network)
+            out.setdefault(f"ipv{family}.nat", "true")
+    return out

@@ -1,0 +1,496 @@
+"""The operations on networks and network forwards that the CLI (``podnetctl network …``) and the
+REST API (``podnetctl serve``) run — one implementation, so both validate, store and apply the
+same way and interleave safely.
+
+Every change runs under the store's write lock (:meth:`podnet.store.Store.locked`) inside one
+write transaction, and changes the kernel (bridge, table ``inet podnet``) before the transaction
+commits: a failure rolls the transaction back, and the kernel change is either not made (nft
+applies a script atomically) or undone here, so database and kernel stay as they were. A
+forward's kernel change touches only that forward's map elements (:func:`podnet.firewall.sync.
+forwards`), so its cost does not grow with the number of forwards.
+
+Refusals are :class:`~podnet.networks.errors.NetworkError` with LXD's message and the HTTP
+status the API answers (400, 404, 409, 412); kernel and database failures are CNIErrors (104, 5,
+11).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from podnet.firewall import sync
+from podnet.networks import config as netconfig
+from podnet.networks import forwards as fwd
+from podnet.networks.errors import NetworkError
+from podnet.networks.model import Forward, ForwardPort, Network
+from podnet.store import Store, open_store
+from podnet.store.networks import ForwardRow, NetworkRow
+
+__all__ = ["Manager", "NETWORK_TYPES"]
+
+NETWORK_TYPES = ("bridge", "ptp")
+PTP_KEYS = ("ipv4.ranges", "ipv6.ranges")
+
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _forward_of(row: ForwardRow) -> Forward:
+    try:
+        ports = [ForwardPort.from_api(p) for p in json.loads(row.ports or "[]")]
+    except (ValueError, TypeError, AttributeError):
+        ports = []
+    return Forward(row.listen_address, row.description, dict(row.config), ports, row.location)
+
+
+def _ports_json(forward: Forward) -> str:
+    return json.dumps([p.to_api() for p in forward.ports], separators=(",", ":"))
+
+
+def view(row: NetworkRow) -> fwd.NetworkView:
+    """What forward validation needs of a stored network: its subnets per family."""
+    subnets: dict[int, list[Net]] = {4: [], 6: []}
+    if row.type == "bridge":
+        for family in (4, 6):
+            net = netconfig.subnet(row.config, family)
+            if net is not None:
+                subnets[family].append(net)
+    else:
+        for key in PTP_KEYS:
+            for cidr in row.config.get(key, "").split(","):
+                if cidr.strip():
+                    net = ipaddress.ip_network(cidr.strip())
+                    subnets[net.version].append(net)
+    return fwd.NetworkView(row.name, row.type, subnets)
+
+
+class Manager:
+    """Networks and forwards of the store in ``data_dir`` (created if needed), on this node
+    (``node``: default the host name, LXD's member name). ``busy_timeout``: seconds to wait for
+    the store's write lock. ``warn``: where failures the operation survives are reported."""
+
+    def __init__(self, data_dir: str, *, busy_timeout: float = 5.0, node: str | None = None,
+                 warn: Any = None) -> None:  # fmt: skip
+        self.data_dir = data_dir
+        self.busy_timeout = busy_timeout
+        self.node = node or socket.gethostname()
+        self.warn = warn
+
+    @contextmanager
+    def _store(self) -> Iterator[Store]:
+        with open_store(self.data_dir, busy_timeout=self.busy_timeout) as store:
+            yield store
+
+    # -- reading -----------------------------------------------------------------------------
+    def _network(self, store: Store, name: str, prefix: str = "") -> NetworkRow:
+        row = store.network(name)
+        if row is None:
+            raise NetworkError(f"{prefix}Network not found", 404)
+        return row
+
+    def _used_by(self, store: Store, row: NetworkRow) -> list[str]:
+        if row.type == "bridge":
+            cids = [cid for cid, _, _ in store.network_pods(row.id)]
+        else:
+            cids = [str(p.container_id) for p in store.pods() if p.network_name == row.name
+                    and p.owner in (None, "podnet")]  # fmt: skip
+        return [f"/1.0/instances/{cid}" for cid in cids]
+
+    def _as_network(self, store: Store, row: NetworkRow) -> Network:
+        return Network(row.name, row.type, row.description, dict(row.config),
+                       self._used_by(store, row), "Created", self.node)  # fmt: skip
+
+    def list_networks(self) -> list[Network]:
+        """Every network (bridge and ptp), by name."""
+        with self._store() as store:
+            return [self._as_network(store, row) for row in store.networks()]
+
+    def get_network(self, name: str) -> Network:
+        """One network; 404 ``Network not found``."""
+        with self._store() as store:
+            return self._as_network(store, self._network(store, name))
+
+    def list_forwards(self, network: str) -> list[Forward]:
+        """The forwards of ``network``, oldest first; 404 for an unknown network."""
+        with self._store() as store:
+            row = self._network(store, network, "Failed loading network: ")
+            return [_forward_of(f) for f in store.forwards(row.id)]
+
+    def get_forward(self, network: str, listen_address: str) -> Forward:
+        """One forward (the address in any spelling); 404 ``Network forward not found``."""
+        with self._store() as store:
+            row = self._network(store, network, "Failed loading network: ")
+            found = store.forward(row.id, _canonical(listen_address))
+            if found is None:
+                raise NetworkError("Network forward not found", 404)
+            return _forward_of(found)
+
+    def check_target(self, member: str | None) -> None:
+        """``--target <member>``: must name this node (the only member of a podnet store)."""
+        if member is None:
+            return
+        with self._store() as store:
+            known = set(store.node_names()) | {self.node}
+        if member not in known:
+            raise NetworkError(f'Member "{member}" not found', 404)
+
+    # -- networks ----------------------------------------------------------------------------
+    def _taken_subnets(self, store: Store, skip: str = "") -> list[tuple[Net, str]]:
+        """Every subnet a network or podnet range holds, with its owner's description."""
+        out: list[tuple[Net, str]] = []
+        for row in store.networks():
+            if row.name == skip:
+                continue
+            for nets in view(row).subnets.values():
+                out += [(n, f'network "{row.name}"') for n in nets]
+        for _, cidr, description, _ in store.ranges():
+            out.append((ipaddress.ip_network(cidr), f"range {cidr} ({description or 'podnet'})"))
+        return out
+
+    def create_network(self, name: str, *, type: str = "bridge", description: str = "",
+                       config: Mapping[str, str] | None = None) -> Network:  # fmt: skip
+        """Create a bridge network: validate (LXD's keys and messages), fill defaults (``auto``
+        addresses, NAT), record it and create the bridge with its addresses, forwarding on,
+        NAT in table ``inet podnet``. 400 bad name/config/type, 409 existing name or a subnet
+        overlapping another network or range."""
+        from podnet.link import bridge
+
+        netconfig.check_name(name)
+        if type == "ptp":
+            raise NetworkError(
+                "ptp networks are created by the podnet plugin from a conflist's ranges"
+            )
+        if type != "bridge":
+            raise NetworkError("Unknown driver" if type else "No network type provided")
+        clean = netconfig.validate(name, dict(config or {}))
+        with self._store() as store, store.locked():
+            if store.network(name) is not None:
+                raise NetworkError("The network already exists", 409)
+            taken = self._taken_subnets(store)
+            clean = netconfig.fill_defaults(clean, [n for n, _ in taken] + _routes())
+            self._check_overlap(name, clean, taken)
+            addresses = _addresses(clean)
+            mtu = int(clean.get("bridge.mtu", "0"))
+            with store.write():
+                store.insert_network(name, "bridge", description, clean)
+                bridge.create(name, addresses, mtu)
+                try:
+                    sync.rebuild(store)
+                except BaseException:
+                    bridge.delete(name)
+                    raise
+            return self._as_network(store, self._network(store, name))
+
+    def _check_overlap(self, name: str, config: Mapping[str, str],
+                       taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
+        for family in (4, 6):
+            net = netconfig.subnet(config, family)
+            if net is None:
+                continue
+            for other, owner in taken:
+                if other.version == family and net.overlaps(other):
+                    raise NetworkError(
+                        f'Invalid value for network "{name}" option "ipv{family}.address": '
+                        f"subnet {net} overlaps {owner}",
+                        409,
+                    )
+
+    def update_network(self, name: str, *, description: str | None = None,
+                       config: Mapping[str, str] | None = None, patch: bool = False,
+                       etag: str | None = None) -> Network:  # fmt: skip
+        """Change a bridge network: PUT (``patch`` False) replaces description and config,
+        PATCH merges config keys (an empty value removes one) and keeps an absent description.
+        ``etag`` (If-Match) must be the current one (412). A new subnet is refused while pods
+        or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network."""
+        from podnet.link import bridge
+
+        with self._store() as store, store.locked():
+            row = self._network(store, name)
+            current = self._as_network(store, row)
+            if etag is not None and etag.strip('"') != current.etag():
+                raise NetworkError(f"ETag doesn't match: {current.etag()} vs {etag}", 412)
+            if row.type != "bridge":
+                raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
+            merged = dict(row.config) if patch else {}
+            merged.update(config or {})
+            clean = netconfig.validate(name, merged)
+            for family in (4, 6):
+                key = f"ipv{family}.address"
+                if clean.get(key) == "auto" and netconfig.subnet(row.config, family):
+                    clean[key] = row.config[key]  # auto on an existing network keeps its subnet
+            taken = self._taken_subnets(store, skip=name)
+            clean = netconfig.fill_defaults(clean, [n for n, _ in taken] + _routes(),
+                                            create=False)  # fmt: skip
+            self._check_overlap(name, clean, taken)
+            moved = [f for f in (4, 6)
+                     if netconfig.subnet(clean, f) != netconfig.subnet(row.config, f)]  # fmt: skip
+            if moved and (store.network_pods(row.id) or store.forwards(row.id)):
+                raise NetworkError(
+                    f"Cannot change the IPv{moved[0]} subnet of network \"{name}\" while pods or "
+                    "forwards use it"
+                )
+            new_description = row.description if (patch and description is None) else \
+                (description or "")  # fmt: skip
+            old_addresses, new_addresses = _addresses(row.config), _addresses(clean)
+            with store.write():
+                store.update_network(row.id, new_description, clean)
+                bridge.configure(name, old_addresses, new_addresses,
+                                 int(clean.get("bridge.mtu", "0")))  # fmt: skip
+                try:
+                    sync.rebuild(store)
+                except BaseException:
+                    bridge.configure(name, new_addresses, old_addresses)
+                    raise
+            return self._as_network(store, self._network(store, name))
+
+    def delete_network(self, name: str) -> None:
+        """Delete a bridge network with its forwards and its bridge. 400 while pods use it or
+        for a ptp network, 404 unknown."""
+        from podnet.link import bridge
+
+        with self._store() as store, store.locked():
+            row = self._network(store, name, "Failed loading network: ")
+            if row.type != "bridge":
+                raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
+            if store.network_pods(row.id):
+                raise NetworkError("The network is currently in use")
+            with store.write():
+                store.delete_network(row.id)
+                sync.rebuild(store)  # without its forwards and NAT, before the rows go
+            bridge.delete(name)
+
+    def restore(self) -> list[str]:
+        """After a reboot or a cleanup behind podnet's back: every bridge with its addresses,
+        the host ends of its pods' veths back on it, and table ``inet podnet`` rebuilt (with
+        forwards). Idempotent. Returns what it did, one line each."""
+        from podnet.link import bridge
+
+        done = []
+        with self._store() as store, store.locked():
+            for row in store.networks():
+                if row.type != "bridge":
+                    continue
+                bridge.create(row.name, _addresses(row.config),
+                              int(row.config.get("bridge.mtu", "0")))  # fmt: skip
+                done.append(f"bridge {row.name}")
+                for _, _, host_if in store.network_pods(row.id):
+                    if bridge.exists(host_if):
+                        bridge.attach(host_if, row.name)
+                        done.append(f"  port {host_if}")
+            sync.rebuild(store)
+            done.append("table inet podnet")
+        return done
+
+    # -- forwards ----------------------------------------------------------------------------
+    def _check_listen(self, store: Store, row: NetworkRow, listen: str) -> None:
+        """One forward per listen address across all networks; not inside any subnet."""
+        holder = store.forward_network_of(listen)
+        if holder == row.name:
+            raise NetworkError("A forward for that listen address already exists", 409)
+        addr = ipaddress.ip_address(listen)
+        suffix = "/32" if addr.version == 4 else "/128"
+        if holder is not None:
+            raise NetworkError(
+                f'Forward listen address "{listen}{suffix}" overlaps with another network or NIC',
+                409,
+            )
+        for net, owner in self._taken_subnets(store):
+            if net.version == addr.version and addr in net:
+                raise NetworkError(
+                    f'Forward listen address "{listen}{suffix}" overlaps with another network or '
+                    f"NIC ({owner} holds {net})"
+                )
+
+    def _check_hostports(self, store: Store, dnats: Sequence[Any]) -> None:
+        """A forward may not take traffic a hostPort publishes (and the reverse is refused by
+        the plugin): same protocol and port on the listen address or on any address of its
+        family; a default target on an address a hostPort names."""
+        seen = set()
+        for d in dnats:
+            key = (d.listen, d.protocol, d.port)
+            if key in seen:
+                continue
+            seen.add(key)
+            held = store.hostport_holder(d.family, str(d.listen), d.protocol, d.port)
+            if held:
+                cid, host_ip, host_port, proto = held
+                where = "any address" if host_ip in ("0.0.0.0", "::") else host_ip
+                what = f"{d.protocol}/{d.port}" if d.protocol else "every port"
+                raise NetworkError(
+                    f"Forward {what} on {d.listen} would shadow hostPort {proto}/{host_port} on "
+                    f"{where} held by container {cid}",
+                    409,
+                )
+
+    def create_forward(self, network: str, forward: Forward) -> Forward:
+        """Create a forward (``forward.listen_address`` plus description, config, ports).
+        Errors: 404 unknown network; 409 an existing forward on that address (this network:
+        ``A forward for that listen address already exists``; another: overlap) or a hostPort
+        clash; 400 anything invalid (LXD's messages, prefixed ``Failed creating forward:``)."""
+        prefix = "Failed creating forward: "
+        with self._store() as store, store.locked():
+            row = self._network(store, network, "Failed loading network: ")
+            new = forward.normalised()
+            try:
+                fwd.listen_address(new.listen_address)
+                self._check_listen(store, row, new.listen_address)
+                dnats = fwd.validate(view(row), new)
+                self._check_hostports(store, dnats)
+            except NetworkError as err:
+                raise NetworkError(prefix + str(err), err.status) from None
+            new.config = {k: v for k, v in new.config.items() if v != ""}
+            with store.write():
+                node = store.node_id(self.node)
+                fid = store.insert_forward(row.id, node, new.listen_address, new.description,
+                                           _ports_json(new), new.config)  # fmt: skip
+                for d in dnats:
+                    d.owner = str(fid)
+                store.set_forward_dnats(fid, dnats)
+                sync.forwards(store, [], dnats, self.warn)
+            found = store.forward(row.id, new.listen_address)
+            assert found is not None
+            return _forward_of(found)
+
+    def update_forward(self, network: str, listen_address: str, *,
+                       description: str | None = None, config: Mapping[str, str] | None = None,
+                       ports: Sequence[ForwardPort] | None = None, patch: bool = False,
+                       etag: str | None = None) -> Forward:  # fmt: skip
+        """Change a forward. PUT (``patch`` False) replaces description, config and ports (an
+        absent one becomes empty); PATCH merges config keys (an empty value removes one), keeps
+        ports and description when absent. ``etag`` (If-Match) must be the current one (412,
+        LXD never checks it). 404 unknown network or forward; 400/409 as for create, prefixed
+        ``Failed updating forward:``."""
+
+        def change(current: Forward) -> Forward:
+            if etag is not None and etag.strip('"') != current.etag():
+                raise NetworkError(f"ETag doesn't match: {current.etag()} vs {etag}", 412)
+            if patch:
+                merged = dict(current.config)
+                merged.update(config or {})
+                return Forward(current.listen_address,
+                               current.description if description is None else description,
+                               merged, list(current.ports if ports is None else ports),
+                               current.location)  # fmt: skip
+            return Forward(current.listen_address, description or "", dict(config or {}),
+                           list(ports or []), current.location)  # fmt: skip
+
+        return self.modify_forward(network, listen_address, change)
+
+    def modify_forward(
+        self, network: str, listen_address: str, change: Any,
+        prefix: str = "Failed updating forward: ",
+    ) -> Forward:  # fmt: skip
+        """Read, change and write a forward under the write lock, so concurrent changes are
+        never lost: ``change(current) -> new`` (NetworkError to refuse). The new forward is
+        validated like a created one; an unchanged forward is not written. Errors as
+        :meth:`update_forward`."""
+        with self._store() as store, store.locked():
+            row = self._network(store, network, "Failed loading network: ")
+            found = store.forward(row.id, _canonical(listen_address))
+            if found is None:
+                raise NetworkError(prefix + "Network forward not found", 404)
+            current = _forward_of(found)
+            new = change(current).normalised()
+            try:
+                dnats = fwd.validate(view(row), new)
+                self._check_hostports(store, dnats)
+            except NetworkError as err:
+                raise NetworkError(prefix + str(err), err.status) from None
+            new.config = {k: v for k, v in new.config.items() if v != ""}
+            if new.etag() == current.etag():
+                return current
+            old = store.forward_dnats(found.id)
+            with store.write():
+                store.update_forward(found.id, new.description, _ports_json(new), new.config)
+                for d in dnats:
+                    d.owner = str(found.id)
+                store.set_forward_dnats(found.id, dnats)
+                sync.forwards(store, old, dnats, self.warn)
+            again = store.forward(row.id, new.listen_address)
+            assert again is not None
+            return _forward_of(again)
+
+    def add_forward_port(self, network: str, listen_address: str, port: ForwardPort) -> Forward:
+        """``port add``: append a port specification (validated with the others)."""
+
+        def change(current: Forward) -> Forward:
+            return Forward(current.listen_address, current.description, dict(current.config),
+                           [*current.ports, port], current.location)  # fmt: skip
+
+        return self.modify_forward(network, listen_address, change)
+
+    def remove_forward_ports(
+        self, network: str, listen_address: str, protocol: str | None,
+        listen_port: str | None, *, force: bool = False,
+    ) -> Forward:  # fmt: skip
+        """``port remove``: drop the port specifications whose protocol and listen ports equal
+        the given strings exactly (as ``lxc`` matches them; none given: all). Several matches
+        need ``force``: ``Multiple ports match. Use --force to remove them all``; none:
+        ``No matching port(s) found``."""
+
+        def change(current: Forward) -> Forward:
+            keep, matched = [], 0
+            for p in current.ports:
+                if (protocol is None or p.protocol == protocol) and \
+                        (listen_port is None or p.listen_port == listen_port):
+                    matched += 1
+                    if matched > 1 and not force:
+                        raise NetworkError("Multiple ports match. Use --force to remove them all")
+                    continue
+                keep.append(p)
+            if not matched:
+                raise NetworkError("No matching port(s) found")
+            return Forward(current.listen_address, current.description, dict(current.config),
+                           keep, current.location)  # fmt: skip
+
+        return self.modify_forward(network, listen_address, change)
+
+    def delete_forward(self, network: str, listen_address: str) -> None:
+        """Delete a forward and its map elements. 404 unknown network or forward."""
+        with self._store() as store, store.locked():
+            row = self._network(store, network, "Failed loading network: ")
+            found = store.forward(row.id, _canonical(listen_address))
+            if found is None:
+                raise NetworkError("Failed deleting forward: Network forward not found", 404)
+            old = store.forward_dnats(found.id)
+            with store.write():
+                store.delete_forward(found.id)
+                sync.forwards(store, old, [], self.warn)
+
+
+def _canonical(text: str) -> str:
+    from podnet.networks.model import canonical_address
+
+    return canonical_address(text)
+
+
+def _addresses(config: Mapping[str, str]) -> list[str]:
+    """The bridge's gateway CIDRs from ``ipv4.address`` / ``ipv6.address``."""
+    return [config[k] for k in ("ipv4.address", "ipv6.address")
+            if config.get(k) not in (None, "", "none", "auto")]  # fmt: skip
+
+
+def _routes() -> list[Net]:
+    """Destinations the node already routes (``auto`` must not pick one of them)."""
+    from podnet import proc
+    from podnet.cni.fastjson import loads
+
+    out: list[Net] = []
+    for family in ("-4", "-6"):
+        try:
+            rc, text, _ = proc.spawn(["ip", "-j", family, "route", "show"]).wait()
+            routes = loads(text) if rc == 0 and text.strip() else []
+        except (ValueError, Exception):  # noqa: BLE001 - a best-effort hint only
+            continue
+        for route in routes if isinstance(routes, list) else []:
+            dst = route.get("dst") if isinstance(route, dict) else None
+            if isinstance(dst, str) and dst != "default":
+                try:
+                    out.append(ipaddress.ip_network(dst, strict=False))
+                except ValueError:
+                    pass
+    return out

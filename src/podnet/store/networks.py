@@ -1,0 +1,286 @@
+"""Queries of networks, their config, nodes and network forwards (migration ``0005_networks``).
+
+A mixin of :class:`podnet.store.db.Store`: every method uses ``self.conn`` and, when it writes,
+must run inside ``store.write()``. Addresses are stored in canonical form (seed 004). A forward's
+``ports`` column holds its port specifications as JSON (LXD's format); ``forward_dnats`` holds
+the same forward expanded into the firewall's DNAT model, kept in step by
+:meth:`NetworkQueries.set_forward_dnats`.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from podnet.firewall.dnat import Dnat
+    from podnet.store.db import _Conn
+
+
+class NetworkRow:
+    """A row of ``networks`` with its config: ``id``, ``name``, ``type``, ``description``,
+    ``config`` (dict)."""
+
+    __slots__ = ("id", "name", "type", "description", "config")
+
+    def __init__(self, id: int, name: str, type: str, description: str,
+                 config: dict[str, str]) -> None:  # fmt: skip
+        self.id = id
+        self.name = name
+        self.type = type
+        self.description = description
+        self.config = config
+
+
+class ForwardRow:
+    """A row of ``networks_forwards`` with its config and node name: ``id``, ``network_id``,
+    ``listen_address``, ``description``, ``ports`` (the JSON text), ``config``, ``location``."""
+
+    __slots__ = ("id", "network_id", "listen_address", "description", "ports", "config",
+                 "location")  # fmt: skip
+
+    def __init__(self, id: int, network_id: int, listen_address: str, description: str,
+                 ports: str, config: dict[str, str], location: str) -> None:  # fmt: skip
+        self.id = id
+        self.network_id = network_id
+        self.listen_address = listen_address
+        self.description = description
+        self.ports = ports
+        self.config = config
+        self.location = location
+
+
+_DNAT_COLUMNS = "family, listen_address, protocol, listen_port, target_address, target_port"
+
+
+class NetworkQueries:
+    conn: _Conn
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def node_id(self, name: str) -> int:
+        """The id of node ``name``, recorded on first use (inside ``write()``)."""
+        row = self.conn.execute("SELECT id FROM nodes WHERE name = ?", (name,)).fetchone()
+        if row:
+            return int(row[0])
+        cur = self.conn.execute("INSERT INTO nodes (name) VALUES (?)", (name,))
+        return int(cur.lastrowid or 0)
+
+    def node_names(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT name FROM nodes ORDER BY id")]
+
+    # -- networks ------------------------------------------------------------------------------
+    def _config(self, table: str, column: str, owner: int) -> dict[str, str]:
+        rows = self.conn.execute(
+            f"SELECT key, value FROM {table} WHERE {column} = ? ORDER BY key", (owner,)
+        )
+        return {k: v or "" for k, v in rows}
+
+    def network(self, name: str) -> NetworkRow | None:
+        """The network named ``name`` with its config, or None."""
+        row = self.conn.execute(
+            "SELECT id, name, type, description FROM networks WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            return None
+        return NetworkRow(row[0], row[1], row[2], row[3],
+                          self._config("networks_config", "network_id", row[0]))  # fmt: skip
+
+    def networks(self) -> list[NetworkRow]:
+        """Every network, by name, with its config."""
+        rows = self.conn.execute(
+            "SELECT id, name, type, description FROM networks ORDER BY name"
+        ).fetchall()
+        configs: dict[int, dict[str, str]] = {}
+        for nid, key, value in self.conn.execute(
+            "SELECT network_id, key, value FROM networks_config ORDER BY key"
+        ):
+            configs.setdefault(nid, {})[key] = value or ""
+        return [NetworkRow(i, n, t, d, configs.get(i, {})) for i, n, t, d in rows]
+
+    def insert_network(self, name: str, type: str, description: str,
+                       config: Mapping[str, str]) -> int:  # fmt: skip
+        """Insert a network and its config; its id."""
+        cur = self.conn.execute(
+            "INSERT INTO networks (name, type, description) VALUES (?, ?, ?)",
+            (name, type, description),
+        )
+        nid = int(cur.lastrowid or 0)
+        self.set_network_config(nid, config)
+        return nid
+
+    def set_network_config(self, network_id: int, config: Mapping[str, str]) -> None:
+        """Replace a network's config (empty values are not stored, as LXD)."""
+        self.conn.execute("DELETE FROM networks_config WHERE network_id = ?", (network_id,))
+        self.conn.executemany(
+            "INSERT INTO networks_config (network_id, key, value) VALUES (?, ?, ?)",
+            [(network_id, k, v) for k, v in sorted(config.items()) if v != ""],
+        )
+
+    def update_network(self, network_id: int, description: str,
+                       config: Mapping[str, str]) -> None:  # fmt: skip
+        self.conn.execute(
+            "UPDATE networks SET description = ? WHERE id = ?", (description, network_id)
+        )
+        self.set_network_config(network_id, config)
+
+    def delete_network(self, network_id: int) -> None:
+        """Delete a network; its config and forwards go by ON DELETE CASCADE."""
+        self.conn.execute(
+            "DELETE FROM forward_dnats WHERE forward_id IN "
+            "(SELECT id FROM networks_forwards WHERE network_id = ?)", (network_id,)
+        )  # fmt: skip
+        self.conn.execute("DELETE FROM networks WHERE id = ?", (network_id,))
+
+    def network_pods(self, network_id: int) -> list[tuple[str, str, str]]:
+        """``(container_id, ifname, host interface)`` of the pods attached to a network."""
+        return self.conn.execute(
+            "SELECT p.container_id, a.ifname, p.interface_name FROM pods p "
+            "JOIN pod_attachments a USING (container_id) WHERE a.network_id = ? "
+            "ORDER BY p.rowid",
+            (network_id,),
+        ).fetchall()
+
+    def attach_pod(self, container_id: str, network_id: int) -> None:
+        """Record that a pod joined a bridge network (inside ``write()``)."""
+        self.conn.execute(
+            "UPDATE pod_attachments SET network_id = ? WHERE container_id = ?",
+            (network_id, container_id),
+        )
+
+    # -- forwards ------------------------------------------------------------------------------
+    def _forward_rows(self, where: str, params: Sequence[object]) -> list[ForwardRow]:
+        rows = self.conn.execute(
+            "SELECT f.id, f.network_id, f.listen_address, f.description, f.ports, "
+            "COALESCE(n.name, '') FROM networks_forwards f LEFT JOIN nodes n ON n.id = f.node_id "
+            f"WHERE {where} ORDER BY f.id",
+            params,
+        ).fetchall()
+        if not rows:
+            return []
+        configs: dict[int, dict[str, str]] = {}
+        ids = [r[0] for r in rows]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for fid, key, value in self.conn.execute(
+                "SELECT network_forward_id, key, value FROM networks_forwards_config "
+                f"WHERE network_forward_id IN ({marks}) ORDER BY key",
+                chunk,
+            ):
+                configs.setdefault(fid, {})[key] = value or ""
+        return [ForwardRow(i, nid, la, d, p, configs.get(i, {}), loc)
+                for i, nid, la, d, p, loc in rows]  # fmt: skip
+
+    def forwards(self, network_id: int) -> list[ForwardRow]:
+        """Every forward of a network, oldest first."""
+        return self._forward_rows("f.network_id = ?", (network_id,))
+
+    def forward(self, network_id: int, listen_address: str) -> ForwardRow | None:
+        """The forward of a network on ``listen_address`` (canonical), or None."""
+        rows = self._forward_rows("f.network_id = ? AND f.listen_address = ?",
+                                  (network_id, listen_address))  # fmt: skip
+        return rows[0] if rows else None
+
+    def forward_network_of(self, listen_address: str) -> str | None:
+        """The name of the network holding a forward on ``listen_address``, or None."""
+        row = self.conn.execute(
+            "SELECT n.name FROM networks_forwards f JOIN networks n ON n.id = f.network_id "
+            "WHERE f.listen_address = ? LIMIT 1",
+            (listen_address,),
+        ).fetchone()
+        return row[0] if row else None
+
+    def insert_forward(self, network_id: int, node_id: int, listen_address: str,
+                       description: str, ports: str, config: Mapping[str, str]) -> int:  # fmt: skip
+        """Insert a forward and its config; its id. IntegrityError on a duplicate."""
+        cur = self.conn.execute(
+            "INSERT INTO networks_forwards (network_id, node_id, listen_address, description, "
+            "ports) VALUES (?, ?, ?, ?, ?)",
+            (network_id, node_id, listen_address, description, ports),
+        )
+        fid = int(cur.lastrowid or 0)
+        self._set_forward_config(fid, config)
+        return fid
+
+    def _set_forward_config(self, forward_id: int, config: Mapping[str, str]) -> None:
+        self.conn.execute(
+            "DELETE FROM networks_forwards_config WHERE network_forward_id = ?", (forward_id,)
+        )
+        self.conn.executemany(
+            "INSERT INTO networks_forwards_config (network_forward_id, key, value) "
+            "VALUES (?, ?, ?)",
+            [(forward_id, k, v) for k, v in sorted(config.items()) if v != ""],
+        )
+
+    def update_forward(self, forward_id: int, description: str, ports: str,
+                       config: Mapping[str, str]) -> None:  # fmt: skip
+        self.conn.execute(
+            "UPDATE networks_forwards SET description = ?, ports = ? WHERE id = ?",
+            (description, ports, forward_id),
+        )
+        self._set_forward_config(forward_id, config)
+
+    def delete_forward(self, forward_id: int) -> None:
+        self.conn.execute("DELETE FROM forward_dnats WHERE forward_id = ?", (forward_id,))
+        self.conn.execute("DELETE FROM networks_forwards WHERE id = ?", (forward_id,))
+
+    # -- the DNAT model of forwards --------------------------------------------------------------
+    def set_forward_dnats(self, forward_id: int, dnats: Iterable[Dnat]) -> None:
+        """Replace a forward's expanded translations."""
+        self.conn.execute("DELETE FROM forward_dnats WHERE forward_id = ?", (forward_id,))
+        self.conn.executemany(
+            f"INSERT INTO forward_dnats (forward_id, {_DNAT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(forward_id, d.family, d.listen, d.protocol, d.port, d.target, d.target_port)
+             for d in dnats],
+        )  # fmt: skip
+
+    def forward_dnats(self, forward_id: int | None = None) -> list[Dnat]:
+        """The translations of one forward, or of every forward (owner: the forward id)."""
+        from podnet.firewall.dnat import Dnat
+
+        q = f"SELECT forward_id, {_DNAT_COLUMNS} FROM forward_dnats"
+        if forward_id is None:
+            rows = self.conn.execute(q + " ORDER BY forward_id, rowid").fetchall()
+        else:
+            rows = self.conn.execute(q + " WHERE forward_id = ? ORDER BY rowid",
+                                     (forward_id,)).fetchall()  # fmt: skip
+        return [Dnat(f, la, p, lp, ta, tp, str(fid)) for fid, f, la, p, lp, ta, tp in rows]
+
+    def forward_port_holder(self, family: int, protocol: str, port: int,
+                            host_ip: str | None) -> tuple[str, str] | None:  # fmt: skip
+        """A forward that a hostPort ``protocol``/``port`` on ``host_ip`` would clash with:
+        one listing that port on ``host_ip`` or — for a hostPort on any address (``host_ip``
+        None) — on any address of ``family``; or one whose default target takes every port of
+        ``host_ip``. ``(network name, listen address)``, or None."""
+        if host_ip is None:
+            where = "d.family = ? AND d.protocol = ? AND d.listen_port = ?"
+            params: tuple[object, ...] = (family, protocol, port)
+        else:
+            where = ("d.listen_address = ? AND ((d.protocol = ? AND d.listen_port = ?) "
+                     "OR d.protocol IS NULL)")  # fmt: skip
+            params = (host_ip, protocol, port)
+        row = self.conn.execute(
+            "SELECT n.name, d.listen_address FROM forward_dnats d "
+            "JOIN networks_forwards f ON f.id = d.forward_id "
+            f"JOIN networks n ON n.id = f.network_id WHERE {where} LIMIT 1",
+            params,
+        ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def hostport_holder(self, family: int, listen: str, protocol: str | None,
+                        port: int | None) -> tuple[str, str, int, str] | None:  # fmt: skip
+        """A hostPort that a forward on ``listen`` would shadow: same protocol and port (any,
+        for a default target) on ``listen`` itself or on any address of ``family``:
+        ``(container_id, host_ip, host_port, protocol)``."""
+        wildcard = "::" if family == 6 else "0.0.0.0"
+        q = ("SELECT container_id, host_ip, host_port, protocol FROM portmap_entries "
+             "WHERE host_ip IN (?, ?)")  # fmt: skip
+        params: list[object] = [listen, wildcard]
+        if protocol is not None:
+            q += " AND protocol = ? AND host_port = ?"
+            params += [protocol, port]
+        else:
+            q += " AND host_ip = ?"  # a default target shadows every port of its address
+            params.append(listen)
+        row = self.conn.execute(q + " LIMIT 1", params).fetchone()
+        return (row[0], row[1], row[2], row[3]) if row else None
