@@ -1,0 +1,336 @@
+"""kill -9 at random points of ADD and DEL, then the runtime's cleanup (issue 7, item 7).
+
+A runtime whose call times out, or that is itself killed, leaves a plugin killed mid-call. The
+next DEL (or a GC) must then clean everything: no row, no address, no veth, no map element, no
+iptables chain; the database passes ``PRAGMA integrity_check``; no child of the killed call
+(``ip -batch``, ``nsenter``, ``nft``, ``conntrack``) outlives it; and an ADD that gets the
+address the database freed is not blocked by a stale veth or route.
+
+The kill delay is 0-60 ms after the plugin process starts (seeded), which covers the
+interpreter's start-up (~15 ms), the transaction, the veth creation and the nft update. The
+plugin is the installed file (``#!<python> -IS``) and the children it has just before the kill
+are recorded from /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import faults
+from netns import Lab
+from test_plugin_e2e import netconf
+
+pytestmark = pytest.mark.root
+
+SEED = 7
+ROUNDS = 100
+MAX_DELAY = 0.060
+REF_PTP = "/usr/lib/cni/ptp"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> faults.Installed:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    return faults.install_plugins(tmp_path_factory.mktemp("install"))
+
+
+@dataclass
+class Killed:
+    """One call killed with SIGKILL ``delay`` seconds after its start. ``finished``: it had
+    already exited (``rc``) by then; ``survivors``: ``(pid, command line)`` of its children still
+    running 20 ms after it died; ``output``: what it printed."""
+
+    delay: float
+    finished: bool
+    rc: int
+    survivors: list[tuple[int, str]]
+    output: str
+
+    def describe(self) -> str:
+        when = f"finished (exit {self.rc}) before the kill at {1000 * self.delay:.0f} ms" if self.finished \
+            else f"killed at {1000 * self.delay:.0f} ms"
+        return when
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any], delay: float,
+              mentions: tuple[str, ...] = ()) -> Killed:
+    """Start one plugin call in ``node`` and SIGKILL it ``delay`` seconds later (the plugin
+    process only, as a runtime does). Children it had just before the kill that are still
+    running 20 ms after it died — or any process whose command line contains one of
+    ``mentions`` — are reported, then killed (so the test leaves none)."""
+    argv = faults.plugin_argv(node, plugin, env)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    started = time.monotonic()
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(conf).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    proc.stdin = None  # so communicate() only reads
+    left = started + delay - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+    kids = faults.children_of(proc.pid)
+    finished = proc.poll() is not None
+    if not finished:
+        os.kill(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    time.sleep(0.020)
+    survivors = [(k, cmd) for k in kids if _alive(k) and (cmd := faults.command_line(k)) and _alive(k)]
+    if mentions:
+        seen = {pid for pid, _ in survivors}
+        survivors += [(pid, cmd) for pid, cmd in faults.processes_mentioning(*mentions)
+                      if pid not in seen and _alive(pid) and not cmd.startswith("ip netns exec")]
+    for pid, _ in survivors:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    faults.kill_group(proc.pid)
+    return Killed(delay, finished, proc.returncode, survivors, out.decode(errors="replace"))
+
+
+def no_dad(lab: Lab, ns: str) -> None:
+    for scope in ("all", "default"):
+        lab.exec(ns, "sysctl", "-qw", f"net.ipv6.conf.{scope}.accept_dad=0")
+
+
+@pytest.fixture
+def node(lab: Lab) -> Lab:
+    no_dad(lab, lab.node)
+    return lab
+
+
+class Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.items.append(text)
+
+    def check(self, title: str) -> None:
+        shown = self.items[:40]
+        more = f"\n… and {len(self.items) - 40} more" if len(self.items) > 40 else ""
+        assert not self.items, f"{title}: {len(self.items)} problem(s)\n- " + "\n- ".join(shown) + more
+
+
+# --- podnet --------------------------------------------------------------------------------------
+
+
+def ports(i: int) -> list[dict[str, Any]]:
+    return [{"hostPort": 20000 + i, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 20000 + i, "containerPort": 53, "protocol": "udp"}]
+
+
+def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_path: Path) -> None:
+    """100 rounds: an ADD (tcp+udp hostPorts, IPv4+IPv6) killed at a random point, or a
+    completed ADD whose DEL is killed; then the runtime's DEL. After each round nothing of the
+    container is left; after all rounds and a GC with no valid attachment: no row, veth or map
+    element, integrity_check ok, and no child of a killed call outlived it."""
+    rng = random.Random(SEED)
+    data = tmp_path / "data"
+    plugin = installed.path("podnet")
+    problems = Problems()
+    counts = {"ADD killed": 0, "DEL killed": 0, "finished before the kill": 0}
+    from podnet.link.names import host_ifname
+
+    for i in range(ROUNDS):
+        pod = node.pod(f"k{i}-")
+        no_dad(node, pod)
+        cid = f"crash{i}"
+        conf = netconf(data, mappings=ports(i))
+        veth = host_ifname(cid, "eth0")
+        mentions = (pod, veth, f"--orig-port-dst {20000 + i}")
+        delay = rng.uniform(0, MAX_DELAY)
+        kill_add = i % 2 == 0
+        if kill_add:
+            k = kill_call(node.node, plugin, faults.cni_env("ADD", container_id=cid, netns=pod), conf, delay, mentions)
+            what = f"round {i}: ADD {k.describe()}"
+            counts["ADD killed" if not k.finished else "finished before the kill"] += 1
+        else:
+            add = faults.run_plugin(node.node, plugin, faults.cni_env("ADD", container_id=cid, netns=pod), conf)
+            if add.rc != 0:
+                problems.add(f"round {i}: ADD (no kill) failed: {add.describe()}")
+            k = kill_call(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod),
+                          {**conf, "prevResult": add.answer}, delay, mentions)
+            what = f"round {i}: DEL {k.describe()}"
+            counts["DEL killed" if not k.finished else "finished before the kill"] += 1
+        if k.survivors:
+            problems.add(f"{what}: children outlived the killed call: {k.survivors}")
+        # The runtime's cleanup.
+        out = faults.run_plugin(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod), conf)
+        if out.rc != 0:
+            problems.add(f"{what}: the runtime's DEL failed: {out.describe()}")
+        left = [x for x in faults.podnet_leftovers(node.node, data)]
+        if left:
+            problems.add(f"{what}: after the runtime's DEL: {left}")
+            # Start the next round clean, so each leak is reported once.
+            faults.run_plugin(node.node, plugin, faults.cni_env("GC"), {**netconf(data), "cni.dev/valid-attachments": []})
+        node.exec(node.node, "ip", "netns", "del", pod)
+        node.namespaces.remove(pod)
+    gc = faults.run_plugin(node.node, plugin, faults.cni_env("GC"), {**netconf(data), "cni.dev/valid-attachments": []})
+    if gc.rc != 0:
+        problems.add(f"final GC failed: {gc.describe()}")
+    time.sleep(0.5)  # an orphan that was still running would have done its work by now
+    left = faults.podnet_leftovers(node.node, data)
+    if left:
+        problems.add(f"after all rounds and GC: {left}")
+    ok = faults.integrity(data)
+    if ok != "ok":
+        problems.add(f"integrity_check: {ok}")
+    print(f"podnet kill -9: {counts}")
+    problems.check(f"podnet kill -9 rounds ({counts})")
+
+
+def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Installed, tmp_path: Path) -> None:
+    """Ranges with ONE usable address per family: an ADD killed at a random point, the
+    runtime's DEL, then another container's ADD — which gets the same addresses — must succeed
+    (a veth or route left by the killed call, e.g. by its orphaned ``ip -batch``, blocks it with
+    "File exists")."""
+    rng = random.Random(SEED + 1)
+    data = tmp_path / "data"
+    plugin = installed.path("podnet")
+    ranges = ["10.99.0.0/30", "fd00:99::/126"]  # .2 and ::2 only
+    problems = Problems()
+    from podnet.link.names import host_ifname
+
+    for i in range(30):
+        pods = [node.pod(f"s{i}a-"), node.pod(f"s{i}b-")]
+        for p in pods:
+            no_dad(node, p)
+        first, second = f"first{i}", f"second{i}"
+        conf = netconf(data, ranges=ranges, mappings=ports(i))
+        k = kill_call(node.node, plugin, faults.cni_env("ADD", container_id=first, netns=pods[0]), conf,
+                      rng.uniform(0, MAX_DELAY), (pods[0], host_ifname(first, "eth0")))
+        what = f"round {i}: ADD {k.describe()}"
+        if k.survivors:
+            problems.add(f"{what}: children outlived the killed call: {k.survivors}")
+        out = faults.run_plugin(node.node, plugin, faults.cni_env("DEL", container_id=first, netns=pods[0]), conf)
+        if out.rc != 0:
+            problems.add(f"{what}: the runtime's DEL failed: {out.describe()}")
+        add = faults.run_plugin(node.node, plugin, faults.cni_env("ADD", container_id=second, netns=pods[1]), conf)
+        if add.rc != 0:
+            problems.add(f"{what}: the next ADD of the freed address failed: {add.describe()}; "
+                         f"node veths {faults.veths(node.node)}")
+        for cid, p in ((second, pods[1]), (first, pods[0])):
+            faults.run_plugin(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=p), conf)
+        left = faults.podnet_leftovers(node.node, data)
+        if left:
+            problems.add(f"{what}: left after both DELs: {left}")
+            faults.run_plugin(node.node, plugin, faults.cni_env("GC"), {**netconf(data), "cni.dev/valid-attachments": []})
+        for p in pods:
+            node.exec(node.node, "ip", "netns", "del", p)
+            node.namespaces.remove(p)
+    ok = faults.integrity(data)
+    if ok != "ok":
+        problems.add(f"integrity_check: {ok}")
+    problems.check("ADD killed, then an ADD of the same address")
+
+
+# --- podnet-portmap ---------------------------------------------------------------------------------
+
+
+def ptp_conf(data: Path) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "pmnet", "type": "ptp",
+            "ipam": {"type": "host-local", "dataDir": str(data),
+                     "ranges": [[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd00:1::/64"}]],
+                     "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}}
+
+
+def portmap_state(node: str) -> list[str]:
+    """podnet-portmap's per-container state in ``node``: CNI-DN chains and CNI-HOSTPORT-DNAT
+    entry rules (both families), container chains and map elements of table inet
+    podnet_portmap."""
+    left = []
+    for family in (4, 6):
+        for line in faults.iptables_nat(node, family).splitlines():
+            if "CNI-DN-" in line:
+                left.append(f"IPv{family}: {line}")
+    out = faults.sh("ip", "netns", "exec", node, "nft", "-j", "list", "table", "inet", "podnet_portmap", check=False)
+    if out.returncode == 0:
+        for item in json.loads(out.stdout)["nftables"]:
+            if "chain" in item and item["chain"]["name"].startswith("dn-"):
+                left.append(f"nft chain {item['chain']['name']}")
+            if "map" in item and item["map"].get("elem"):
+                left.append(f"nft map {item['map']['name']}: {json.dumps(item['map']['elem'])[:200]}")
+    return left
+
+
+@pytest.fixture
+def ptp_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "host-local"
+
+
+@pytest.mark.parametrize("backend", ["iptables", "nftables"])
+def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, backend: str) -> None:
+    """30 rounds per backend after the reference ptp: podnet-portmap's ADD killed at a random
+    point (or its DEL, after a completed ADD), then the runtime's DEL of the chain (portmap,
+    then ptp): no chain, rule or element of any container is left, and no child outlived."""
+    rng = random.Random(SEED + (2 if backend == "iptables" else 3))
+    plugin = installed.path("podnet-portmap")
+    problems = Problems()
+    for i in range(30):
+        pod = node.pod(f"p{i}-")
+        no_dad(node, pod)
+        cid = f"pm{i}"
+        env = faults.cni_env("ADD", container_id=cid, netns=pod)
+        ptp = faults.run_plugin(node.node, REF_PTP, env, ptp_conf(ptp_dir))
+        assert ptp.rc == 0, f"reference ptp ADD: {ptp.describe()}"
+        conf = {"cniVersion": "1.0.0", "name": "pmnet", "type": "podnet-portmap", "backend": backend,
+                "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": ports(i)},
+                "prevResult": ptp.answer}
+        delay = rng.uniform(0, MAX_DELAY)
+        mentions = (f"dport {20000 + i}", f"--orig-port-dst {20000 + i}")
+        if i % 2 == 0:
+            k = kill_call(node.node, plugin, env, conf, delay, mentions)
+            what = f"{backend} round {i}: ADD {k.describe()}"
+        else:
+            add = faults.run_plugin(node.node, plugin, env, conf)
+            if add.rc != 0:
+                problems.add(f"{backend} round {i}: ADD (no kill) failed: {add.describe()}")
+            k = kill_call(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod), conf, delay, mentions)
+            what = f"{backend} round {i}: DEL {k.describe()}"
+        if k.survivors:
+            problems.add(f"{what}: children outlived the killed call: {k.survivors}")
+        del_env = faults.cni_env("DEL", container_id=cid, netns=pod)
+        out = faults.run_plugin(node.node, plugin, del_env, conf)
+        if out.rc != 0:
+            problems.add(f"{what}: the runtime's DEL failed: {out.describe()}")
+        ptp_del = faults.run_plugin(node.node, REF_PTP, del_env, ptp_conf(ptp_dir))
+        if ptp_del.rc != 0:
+            problems.add(f"{what}: reference ptp DEL failed: {ptp_del.describe()}")
+        left = portmap_state(node.node)
+        if left:
+            problems.add(f"{what}: after the runtime's DEL: {left}")
+            gc = {**conf, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}
+            gc.pop("prevResult")
+            faults.run_plugin(node.node, plugin, faults.cni_env("GC"), gc)
+        node.exec(node.node, "ip", "netns", "del", pod)
+        node.namespaces.remove(pod)
+    time.sleep(0.5)
+    left = portmap_state(node.node)
+    if left:
+        problems.add(f"{backend}: after all rounds: {left}")
+    problems.check(f"podnet-portmap ({backend}) kill -9 rounds")
