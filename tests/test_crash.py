@@ -76,7 +76,7 @@ def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any],
               mentions: tuple[str, ...] = ()) -> Killed:
     """Start one plugin call in ``node`` and SIGKILL it ``delay`` seconds later (the plugin
     process only, as a runtime does). Children it had just before the kill that are still
-    running 20 ms after it died — or any process whose command line contains one of
+    running half a second after it died — or any process whose command line contains one of
     ``mentions`` — are reported, then killed (so the test leaves none)."""
     argv = faults.plugin_argv(node, plugin, env)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -97,7 +97,18 @@ def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any],
     if not finished:
         os.kill(proc.pid, signal.SIGKILL)
     out, _ = proc.communicate()
-    time.sleep(0.020)
+    # A child the plugin's death killed (setpriv --pdeathsig KILL) still finishes the system
+    # call it is in (an `ip link del` waits for an RCU grace period, ~25 ms): give the kernel
+    # half a second to let it go, then anything alive outlived the call.
+    grace = time.monotonic() + 0.5
+
+    def dying() -> bool:
+        others = [pid for pid, cmd in faults.processes_mentioning(*mentions)
+                  if not cmd.startswith("ip netns exec")] if mentions else []
+        return any(_alive(k) for k in [*kids, *others])
+
+    while time.monotonic() < grace and dying():
+        time.sleep(0.005)
     survivors = [(k, cmd) for k in kids if _alive(k) and (cmd := faults.command_line(k)) and _alive(k)]
     if mentions:
         seen = {pid for pid, _ in survivors}

@@ -578,9 +578,14 @@ def test_failed_spawn_leaks_no_pipe() -> None:
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
+    from podnet.cni.errors import KernelError
+
     before = fds()
     for argv in (["/nonexistent/tool"], ["/dev/null"], ["podnet-no-such-tool-x"]):
         for _ in range(5):
-            with pytest.raises(OSError):
-                proc.spawn(argv).wait()
+            with pytest.raises(KernelError) as err:  # 104: missing, or cannot be executed
+                rc, _, _ = proc.spawn(argv).wait()
+                if rc != 0:  # the exec failed inside the setpriv wrapper (exit 126/127)
+                    raise KernelError(f"{argv[0]} exit {rc}")
+            assert err.value.code == 104
     assert fds() == before, f"{fds() - before} file descriptors leaked by 15 failed spawns"

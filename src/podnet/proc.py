@@ -130,6 +130,8 @@ class Spawned:
     ) -> None:
         self.argv = list(argv)
         exe = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise ToolMissing(f"{_name(argv)} is not installed", f"{exe} is not an executable file")
         full = [*_wrapper(), exe, *self.argv[1:]]
         pipes = [*os.pipe(), *os.pipe(), *os.pipe()]
         in_r, in_w, out_r, out_w, err_r, err_w = pipes

@@ -132,12 +132,22 @@ def _port(item: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
-    """``runtimeConfig.portMappings`` validated; [] when absent. Code 7 on any bad item."""
-    runtime = raw.get("runtimeConfig") or {}
+def runtime_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """``runtimeConfig`` (the capability arguments the runtime passes; spec "Deriving
+    runtimeConfig"): an object, ``{}`` when absent or null. Code 7 otherwise."""
+    runtime = raw.get("runtimeConfig")
+    if runtime is None:
+        return {}
     if not isinstance(runtime, dict):
         raise InvalidConfig("runtimeConfig: must be an object")
-    items = runtime.get("portMappings") or []
+    return runtime
+
+
+def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
+    """``runtimeConfig.portMappings`` validated; [] when absent. Code 7 on any bad item."""
+    items = runtime_config(raw).get("portMappings")
+    if items is None:
+        return []
     if not isinstance(items, list):
         raise InvalidConfig("runtimeConfig.portMappings: must be a list")
     out = []
@@ -147,12 +157,16 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
             raise InvalidConfig(f"{where}: must be an object")
         host_port = _port(item, "hostPort", where)
         container_port = _port(item, "containerPort", where)
-        protocol = item.get("protocol") or "tcp"
+        protocol = item.get("protocol")
+        if protocol is None:
+            protocol = "tcp"
         if not isinstance(protocol, str) or protocol.lower() not in PROTOCOLS:
             raise InvalidConfig(f"{where}.protocol: {protocol!r} is not tcp or udp")
-        host_ip = item.get("hostIP") or ""
+        host_ip = item.get("hostIP")
+        if host_ip is None:
+            host_ip = ""
         if not isinstance(host_ip, str):
-            raise InvalidConfig(f"{where}.hostIP: must be a string")
+            raise InvalidConfig(f"{where}.hostIP: must be a string, got {host_ip!r}")
         if host_ip:
             import ipaddress
 
@@ -197,8 +211,7 @@ def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[i
     """Addresses the runtime asks for: ``runtimeConfig.ips`` (the ``ips`` capability: CIDRs or
     addresses) or ``IP=`` in CNI_ARGS (comma-separated, as podman sends after ``network
     reload``); at most one per family: ``{4: "10.244.2.7", 6: …}``. Code 7 naming the key."""
-    runtime = raw.get("runtimeConfig") or {}
-    items = runtime.get("ips") if isinstance(runtime, dict) else None
+    items = runtime_config(raw).get("ips")
     where = "runtimeConfig.ips"
     if items is None and cni_args.get("IP"):
         items = [x for x in cni_args["IP"].split(",") if x.strip()]
@@ -226,12 +239,11 @@ def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[i
 def parse_requested_mac(raw: dict[str, Any], cni_args: dict[str, str]) -> str:
     """The pod-side MAC asked for by ``runtimeConfig.mac`` (the ``mac`` capability) or ``MAC=``
     in CNI_ARGS, lower-cased; "" when none. Code 7 when it is not a unicast MAC."""
-    runtime = raw.get("runtimeConfig") or {}
-    mac = runtime.get("mac") if isinstance(runtime, dict) else None
+    mac = runtime_config(raw).get("mac")
     where = "runtimeConfig.mac"
-    if not mac and cni_args.get("MAC"):
+    if mac is None and cni_args.get("MAC"):
         mac, where = cni_args["MAC"], "CNI_ARGS MAC"
-    if not mac:
+    if mac is None or mac == "":
         return ""
     parts = mac.split(":") if isinstance(mac, str) else []
     if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdefABCDEF" for c in p)

@@ -176,6 +176,17 @@ def delete(
         raise
 
 
+def published(entries: Sequence[PortMapping]) -> list[PortMapping]:
+    """Which of ``entries`` the kernel's maps hold (after an nft run that was killed: did it
+    commit?). KernelError when nft cannot list them."""
+    out = []
+    for name in sorted({hostports.map_name(e) for e in entries}):
+        have = nft.map_elements(hostports.FAMILY, hostports.TABLE, name) or set()
+        out += [e for e in entries
+                if hostports.map_name(e) == name and hostports.expected_element(e) in have]
+    return out
+
+
 def check(entries: Sequence[PortMapping]) -> str | None:
     """What CHECK finds wrong with ``entries`` in the kernel (a missing map or element), or
     None when every element is there."""

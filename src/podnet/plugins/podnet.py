@@ -121,13 +121,16 @@ class Choice:
     0 unset)."""
 
     __slots__ = ("alloc", "ranges_changed", "bridge", "network_id", "prefixes",
-                 "bridge_addresses", "mtu")  # fmt: skip
+                 "bridge_addresses", "mtu", "undo")  # fmt: skip
 
     def __init__(self, alloc: Allocation, ranges_changed: bool = False, *, bridge: str = "",
                  network_id: int | None = None, prefixes: dict[int, int] | None = None,
-                 bridge_addresses: list[str] | None = None, mtu: int = 0) -> None:  # fmt: skip
+                 bridge_addresses: list[str] | None = None, mtu: int = 0,
+                 undo: Callable[[Store], None] | None = None) -> None:  # fmt: skip
         self.alloc = alloc
         self.ranges_changed = ranges_changed
+        #: Reverts what the chooser recorded besides the pod (new ranges, the ptp network).
+        self.undo = undo
         self.bridge = bridge
         self.network_id = network_id
         self.prefixes = prefixes or {}
@@ -191,9 +194,17 @@ def cmd_add(call: Call) -> dict[str, Any]:
     def own_ranges(store: Store) -> Choice:
         from podnet.ipam.allocator import allocate_in
 
+        ranges_before = store.ranges()
+        network_before = store.network(conf.name)
         changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
         _ptp_network(store, conf, changed)
-        return Choice(allocate_in(store, conf.ranges, requested), changed)
+
+        def undo(store: Store) -> None:
+            if changed or network_before is None:
+                store.restore_ranges(ranges_before)
+                store.restore_network(conf.name, network_before)
+
+        return Choice(allocate_in(store, conf.ranges, requested), changed, undo=undo)
 
     return _add(call, conf, pod_mac, own_ranges)
 
@@ -243,6 +254,7 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
     """
     from podnet.firewall import sync
     from podnet.link import veth
+    from podnet.proc import ToolTimeout
 
     cid, ifname = call.container_id, call.ifname
     veth.check_ifname(ifname)
@@ -285,7 +297,11 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
                 pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
                 sync.finish_add(store, pending, call.log.warn)
             except BaseException as err:
-                _fail_add(store, call, link.host_if, entries, err, creating)
+                # A failed nft run changed nothing (one transaction); only one killed at its
+                # deadline may have committed before it hung. Nothing else ran since the
+                # commit (the lock is held), so the chooser's own records go too.
+                maybe = _maybe_published(entries) if isinstance(err, ToolTimeout) else []
+                _fail_add(store, call, link.host_if, maybe, err, creating, choice.undo)
                 raise
         try:
             veth.finish_create_pair(link, creating)
@@ -296,6 +312,17 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
             raise
     _flush_udp(call, entries)
     return _result(link, alloc)
+
+
+def _maybe_published(entries: list[PortMapping]) -> list[PortMapping]:
+    """The entries an nft run killed at its deadline may have published: those the kernel's
+    maps now hold, or all of them when nft cannot even list them."""
+    from podnet.firewall import sync
+
+    try:
+        return sync.published(entries)
+    except CNIError:
+        return entries
 
 
 def _default_mtu(bridge_name: str) -> int:
@@ -320,11 +347,13 @@ def _ensure_bridge(choice: Choice) -> None:
 
 
 def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping],
-              err: BaseException, creating: Any = None) -> None:  # fmt: skip
+              err: BaseException, creating: Any = None,
+              undo: Callable[[Store], None] | None = None) -> None:  # fmt: skip
     """Undo an ADD whose rows were committed (under the write lock): the veth, the hostPort
-    elements, then the rows. A failure here is added to ``err``'s details, never raised: the
-    original error is the answer. Should the elements stay (nft unusable), the rows stay with
-    them, and the runtime's DEL after the failed ADD retries."""
+    elements ``entries`` (those that may be in the kernel), then the rows. A failure here is
+    added to ``err``'s details, never raised: the original error is the answer. Should the
+    elements stay (nft unusable), the rows stay with them, and the runtime's DEL after the
+    failed ADD retries."""
     from podnet.firewall import sync
     from podnet.link import veth
 
@@ -336,14 +365,16 @@ def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping]
             pass
     try:
         veth.delete_host(host_if)
-    except CNIError as undo:
-        notes.append(f"deleting {host_if}: {undo.msg} {undo.details}".strip())
+    except CNIError as failed:
+        notes.append(f"deleting {host_if}: {failed.msg} {failed.details}".strip())
     try:
         sync.delete(store, entries, call.container_id, call.log.warn)
         with store.write():
             store.delete_pod(call.container_id)
-    except CNIError as undo:
-        notes.append(f"removing the rows and hostPorts: {undo.msg} {undo.details}".strip())
+            if undo is not None:
+                undo(store)
+    except CNIError as failed:
+        notes.append(f"removing the rows and hostPorts: {failed.msg} {failed.details}".strip())
     if notes:
         call.log.warn(f"undoing the failed ADD of {call.container_id}: " + "; ".join(notes))
         if isinstance(err, CNIError):
@@ -478,8 +509,9 @@ def cmd_del(call: Call) -> None:
     Works with an empty, stale or deleted CNI_NETNS: the host veth name is derived from the
     container ID and ifname, and the address is released from the store regardless. Reads only
     the config keys it uses (:class:`StoreConf`), so it is not refused over, say, a range.
-    The veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest; under
-    the write lock the hostPort elements go before the rows (:mod:`podnet.firewall.sync`).
+    Everything happens inside the write transaction, so a DEL refused for the lock (11) changes
+    nothing; the veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest,
+    and the hostPort elements go before the rows commit (:mod:`podnet.firewall.sync`).
     With ``ipam``, the IPAM plugin's DEL starts once podnet's row is gone (so the address is not
     handed out while still recorded here), overlaps the veth deletion, and its error (code
     passed through) is this DEL's. A failed conntrack flush is only logged.
@@ -489,24 +521,27 @@ def cmd_del(call: Call) -> None:
     from podnet.plugins.podnet_conf import StoreConf
 
     conf = StoreConf(call.config)
-    deleting = veth.start_delete_host(names.host_ifname(call.container_id, call.ifname))
+    host_if = names.host_ifname(call.container_id, call.ifname)
     entries: list[PortMapping] = []
+    deleting: Any = None
     ipam: Any = None
     try:
-        with _open(conf) as store, store.locked():
+        with _open(conf) as store, store.write():
+            # Only once the write lock is ours: a DEL refused with 11 changes nothing.
+            deleting = veth.start_delete_host(host_if)
             pod = store.get_pod(call.container_id)
             if pod is not None and pod.ifname in (None, call.ifname):
                 entries = store.portmaps(call.container_id)
                 sync.delete(store, entries, call.container_id, call.log.warn)
-                with store.write():
-                    store.delete_pod(call.container_id)
+                store.delete_pod(call.container_id)
         if conf.ipam_type:
             from podnet.ipam import delegate
 
             ipam = delegate.start(call, conf.ipam_type)
     finally:
         try:
-            veth.finish_delete(deleting)
+            if deleting is not None:
+                veth.finish_delete(deleting)
         finally:
             if ipam is not None:
                 delegate.finish(ipam)

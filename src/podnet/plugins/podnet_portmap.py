@@ -47,14 +47,17 @@ class PortmapConf:
             raise InvalidConfig("markMasqBit: cannot be set together with externalSetMarkChain")
         conditions = {}
         for key in ("conditionsV4", "conditionsV6"):
-            value = raw.get(key) or []
+            value = raw.get(key)
+            if value is None:
+                value = []
             if not isinstance(value, list) or not all(isinstance(v, str) and _arg(v)
                                                       for v in value):
                 raise InvalidConfig(f"{key}: must be a list of iptables match arguments "
                                     "(printable, no line breaks)")  # fmt: skip
             conditions[key] = value
-        self.backend = raw.get("backend") or "iptables"
-        if self.backend not in BACKENDS:
+        backend = raw.get("backend")
+        self.backend = "iptables" if backend is None else backend
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
             raise InvalidConfig(
                 f"backend: {self.backend!r} is not supported (supported: {', '.join(BACKENDS)})"
             )
@@ -80,7 +83,7 @@ class PortmapConf:
     @property
     def prev_result(self) -> dict[str, Any] | None:
         """``prevResult`` validated (code 7 naming the bad key), or None when absent. Read by
-        ADD and CHECK only: DEL and GC do not need it, and must not fail over it."""
+        every verb but GC (DEL does not use it, but refuses a malformed one like any key)."""
         from podnet.cni.result import prev_result
 
         return prev_result(self.raw)
@@ -181,6 +184,7 @@ def cmd_del(call: Call) -> None:
     """DEL: remove this container's chain and entry rules in both families; idempotent. Does
     nothing (no firewall command) when the runtime passes no portMappings."""
     conf = PortmapConf(call.config)
+    _ = conf.prev_result  # validated like every other key: a malformed one changes nothing
     if not conf.port_mappings:
         return
     families = conf.mapper().teardown(call.container_id)

@@ -47,7 +47,9 @@ class RedirectConf:
         from podnet.firewall import redirect
 
         netconf.require_version(raw)
-        linkerd = raw.get("linkerd") or {}
+        linkerd = raw.get("linkerd")
+        if linkerd is None:
+            linkerd = {}
         if not isinstance(linkerd, dict):
             raise InvalidConfig("linkerd: must be an object")
 
@@ -56,7 +58,12 @@ class RedirectConf:
                 return raw[key]
             return linkerd.get(KEYS[key], default)
 
-        self.firewall = raw.get("firewall") or linkerd.get("iptables-mode") or "iptables-nft"
+        firewall = raw.get("firewall")
+        if firewall is None:
+            firewall = linkerd.get("iptables-mode")
+        self.firewall = "iptables-nft" if firewall is None else firewall
+        if not isinstance(self.firewall, str):
+            raise InvalidConfig(f"firewall: must be a string, got {self.firewall!r}")
         if self.firewall in ("legacy", "nft"):  # linkerd-cni's iptables-mode values
             self.firewall = f"iptables-{self.firewall}"
         if self.firewall not in ("iptables-legacy", "iptables-nft", "nftables"):
@@ -68,10 +75,9 @@ class RedirectConf:
         pods = raw.get("pods", "annotated")
         if pods not in ("all", "annotated"):
             raise InvalidConfig(f"pods: {pods!r} is not 'all' or 'annotated'")
-        runtime = raw.get("runtimeConfig", {})
-        if not isinstance(runtime, dict):
-            raise InvalidConfig("runtimeConfig: must be an object")
-        annotations = runtime.get(ANNOTATIONS) or {}
+        annotations = netconf.runtime_config(raw).get(ANNOTATIONS)
+        if annotations is None:
+            annotations = {}
         if not isinstance(annotations, dict) or not all(
             isinstance(v, str) for v in annotations.values()
         ):
@@ -95,7 +101,9 @@ class RedirectConf:
         inbound = ports("inboundPortsToIgnore", get("inboundPortsToIgnore", []))
         outbound = ports("outboundPortsToIgnore", get("outboundPortsToIgnore", []))
         subnets = get("subnetsToIgnore", [])
-        uid = get("proxyUID", 2102)
+        uid = get("proxyUID", None)
+        if uid is None:
+            uid = 2102
         prefix = "config.linkerd.io/"
         if f"{prefix}skip-inbound-ports" in annotations:
             inbound += ports(
@@ -123,7 +131,7 @@ class RedirectConf:
         self.options: RedirectOptions = redirect.RedirectOptions(
             incoming_proxy_port=port("incomingProxyPort", get("incomingProxyPort", 4143)),
             outgoing_proxy_port=port("outgoingProxyPort", get("outgoingProxyPort", 4140)),
-            proxy_uid=port("proxyUID", uid, 0) if uid else 0,
+            proxy_uid=port("proxyUID", uid, 0),
             proxy_gid=port("proxyGID", get("proxyGID", 0), 0),
             inbound_ports_to_ignore=inbound,
             outbound_ports_to_ignore=outbound,
@@ -165,6 +173,7 @@ def cmd_del(call: Call) -> None:
     import os
 
     conf = RedirectConf(call.config)
+    _ = conf.prev_result  # validated like every other key: a malformed one changes nothing
     if conf.active and call.netns and os.path.exists(call.netns):
         from podnet.firewall import redirect_apply
 

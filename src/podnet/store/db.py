@@ -330,6 +330,18 @@ class Store(NetworkQueries):
                 changed = True
         return changed
 
+    def restore_ranges(self, before: Sequence[tuple[int, str, str | None, bool]]) -> None:
+        """Put ``ipam_ranges`` back as :meth:`ranges` returned it (inside :meth:`write`): ranges
+        added since are deleted, changed ``ip_masq`` values restored. For a failed ADD undoing
+        its own records."""
+        known = {rid: masq for rid, _, _, masq in before}
+        for rid, _, _, masq in self.ranges():
+            if rid not in known:
+                self.conn.execute("DELETE FROM ipam_ranges WHERE id = ?", (rid,))
+            elif masq != known[rid]:
+                self.conn.execute("UPDATE range_options SET ip_masq = ? WHERE range_id = ?",
+                                  (int(known[rid]), rid))  # fmt: skip
+
     # -- node facts ---------------------------------------------------------------------
     def get_state(self, key: str) -> str | None:
         """A value of ``podnet_state``, or None."""

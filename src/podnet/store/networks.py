@@ -131,6 +131,15 @@ class NetworkQueries:
         )  # fmt: skip
         self.conn.execute("DELETE FROM networks WHERE id = ?", (network_id,))
 
+    def restore_network(self, name: str, before: NetworkRow | None) -> None:
+        """Put network ``name`` back as :meth:`network` returned it (None: it did not exist)."""
+        now = self.network(name)
+        if before is None:
+            if now is not None:
+                self.delete_network(now.id)
+        elif now is not None:
+            self.update_network(now.id, before.description, before.config)
+
     def network_pods(self, network_id: int) -> list[tuple[str, str, str]]:
         """``(container_id, ifname, host interface)`` of the pods attached to a network."""
         return self.conn.execute(
