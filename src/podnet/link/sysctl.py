@@ -65,3 +65,11 @@ def pod_side_paths(ifname: str, families: Iterable[int]) -> list[str]:
     if 6 not in families:
         return []
     return [_conf(6, ifname, name) for name in ("accept_dad", "dad_transmits", "accept_ra")]
+
+
+def notify_paths(ifname: str, families: Iterable[int]) -> list[str]:
+    """sysctl files to set to 1 inside the pod netns of a bridge network's pod: announce the
+    addresses when the link comes up (``arp_notify``, ``ndisc_notify``), so neighbours that
+    knew the address on another pod's MAC learn the new one."""
+    names = {4: "arp_notify", 6: "ndisc_notify"}
+    return [_conf(f, ifname, names[f]) for f in sorted(families)]

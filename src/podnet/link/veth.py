@@ -80,6 +80,9 @@ def host_batch(link: PodLink) -> list[str]:
         # port it came in (a pod reaching a forward that targets itself through the bridge)
         lines.insert(-1, f"link set dev {link.host_if} master {q(link.bridge)}")
         lines.insert(-1, f"link set dev {link.host_if} type bridge_slave hairpin on")
+        # the address may have belonged to a pod since gone: forget its MAC (a forward to the
+        # address must reach the new pod at once, not after the neighbour entry times out)
+        lines += [f"neigh flush to {ip} dev {q(link.bridge)}" for _, ip, _ in link.addresses]
         return lines
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
@@ -96,12 +99,16 @@ def pod_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
     lines = [f"link set dev {q(link.ifname)} up"]
     if link.bridge:
-        for family, pod_ip, gateway in link.addresses:
+        # addresses before the link comes up, so arp_notify/ndisc_notify (set by
+        # start_configure_pod) announce them: the other pods of the bridge learn the new MAC
+        lines = []
+        for family, pod_ip, _gateway in link.addresses:
             nodad = " nodad" if family == 6 else ""
+            lines.append(f"addr add {pod_ip}/{link.prefixes[family]} dev {q(link.ifname)}{nodad}")
+        lines.append(f"link set dev {q(link.ifname)} up")
+        for family, pod_ip, gateway in link.addresses:
             default = "0.0.0.0/0" if family == 4 else "::/0"
-            dev = q(link.ifname)
-            lines.append(f"addr add {pod_ip}/{link.prefixes[family]} dev {dev}{nodad}")
-            lines.append(f"route add {default} via {gateway} dev {dev} src {pod_ip}")
+            lines.append(f"route add {default} via {gateway} dev {q(link.ifname)} src {pod_ip}")
         return lines
     for family, pod_ip, gateway in link.addresses:
         plen = 32 if family == 4 else 128
@@ -175,6 +182,9 @@ def start_configure_pod(link: PodLink) -> proc.Spawned:
         f"printf 0 > {_quote(path)}"
         for path in sysctl.pod_side_paths(link.ifname, {f for f, _, _ in link.addresses})
     ]
+    if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
+        writes += [f"printf 1 > {_quote(path)}"
+                   for path in sysctl.notify_paths(link.ifname, {f for f, _, _ in link.addresses})]
     if writes:
         argv += ["sh", "-ec", " && ".join([*writes, "exec ip -batch -"])]
     else:
