@@ -466,3 +466,20 @@ def test_net_gc_keeps_cached_attachments_only(lab: Any, tmp_path: Path) -> None:
         ResultCache(str(tmp_path / "cache")).entries()[0].container_id
     ]
     assert node.ctl("net", "del", "podnet", f"/run/netns/{kept}").returncode == 0
+
+
+def test_install_systemd_writes_and_enables_the_restore_unit(tmp_path: Path) -> None:
+    args = ["install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "conf"),
+            "--data-dir", str(tmp_path / "data"), "--systemd", "--unit-dir", str(tmp_path / "units")]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    unit = tmp_path / "units" / "podnet-restore.service"
+    text = unit.read_text()
+    assert "Type=oneshot" in text and "WantedBy=multi-user.target" in text
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    argv = exec_start.removeprefix("ExecStart=").split()
+    assert os.access(argv[0], os.X_OK) and argv[1:] == ["network", "--data-dir", str(tmp_path / "data"), "restore"]
+    link = tmp_path / "units" / "multi-user.target.wants" / "podnet-restore.service"
+    assert os.readlink(link) == str(unit)
+    again = CliRunner().invoke(cli, args)  # idempotent
+    assert again.exit_code == 0 and "unchanged" in again.output and "created" not in again.output

@@ -35,6 +35,11 @@ from podnet.runtime import installer
     help="Plugin state directory (dataDir) [default: the plugin's, /var/lib/podnet].",
 )
 @click.option("--no-conflist", is_flag=True, help="Install the plugin executables only.")
+@click.option("--systemd", is_flag=True,
+              help="Also install and enable a systemd unit that runs 'podnetctl network restore' "
+              "at boot (bridges, forwards and table inet podnet back from the store).")
+@click.option("--unit-dir", default=installer.DEFAULT_UNIT_DIR, show_default=True,
+              help="Where --systemd writes units.")
 def install(
     bin_dir: str,
     conf_dir: str,
@@ -42,6 +47,8 @@ def install(
     name: str,
     data_dir: str | None,
     no_conflist: bool,
+    systemd: bool,
+    unit_dir: str,
 ) -> None:
     """Install the podnet plugins and a conflist for network --name (idempotent).
 
@@ -59,5 +66,8 @@ def install(
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    if systemd:
+        units = {installer.RESTORE_UNIT: installer.restore_unit(data_dir)}
+        done += installer.install_units(units, unit_dir)
     for item in done:
         click.echo(f"{item.action:9} {item.path}")

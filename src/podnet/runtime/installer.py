@@ -48,6 +48,8 @@ __all__ = [
     "install",
     "network_conflist",
     "plugin_script",
+    "restore_unit",
+    "install_units",
 ]
 
 DEFAULT_BIN_DIR = "/opt/cni/bin"
@@ -224,6 +226,63 @@ def install(
             done.append(_write(os.path.join(bin_dir, plugin), text, 0o755))
         if conf_text is not None:
             done.append(_write(conflist_path(conf_dir, name), conf_text, 0o644))
+    except OSError as err:
+        raise CNIError(f"install failed: {err}", code=IO_FAILURE) from err
+    return done
+
+
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
+RESTORE_UNIT = "podnet-restore.service"
+
+
+def _podnetctl() -> str:
+    """The ``podnetctl`` console script next to this interpreter (the venv's)."""
+    return os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "podnetctl")
+
+
+def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> str:
+    """A systemd oneshot unit running ``podnetctl network restore`` at boot, before the
+    container runtimes start: bridges, their pods' ports and table ``inet podnet`` (with
+    hostPorts and forwards) come back from the store."""
+    from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
+
+    command = f"{podnetctl or _podnetctl()} network --data-dir {data_dir or DEFAULT_DATA_DIR}"
+    return (
+        "[Unit]\n"
+        "Description=podnet: restore bridge networks, forwards and table inet podnet\n"
+        "After=network-pre.target local-fs.target\n"
+        "Wants=network-pre.target\n"
+        "Before=network.target containerd.service crio.service podman.service kubelet.service\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        f"ExecStart={command} restore\n"
+        "RemainAfterExit=yes\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def install_units(units: dict[str, str], unit_dir: str = DEFAULT_UNIT_DIR) -> list[Installed]:
+    """Write systemd units (name → text, mode 0644) and enable each for ``multi-user.target``
+    (the ``.wants`` symlink ``systemctl enable`` makes), so they run at the next boot. CNIError
+    code 5 when a file cannot be written."""
+    done = []
+    try:
+        for name, text in units.items():
+            path = os.path.join(unit_dir, name)
+            done.append(_write(path, text, 0o644))
+            wants = os.path.join(unit_dir, "multi-user.target.wants")
+            os.makedirs(wants, mode=0o755, exist_ok=True)
+            link = os.path.join(wants, name)
+            if os.path.islink(link) and os.readlink(link) == path:
+                done.append(Installed(link, "unchanged"))
+            else:
+                if os.path.lexists(link):
+                    os.unlink(link)
+                os.symlink(path, link)
+                done.append(Installed(link, "created"))
     except OSError as err:
         raise CNIError(f"install failed: {err}", code=IO_FAILURE) from err
     return done
