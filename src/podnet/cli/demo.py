@@ -12,9 +12,12 @@ What it does (issue 2, item 10), each step printed as one ``✓``/``✗`` line:
 3. an HTTP server in each pod (busybox httpd, or ``python -m http.server``), fetched (curl, or
    urllib) through the pod IPs, the node's addresses from the client, 127.0.0.1 inside the node,
    pod-a → pod-b's hostPort and pod-a → its own hostPort (hairpin);
-4. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
+4. networks and forwards (:mod:`podnet.cli.demo_networks`): a bridge network with two pods, a
+   whole-address forward and a port forward fetched from the client, hairpin from the target
+   and from another pod, then all of it removed;
+5. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
    veth, hostPort map element or cache entry is left;
-5. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
+6. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
    SIGTERM. The machine's own interfaces, routes and firewall are never touched.
 
 :func:`run_demo` returns True when every check passed.
@@ -273,10 +276,14 @@ class Demo:
         return "curl" if shutil.which("curl") else "python urllib"
 
     def serve(self) -> None:
+        self.progress.section("HTTP servers in the pods")
+        self.start_servers(self.pods)
+
+    def start_servers(self, pods: list[Pod]) -> None:
+        """An HTTP server answering ``hello from <label>`` in each pod, waited for."""
         p = self.progress
-        p.section("HTTP servers in the pods")
         kind = self.server_kind()
-        for pod in self.pods:
+        for pod in pods:
             www = self._dir(f"www-{pod.label}")
             os.makedirs(www)
             with open(os.path.join(www, "index.html"), "w") as f:
@@ -354,6 +361,11 @@ class Demo:
                 f"pod-a → its own hostPort {NODE4}:{a.host_port} (hairpin)",
             ),
         ]
+        self.check_fetches(checks)
+
+    def check_fetches(self, checks: list[tuple[str, str, Pod, str]]) -> None:
+        """Each ``(netns, url, pod, text)``: GET from the namespace, answered by that pod."""
+        p = self.progress
         for netns, url, want, text in checks:
             with p.step(text, fatal=False) as detail:
                 ok, body = self.fetch(netns, url)
@@ -451,6 +463,9 @@ class Demo:
             self.add()
             self.serve()
             self.fetches()
+            from podnet.cli.demo_networks import run_networks
+
+            run_networks(self)
             self.show_state("State (SQLite)")
             self.delete()
             self.verify_empty()

@@ -1,0 +1,121 @@
+"""The demo's networks-and-forwards part (issue 8, item 7), run by :mod:`podnet.cli.demo` in its
+node namespace after the hostPort fetches:
+
+1. bridge network ``demobr`` (10.0.3.1/24, fd00:3::1/64, NAT) made with ``podnetctl network
+   create``, and a second conflist whose pods join it (``"network": "demobr"``);
+2. pod-c and pod-d on the bridge, through the runtime, each with an HTTP server;
+3. a whole-address forward 198.51.100.10 → pod-c and a port forward 198.51.100.11:8090 →
+   pod-d:80 (``podnetctl network forward create`` / ``port add``), fetched from the client
+   namespace, which routes 198.51.100.0/24 through the node; port 8080, pod-a's hostPort, is
+   refused (a forward may not shadow it);
+4. hairpin: pod-c and pod-d → 198.51.100.10 (the target itself and another pod of the bridge);
+5. ``forward list``, then DEL of both pods, the forwards and the network, and a check that
+   no bridge and no forward element is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from podnet.runtime import RuntimeConf, load_conflist
+
+if TYPE_CHECKING:
+    from podnet.cli.demo import Demo, Pod
+
+BRIDGE = "demobr"
+BRIDGE_NETWORK = "demobr-pods"
+WHOLE, PORTS = "198.51.100.10", "198.51.100.11"
+LISTEN_RANGE = "198.51.100.0/24"
+
+
+def _podnetctl() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "podnetctl")
+
+
+def run_networks(demo: Demo) -> None:
+    """All steps of this part; DemoError from a failing fatal step."""
+    from podnet.cli.demo import POD_PORT, DemoError, Pod, _run, _url
+
+    p = demo.progress
+    data = demo._dir("data")
+
+    def ctl(*args: str) -> str:
+        out = _run("ip", "netns", "exec", demo.node, _podnetctl(), "network", "--data-dir", data,
+                   *args, check=False)  # fmt: skip
+        if out.returncode != 0:
+            raise DemoError(f"podnetctl network {' '.join(args)}: {out.stderr.strip()}")
+        return out.stdout.strip()
+
+    p.section("Networks and forwards (seed 004)")
+    with p.step(f"network {BRIDGE} (bridge, 10.0.3.1/24 + fd00:3::1/64, NAT)") as detail:
+        detail.append(ctl("create", BRIDGE, "ipv4.address=10.0.3.1/24", "ipv6.address=fd00:3::1/64",
+                          "ipv4.nat=true", "ipv6.nat=true"))
+    with p.step(f"conflist {BRIDGE_NETWORK}: podnet pods join {BRIDGE}"):
+        conf = {"cniVersion": "1.1.0", "name": BRIDGE_NETWORK,
+                "plugins": [{"type": "podnet", "network": BRIDGE, "dataDir": data}]}  # fmt: skip
+        with open(os.path.join(demo._dir("net.d"), f"20-{BRIDGE_NETWORK}.conflist"), "w") as f:
+            json.dump(conf, f, indent=2)
+    net = load_conflist(BRIDGE_NETWORK, demo._dir("net.d"))
+    cni = demo.runtime()
+    bridge_pods: list[Pod] = []
+    try:
+        for label in ("pod-c", "pod-d"):
+            pod = Pod(label, f"pndemo-{demo.tag}-{label}", f"demo-{demo.tag}-{label}", 0)
+            with p.step(f"ADD {label} to {BRIDGE}") as detail:
+                demo._netns(pod.netns)
+                result = cni.add(net, RuntimeConf(pod.container_id, pod.path))
+                for ip in result.get("ips", []):
+                    if ":" in ip["address"]:
+                        pod.ipv6 = ip["address"].split("/")[0]
+                    else:
+                        pod.ipv4 = ip["address"].split("/")[0]
+                detail.append(f"{pod.ipv4} {pod.ipv6}")
+            bridge_pods.append(pod)
+        demo.start_servers(bridge_pods)
+        c, d = bridge_pods
+        client = f"pndemo-{demo.tag}-client"
+        with p.step(f"client routes {LISTEN_RANGE} through the node"):
+            _run("ip", "-n", client, "route", "add", LISTEN_RANGE, "via", "192.0.2.1")
+        with p.step(f"forward {WHOLE} → pod-c (every port)") as detail:
+            detail.append(ctl("forward", "create", BRIDGE, WHOLE, f"target_address={c.ipv4}"))
+        with p.step(f"forward {PORTS}: tcp 8090 → pod-d:{POD_PORT}") as detail:
+            detail.append(ctl("forward", "create", BRIDGE, PORTS))
+            ctl("forward", "port", "add", BRIDGE, PORTS, "tcp", "8090", d.ipv4, str(POD_PORT))
+        with p.step("tcp 8080 refused: pod-a's hostPort holds it on any address") as detail:
+            try:
+                ctl("forward", "port", "add", BRIDGE, PORTS, "tcp", "8080", d.ipv4, str(POD_PORT))
+            except DemoError as err:
+                detail.append(str(err).split("Error: ", 1)[-1])
+            else:
+                raise DemoError("a forward port shadowing a hostPort was accepted")
+        checks = [
+            (client, _url(WHOLE, POD_PORT), c, f"client → {WHOLE}:{POD_PORT} → pod-c"),
+            (client, _url(PORTS, 8090), d, f"client → {PORTS}:8090 → pod-d"),
+            (c.netns, _url(WHOLE, POD_PORT), c, f"pod-c → {WHOLE} → pod-c (hairpin, itself)"),
+            (d.netns, _url(WHOLE, POD_PORT), c,
+             f"pod-d → {WHOLE} → pod-c (hairpin, another pod of the bridge)"),  # fmt: skip
+        ]
+        demo.check_fetches(checks)
+        with p.step(f"podnetctl network forward list {BRIDGE}"):
+            p.console.print(ctl("forward", "list", BRIDGE), markup=False, highlight=False)
+    finally:
+        for pod in bridge_pods:
+            with p.step(f"DEL {pod.label}", fatal=False):
+                cni.delete(net, RuntimeConf(pod.container_id, pod.path))
+        for listen in (WHOLE, PORTS):
+            with p.step(f"forward delete {listen}", fatal=False):
+                ctl("forward", "delete", BRIDGE, listen)
+        with p.step(f"network delete {BRIDGE}", fatal=False):
+            ctl("delete", BRIDGE)
+    with p.step("no bridge and no forward element left", fatal=False):
+        links = json.loads(_run("ip", "-n", demo.node, "-j", "link", "show").stdout)
+        if any(li["ifname"] == BRIDGE for li in links):
+            raise DemoError(f"bridge {BRIDGE} is still there")
+        out = _run("ip", "netns", "exec", demo.node, "nft", "-j", "list", "table", "inet", "podnet")
+        maps = [o["map"] for o in json.loads(out.stdout)["nftables"] if "map" in o]
+        full = [m["name"] for m in maps if m["name"].startswith("fwd") and m.get("elem")]
+        if full:
+            raise DemoError(f"forward maps with elements: {', '.join(full)}")
