@@ -76,6 +76,11 @@ def test_demo_passes_quickly_and_leaves_nothing() -> None:
         "[2001:db8:1::1]:8081",
         "no host veths",
         "hostPort maps empty",
+        "client → 198.51.100.10:80 → pod-c",
+        "client → 198.51.100.11:8090 → pod-d",
+        "pod-d → 198.51.100.10 → pod-c (hairpin, another pod of the bridge)",
+        "tcp 8080 refused",
+        "no bridge and no forward element left",
     ):
         assert text in out, text
     tag = re.search(r"pndemo-(\w+)-\*", out)
