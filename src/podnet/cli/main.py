@@ -17,6 +17,7 @@ from podnet.cli import install as install_cmd
 from podnet.cli import net as net_cmd
 from podnet.cli import network as network_cmd
 from podnet.cli import proxy_init as proxy_init_cmd
+from podnet.cli import serve as serve_cmd
 from podnet.cli import state as state_cmd
 from podnet.cni.errors import CNIError
 
@@ -59,6 +60,8 @@ cli.add_command(net_cmd.net)
 cli.add_command(network_cmd.network)
 cli.add_command(install_cmd.install)
 cli.add_command(proxy_init_cmd.proxy_init)
+cli.add_command(serve_cmd.serve)
+cli.add_command(serve_cmd.trust)
 for command in state_cmd.COMMANDS:
     cli.add_command(command)
 

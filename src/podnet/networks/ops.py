@@ -212,7 +212,7 @@ class Manager:
             row = self._network(store, name)
             current = self._as_network(store, row)
             if etag is not None and etag.strip('"') != current.etag():
-                raise NetworkError(f"ETag doesn't match: {current.etag()} vs {etag}", 412)
+                raise _stale(current.etag(), etag)
             if row.type != "bridge":
                 raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
             merged = dict(row.config) if patch else {}
@@ -367,7 +367,7 @@ class Manager:
 
         def change(current: Forward) -> Forward:
             if etag is not None and etag.strip('"') != current.etag():
-                raise NetworkError(f"ETag doesn't match: {current.etag()} vs {etag}", 412)
+                raise _stale(current.etag(), etag)
             if patch:
                 merged = dict(current.config)
                 merged.update(config or {})
@@ -460,6 +460,11 @@ class Manager:
             with store.write():
                 store.delete_forward(found.id)
                 sync.forwards(store, old, [], self.warn)
+
+
+def _stale(current: str, sent: str) -> NetworkError:
+    """412: an If-Match that is not the current ETag (LXD's message)."""
+    return NetworkError(f"ETag doesn't match: {current} vs {sent.strip(chr(34))}", 412)
 
 
 def _canonical(text: str) -> str:

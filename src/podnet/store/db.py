@@ -24,7 +24,7 @@ import os
 import time
 
 from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
-from podnet.store.networks import NetworkQueries
+from podnet.store.networks import NetworkQueries, TrustQueries
 from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
@@ -206,7 +206,7 @@ LOCK_NAME = "podnet.lock"
 _LOCK_POLL = (0.0005, 0.004)
 
 
-class Store(NetworkQueries):
+class Store(NetworkQueries, TrustQueries):
     """The node state. Use :meth:`write` for every change; reads may run outside it. Queries of
     networks and forwards come from :class:`~podnet.store.networks.NetworkQueries`."""
 

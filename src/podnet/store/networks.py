@@ -293,3 +293,34 @@ class NetworkQueries:
             params.append(listen)
         row = self.conn.execute(q + " LIMIT 1", params).fetchone()
         return (row[0], row[1], row[2], row[3]) if row else None
+
+
+class TrustQueries:
+    """The REST API's trust store (migration ``0006_certificates``)."""
+
+    conn: _Conn
+
+    def trusted(self) -> list[tuple[str, str, str]]:
+        """Every trusted client certificate: ``(fingerprint, name, PEM)``."""
+        return self.conn.execute(
+            "SELECT fingerprint, name, certificate FROM certificates ORDER BY id"
+        ).fetchall()
+
+    def add_trusted(self, fingerprint: str, name: str, pem: str) -> bool:
+        """Trust a certificate (inside ``write()``); False when it already was."""
+        cur = self.conn.execute(
+            "INSERT INTO certificates (fingerprint, name, certificate) VALUES (?, ?, ?) "
+            "ON CONFLICT (fingerprint) DO NOTHING",
+            (fingerprint, name, pem),
+        )
+        return cur.rowcount > 0
+
+    def remove_trusted(self, prefix: str) -> list[str]:
+        """Stop trusting the certificate whose fingerprint starts with ``prefix`` (as ``lxc
+        config trust remove``), when exactly one does; the fingerprints that matched."""
+        rows = [r[0] for r in self.conn.execute(
+            "SELECT fingerprint FROM certificates WHERE substr(fingerprint, 1, length(?)) = ?",
+            (prefix, prefix))]  # fmt: skip
+        if len(rows) == 1:
+            self.conn.execute("DELETE FROM certificates WHERE fingerprint = ?", (rows[0],))
+        return rows

@@ -137,6 +137,20 @@ CREATE INDEX forward_dnats_listen ON forward_dnats (listen_address);
 ALTER TABLE pod_attachments ADD COLUMN network_id INTEGER REFERENCES networks(id)
 """
 
+# The REST API's trust store (issue 9): client certificates allowed over TCP, by SHA-256
+# fingerprint, as LXD keeps them (``lxc config trust``).
+CERTIFICATES = """
+CREATE TABLE certificates (
+  id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+  fingerprint TEXT NOT NULL, -- sha256 of the DER certificate, lowercase hex
+  type INTEGER NOT NULL DEFAULT 1, -- LXD's client type
+  name TEXT NOT NULL DEFAULT '',
+  certificate TEXT NOT NULL, -- PEM
+  added DATETIME DEFAULT CURRENT_TIMESTAMP,
+  UNIQUE (fingerprint)
+)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -144,4 +158,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0003_podnet_state", NODE_STATE),
     ("0004_pod_owner", POD_OWNER),
     ("0005_networks", NETWORKS),
+    ("0006_certificates", CERTIFICATES),
 )

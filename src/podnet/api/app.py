@@ -1,0 +1,371 @@
+"""The REST API as LXD serves it (seed 004 "API changes"; FIELD-NOTES §6a): routes, request and
+response shapes, envelopes, ETags — and what LXD 5.0.2 gets wrong, done right: validation errors
+are 400 (not 500), ``If-Match`` is enforced on forwards as on networks (412), a PATCH without
+``config`` is fine, unknown fields are refused (400).
+
+Envelopes::
+
+    {"type": "sync", "status": "Success", "status_code": 200, "operation": "", "error_code": 0,
+     "error": "", "metadata": ...}
+    {"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": N,
+     "error": "...", "metadata": null}                       (HTTP status N)
+
+POST answers 201 with a ``Location`` and ``metadata: null``; PUT, PATCH and DELETE answer 200
+with ``metadata: {}``. Single-object GETs carry ``ETag: "<sha256 hex>"`` computed as LXD
+computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one call into
+:class:`podnet.networks.ops.Manager`, the same operations ``podnetctl network`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from podnet import __version__
+from podnet.cni.errors import IO_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.networks.errors import NetworkError
+from podnet.networks.model import ForwardPort
+from podnet.networks.ops import Manager
+
+__all__ = ["API_EXTENSIONS", "create_app"]
+
+#: The API extensions podnet implements (the ``lxc`` client checks ``network``,
+#: ``network_forward`` and, on its first run, ``projects``).
+API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects"]
+
+
+# -- bodies ------------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class PortBody(_Strict):
+    """``NetworkForwardPort``."""
+
+    description: str = ""
+    protocol: str = ""
+    listen_port: str = ""
+    target_port: str = ""
+    target_address: str = ""
+
+
+class ForwardPut(_Strict):
+    """``NetworkForwardPut`` (PUT replaces all three; PATCH keeps what is absent)."""
+
+    description: str | None = None
+    config: dict[str, str] | None = None
+    ports: list[PortBody] | None = None
+
+
+class ForwardsPost(ForwardPut):
+    """``NetworkForwardsPost``."""
+
+    listen_address: str
+
+
+class NetworkPut(_Strict):
+    """``NetworkPut``."""
+
+    description: str | None = None
+    config: dict[str, str] | None = None
+
+
+class NetworksPost(NetworkPut):
+    """``NetworksPost`` (``type`` "" means bridge)."""
+
+    name: str
+    type: str | None = None
+
+
+class Envelope(BaseModel):
+    """LXD's response envelope (sync or error)."""
+
+    type: str
+    status: str
+    status_code: int
+    operation: str
+    error_code: int
+    error: str
+    metadata: Any = Field(default=None)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Envelope, "description": text}
+    for code, text in ((400, "Invalid request"), (403, "Not authorized"), (404, "Not found"),
+                       (409, "Conflict"), (412, "ETag mismatch"), (500, "Kernel or store failure"),
+                       (503, "Store busy"))  # fmt: skip
+}
+
+
+def sync(metadata: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A sync envelope; HTTP ``status`` (201 for a create) while the body says 200 "Success",
+    as LXD's ``SyncResponseLocation`` does."""
+    body = {"type": "sync", "status": "Success", "status_code": 200, "operation": "",
+            "error_code": 0, "error": "", "metadata": metadata}  # fmt: skip
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """An error envelope with HTTP status ``status``."""
+    body = {"type": "error", "status": "", "status_code": 0, "operation": "",
+            "error_code": status, "error": message, "metadata": None}  # fmt: skip
+    return JSONResponse(body, status_code=status, headers={"X-Content-Type-Options": "nosniff"})
+
+
+def _validation_message(err: RequestValidationError) -> str:
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        reason = first.get("ctx", {}).get("error", first.get("msg"))
+        return f"Invalid JSON in request body: {reason}"
+    if kind == "extra_forbidden":
+        return f'Unknown field "{where}" in request body'
+    if kind == "missing":
+        return f'Missing field "{where}" in request body'
+    return f"Invalid request body: {where}: {first.get('msg', 'invalid')}" if where else \
+        f"Invalid request body: {first.get('msg', 'invalid')}"  # fmt: skip
+
+
+def _ports(items: list[PortBody] | None) -> list[ForwardPort] | None:
+    return None if items is None else [ForwardPort(**p.model_dump()) for p in items]
+
+
+def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
+    """``GET /1.0``: the fields the ``lxc`` client reads, podnet's name and version."""
+    if not trusted:
+        return {"api_extensions": API_EXTENSIONS, "api_status": "stable", "api_version": "1.0",
+                "auth": "untrusted", "public": False, "auth_methods": ["tls"]}  # fmt: skip
+    uname = platform.uname()
+    return {
+        "config": {},
+        "api_extensions": API_EXTENSIONS,
+        "api_status": "stable",
+        "api_version": "1.0",
+        "auth": "trusted",
+        "public": False,
+        "auth_methods": ["tls"],
+        "environment": {
+            "addresses": [],
+            "architectures": [uname.machine],
+            "certificate": "",
+            "certificate_fingerprint": "",
+            "driver": "podnet",
+            "driver_version": __version__,
+            "firewall": "nftables",
+            "kernel": uname.system,
+            "kernel_architecture": uname.machine,
+            "kernel_features": {},
+            "kernel_version": uname.release,
+            "lxc_features": {},
+            "os_name": platform.freedesktop_os_release().get("NAME", "") if hasattr(
+                platform, "freedesktop_os_release") else "",  # fmt: skip
+            "os_version": "",
+            "project": "default",
+            "server": "podnet",
+            "server_clustered": False,
+            "server_event_mode": "full-mesh",
+            "server_name": socket.gethostname(),
+            "server_pid": os.getpid(),
+            "server_version": __version__,
+            "storage": "podnet",
+            "storage_version": "",
+            "storage_supported_drivers": [],
+            "data_dir": data_dir,
+        },
+    }
+
+
+def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None = None) -> FastAPI:
+    """The application for ``manager``'s store. ``authorize(request)``: whether the request
+    may go on (the TCP listener's trust check; None: every request is trusted, the unix
+    socket's case); refused requests get 403 (``GET /1.0`` answers the untrusted document)."""
+    app = FastAPI(
+        title="podnet",
+        version=__version__,
+        description="LXD-compatible REST API for podnet's networks and network forwards.",
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    @app.middleware("http")
+    async def json_bodies(request: Request, call_next: Any) -> Any:
+        # LXD reads every body as JSON whatever its Content-Type (curl -d sends a form type)
+        if request.method in ("POST", "PUT", "PATCH"):
+            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+            request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
+        return await call_next(request)
+
+    @app.middleware("http")
+    async def trust(request: Request, call_next: Any) -> Any:
+        if authorize is not None and not authorize(request):
+            if request.url.path.rstrip("/") == "/1.0" and request.method == "GET":
+                return sync(server_document(False, manager.data_dir))
+            return error(403, "not authorized")
+        return await call_next(request)
+
+    @app.exception_handler(NetworkError)
+    async def network_error(request: Request, err: NetworkError) -> JSONResponse:
+        return error(err.status, str(err))
+
+    @app.exception_handler(CNIError)
+    async def cni_error(request: Request, err: CNIError) -> JSONResponse:
+        status = 503 if err.code == TRY_AGAIN_LATER else 500
+        text = f"{err.msg}: {err.details}" if err.details else err.msg
+        if err.code == IO_FAILURE:
+            text = f"{text} (store I/O failure)"
+        return error(status, " ".join(text.split()))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        return error(400, _validation_message(err))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 405:
+            return error(501, "not implemented")
+        return error(err.status_code, "not found" if err.status_code == 404 else str(err.detail))
+
+    def check_target(target: str | None) -> None:
+        manager.check_target(target)
+
+    # -- server --------------------------------------------------------------------------------
+    @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
+    def server(request: Request) -> JSONResponse:
+        return sync(server_document(True, manager.data_dir))
+
+    @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
+             summary="Projects (only 'default')")  # fmt: skip
+    def projects(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+        if recursion:
+            return sync([_default_project()])
+        return sync(["/1.0/projects/default"])
+
+    @app.get("/1.0/projects/{name}", response_model=Envelope, responses=ERRORS)
+    def project(name: str) -> JSONResponse:
+        if name != "default":
+            return error(404, "Project not found")
+        return sync(_default_project(), headers={"ETag": '"default"'})
+
+    # -- networks -------------------------------------------------------------------------------
+    @app.get("/1.0/networks", response_model=Envelope, responses=ERRORS,
+             summary="List networks")  # fmt: skip
+    def list_networks(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+        nets = manager.list_networks()
+        if recursion:
+            return sync([n.to_api() for n in nets])
+        return sync([f"/1.0/networks/{quote(n.name, safe='')}" for n in nets])
+
+    @app.post("/1.0/networks", status_code=201, response_model=Envelope, responses=ERRORS,
+              summary="Create a bridge network")  # fmt: skip
+    def create_network(body: NetworksPost, target: str | None = None) -> JSONResponse:
+        check_target(target)
+        manager.create_network(body.name, type=body.type or "bridge",
+                               description=body.description or "", config=body.config or {})
+        location = f"/1.0/networks/{quote(body.name, safe='')}"
+        return sync(None, 201, {"Location": location})
+
+    @app.get("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
+             summary="One network (with its ETag)")  # fmt: skip
+    def get_network(name: str) -> JSONResponse:
+        net = manager.get_network(name)
+        return sync(net.to_api(), headers={"ETag": f'"{net.etag()}"'})
+
+    def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None) -> Any:
+        manager.update_network(name, description=body.description, config=body.config,
+                               patch=patch, etag=if_match or None)  # fmt: skip
+        return sync({})
+
+    @app.put("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
+             summary="Replace a network's description and config")  # fmt: skip
+    def put_network(name: str, body: NetworkPut,
+                    if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, False, if_match)  # type: ignore[no-any-return]
+
+    @app.patch("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
+               summary="Merge into a network's config")  # fmt: skip
+    def patch_network(name: str, body: NetworkPut,
+                      if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, True, if_match)  # type: ignore[no-any-return]
+
+    @app.delete("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
+                summary="Delete a network with its forwards")  # fmt: skip
+    def delete_network(name: str) -> JSONResponse:
+        manager.delete_network(name)
+        return sync({})
+
+    # -- forwards -------------------------------------------------------------------------------
+    base = "/1.0/networks/{name}/forwards"
+
+    @app.get(base, response_model=Envelope, responses=ERRORS, summary="List forwards")
+    def list_forwards(name: str, recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+        forwards = manager.list_forwards(name)
+        if recursion:
+            return sync([f.to_api() for f in forwards])
+        prefix = f"/1.0/networks/{quote(name, safe='')}/forwards/"
+        return sync([prefix + quote(f.listen_address, safe=":") for f in forwards])
+
+    @app.post(base, status_code=201, response_model=Envelope, responses=ERRORS,
+              summary="Create a forward")  # fmt: skip
+    def create_forward(name: str, body: ForwardsPost, target: str | None = None) -> JSONResponse:
+        from podnet.networks.model import Forward
+
+        check_target(target)
+        created = manager.create_forward(name, Forward(
+            body.listen_address, body.description or "", dict(body.config or {}),
+            _ports(body.ports) or []))  # fmt: skip
+        location = (f"/1.0/networks/{quote(name, safe='')}/forwards/"
+                    f"{quote(created.listen_address, safe=':')}")  # fmt: skip
+        return sync(None, 201, {"Location": location})
+
+    @app.get(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
+             summary="One forward (with its ETag)")  # fmt: skip
+    def get_forward(name: str, listen_address: str) -> JSONResponse:
+        forward = manager.get_forward(name, listen_address)
+        return sync(forward.to_api(), headers={"ETag": f'"{forward.etag()}"'})
+
+    def _update_forward(name: str, listen: str, body: ForwardPut, patch: bool,
+                        if_match: str | None) -> JSONResponse:  # fmt: skip
+        manager.update_forward(name, listen, description=body.description, config=body.config,
+                               ports=_ports(body.ports), patch=patch,
+                               etag=if_match or None)  # fmt: skip
+        return sync({})
+
+    @app.put(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
+             summary="Replace a forward's description, config and ports")  # fmt: skip
+    def put_forward(name: str, listen_address: str, body: ForwardPut,
+                    if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
+        return _update_forward(name, listen_address, body, False, if_match)
+
+    @app.patch(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
+               summary="Merge into a forward (config keys; ports and description when given)")
+    def patch_forward(name: str, listen_address: str, body: ForwardPut,
+                      if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
+        return _update_forward(name, listen_address, body, True, if_match)
+
+    @app.delete(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
+                summary="Delete a forward")  # fmt: skip
+    def delete_forward(name: str, listen_address: str) -> JSONResponse:
+        manager.delete_forward(name, listen_address)
+        return sync({})
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> Response:
+        return JSONResponse(app.openapi())
+
+    return app
+
+
+def _default_project() -> dict[str, Any]:
+    return {"name": "default", "description": "Default project", "config": {
+        "features.networks": "true"}, "used_by": []}  # fmt: skip
