@@ -4,13 +4,12 @@ Connections: WAL journal, a busy timeout (seconds), ``foreign_keys=ON`` on every
 ``ON DELETE CASCADE`` of seed 001's ``portmap_entries`` works), autocommit mode with explicit
 ``BEGIN IMMEDIATE`` for anything that writes.
 
-Writers queue on ``<dataDir>/podnet.lock`` (:meth:`Store.locked`, an ``flock``) before they
-take SQLite's write lock. SQLite's own busy handler sleeps up to 100 ms between attempts, so
-under load a waiter that has waited long polls rarely and loses to newcomers: 32 parallel
-ADD/DEL measured 32 code-11 failures at a 5 s busy timeout (issue 7). Waiting on the flock
-polls every few milliseconds whatever the wait so far; the holder also keeps it across the
-kernel change that follows a commit (nft), so the firewall always reflects the database in the
-order of commits.
+Writers queue for the store's write lock (:meth:`Store.locked`, a first-come first-served
+queue of ``flock``ed files, :mod:`podnet.store.lock`) before they take SQLite's. SQLite's own
+busy handler sleeps up to 100 ms between attempts, so under load a waiter that has waited long
+loses to newcomers: 32 parallel ADD/DEL measured 32 code-11 failures at a 5 s busy timeout
+(issue 7). The holder also keeps the lock across the kernel change that follows a commit (nft),
+so the firewall always reflects the database in the order of commits.
 
 Every SQLite failure is mapped here, naming the database file: busy/locked past the timeout →
 :class:`~podnet.cni.errors.TryAgainLater` (11); anything else (I/O error, full disk, read-only,
@@ -21,7 +20,6 @@ failing ROLLBACK never hides the original error.
 from __future__ import annotations
 
 import os
-import time
 
 from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.networks import NetworkQueries, TrustQueries
@@ -32,6 +30,8 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable, Sequence
     from types import TracebackType
+
+    from podnet.store.lock import FairLock
 else:
     try:
         # The C module itself: the sqlite3 package only adds the default datetime adapters
@@ -201,9 +201,6 @@ class _Conn:
 
 
 LOCK_NAME = "podnet.lock"
-#: Seconds between attempts on a held write lock: a few ms, so the queue moves as soon as the
-#: holder releases it (the typical hold is 3-10 ms).
-_LOCK_POLL = (0.0005, 0.004)
 
 
 class Store(NetworkQueries, TrustQueries):
@@ -214,14 +211,14 @@ class Store(NetworkQueries, TrustQueries):
         self.conn = _Conn(conn, path)
         self.path = path
         self.busy_timeout = busy_timeout
-        self._lock_fd = -1
+        self._lock: FairLock | None = None
         self._lock_depth = 0
 
     def close(self) -> None:
         self.conn.close()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        if self._lock is not None:
+            self._lock.release()  # only if still held (an exception unwinding past locked())
+            self._lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -231,11 +228,12 @@ class Store(NetworkQueries, TrustQueries):
 
     # -- transactions -------------------------------------------------------------------
     def locked(self) -> _Locked:
-        """``with store.locked():`` — hold the store's write lock (``<dataDir>/podnet.lock``)
-        across several transactions and the kernel changes that go with them. Re-entrant.
+        """``with store.locked():`` — hold the store's write lock (a first-come, first-served
+        queue, :mod:`podnet.store.lock`) across several transactions and the kernel changes that
+        go with them. Re-entrant.
 
         Waits up to ``busy_timeout`` seconds: TryAgainLater (11) naming the lock file; code 5
-        when the file cannot be opened (read-only dataDir).
+        when the lock files cannot be created (read-only dataDir).
         """
         return _Locked(self)
 
@@ -249,36 +247,14 @@ class Store(NetworkQueries, TrustQueries):
         return _WriteTxn(self)
 
     def _acquire(self) -> None:
-        import fcntl
+        from podnet.store.lock import FairLock
 
-        lock_path = os.path.join(os.path.dirname(self.path), LOCK_NAME)
-        if self._lock_fd < 0:
-            try:
-                self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as err:
-                raise CNIError(f"cannot open lock file {lock_path}: {err.strerror}",
-                               code=IO_FAILURE) from err  # fmt: skip
-        deadline = time.monotonic() + self.busy_timeout
-        delay = _LOCK_POLL[0]
-        while True:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                pass
-            now = time.monotonic()
-            if now >= deadline:
-                raise TryAgainLater(
-                    f"state database {self.path} is locked (write lock {lock_path} held longer "
-                    f"than busyTimeout {self.busy_timeout:g} s); try again later"
-                )
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, _LOCK_POLL[1])
+        self._lock = FairLock(os.path.dirname(self.path), LOCK_NAME)
+        self._lock.acquire(self.busy_timeout)
 
     def _release(self) -> None:
-        import fcntl
-
-        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        if self._lock is not None:
+            self._lock.release()
 
     # -- ranges -------------------------------------------------------------------------
     def ranges(self) -> list[tuple[int, str, str | None, bool]]:
