@@ -36,7 +36,10 @@ def run(*args: str, env: dict[str, str] | None = None) -> Any:
 def walk(
     group: click.Group, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the public API: subcommands may load lazily
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         yield (*path, name), command
         if isinstance(command, click.Group):
             yield from walk(command, (*path, name))

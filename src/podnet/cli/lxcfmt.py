@@ -13,8 +13,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from podnet.networks.errors import NetworkError
 
 __all__ = ["FORMATS", "dump_yaml", "load_yaml", "natural_key", "render_list"]
@@ -66,23 +64,21 @@ def render_list(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str,
                      for line in buf.getvalue().splitlines()) + "\n"  # fmt: skip
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    # yaml.v2 double-quotes a string that would read back as another type, and "".
-    tag = dumper.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
-    style = '"' if value == "" or tag != "tag:yaml.org,2002:str" else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def dump_yaml(value: Any) -> str:
-    """YAML as ``lxc … show`` prints it (keys in the given order)."""
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+    """YAML as ``lxc … show`` prints it (keys in the given order; yaml.v2 double-quotes a
+    string that would read back as another type, and "")."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        tag = dumper.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        style = '"' if value == "" or tag != "tag:yaml.org,2002:str" else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(value, Dumper=Dumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=1 << 30)  # fmt: skip
 
 
@@ -91,6 +87,8 @@ def load_yaml(text: str, allowed: Sequence[str], type_name: str,
     """A YAML document as ``lxc … edit`` reads it: a mapping (empty text: ``{}``); with
     ``strict``, keys outside ``allowed`` are refused as yaml.v2's UnmarshalStrict refuses them
     (``yaml: unmarshal errors:\\n  line N: field K not found in type T``)."""
+    import yaml
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

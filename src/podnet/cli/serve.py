@@ -26,7 +26,8 @@ data_dir_option = click.option(
 @click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Server key (PEM) for --listen.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="Server log level (info logs one line per request).")
 def serve(data_dir: str, group: str | None, listen: str | None, tls_cert: str | None,
           tls_key: str | None, log_level: str) -> None:  # fmt: skip
     """Serve the LXD-compatible REST API for networks and forwards on <data-dir>/unix.socket

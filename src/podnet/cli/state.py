@@ -174,8 +174,8 @@ def _command(view: str, load: Callable[[Store], list[Record]], help_text: str) -
     return command
 
 
-COMMANDS = [
-    _command("pods", pod_records, "Show the pods (attachments) in the state database."),
-    _command("ports", port_records, "Show the published hostPorts in the state database."),
-    _command("ranges", range_records, "Show the address ranges and how many addresses are used."),
-]
+pods = _command("pods", pod_records, "Show the pods (attachments) in the state database.")
+ports = _command("ports", port_records, "Show the published hostPorts in the state database.")
+ranges = _command("ranges", range_records,
+                  "Show the address ranges and how many addresses are used.")  # fmt: skip
+COMMANDS = [pods, ports, ranges]
