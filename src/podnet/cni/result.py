@@ -135,24 +135,29 @@ def validate(result: Any, where: str = "prevResult") -> Result:
         mtu = iface.get("mtu")
         if mtu is not None and (isinstance(mtu, bool) or not isinstance(mtu, int)):
             raise bad(f"interfaces[{i}].mtu", "must be an integer")
+    def parsed(key: str, value: Any, parse: Callable[[str], object], what: str) -> None:
+        """``value`` must be a string ``parse`` accepts; None (an optional key) is fine."""
+        if value is None:
+            return
+        try:
+            if not isinstance(value, str):
+                raise ValueError
+            parse(value)
+        except ValueError:
+            raise bad(key, f"{value!r} is not {what}") from None
+
+    def cidr(text: str) -> object:
+        if "/" not in text:
+            raise ValueError
+        return ipaddress.ip_interface(text)
+
     for i, ip in enumerate(result.get("ips", [])):
         if not isinstance(ip, dict):
             raise bad(f"ips[{i}]", "must be an object")
-        address = ip.get("address")
-        try:
-            if not isinstance(address, str) or "/" not in address:
-                raise ValueError
-            ipaddress.ip_interface(address)
-        except ValueError:
-            raise bad(f"ips[{i}].address", f"{address!r} is not an address in CIDR form") from None
-        gateway = ip.get("gateway")
-        if gateway is not None:
-            try:
-                if not isinstance(gateway, str):
-                    raise ValueError
-                ipaddress.ip_address(gateway)
-            except ValueError:
-                raise bad(f"ips[{i}].gateway", f"{gateway!r} is not an IP address") from None
+        if "address" not in ip:
+            raise bad(f"ips[{i}].address", "missing")
+        parsed(f"ips[{i}].address", ip["address"], cidr, "an address in CIDR form")
+        parsed(f"ips[{i}].gateway", ip.get("gateway"), ipaddress.ip_address, "an IP address")
         index = ip.get("interface")
         if index is not None and (
             isinstance(index, bool) or not isinstance(index, int)
@@ -162,20 +167,11 @@ def validate(result: Any, where: str = "prevResult") -> Result:
     for i, route in enumerate(result.get("routes", [])):
         if not isinstance(route, dict):
             raise bad(f"routes[{i}]", "must be an object")
-        try:
-            if not isinstance(route.get("dst"), str):
-                raise ValueError
-            ipaddress.ip_network(route["dst"], strict=False)
-        except ValueError:
-            raise bad(f"routes[{i}].dst", f"{route.get('dst')!r} is not a CIDR") from None
-        gw = route.get("gw")
-        if gw is not None:
-            try:
-                if not isinstance(gw, str):
-                    raise ValueError
-                ipaddress.ip_address(gw)
-            except ValueError:
-                raise bad(f"routes[{i}].gw", f"{gw!r} is not an IP address") from None
+        if "dst" not in route:
+            raise bad(f"routes[{i}].dst", "missing")
+        parsed(f"routes[{i}].dst", route["dst"], lambda t: ipaddress.ip_network(t, strict=False),
+               "a CIDR")  # fmt: skip
+        parsed(f"routes[{i}].gw", route.get("gw"), ipaddress.ip_address, "an IP address")
     return result
 
 

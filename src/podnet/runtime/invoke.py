@@ -115,19 +115,8 @@ class SubprocessExec:
         raise AssertionError("unreachable")
 
 
-def plugin_env(
-    base: Mapping[str, str],
-    *,
-    command: str,
-    container_id: str = "",
-    netns: str = "",
-    ifname: str = "",
-    cni_args: str = "",
-    cni_path: Sequence[str] = (),
-) -> dict[str, str]:
-    """``base`` plus the six CNI variables (which override any inherited ones)."""
-    return invoke.env(base, command=command, container_id=container_id, netns=netns,
-                      ifname=ifname, cni_args=cni_args, cni_path=cni_path)  # fmt: skip
+#: ``base`` plus the six CNI variables (libcni ``invoke.Args.AsEnv``), from the shared module.
+plugin_env = invoke.env
 
 
 def decode_error(out: ExecOutput) -> CNIError:
