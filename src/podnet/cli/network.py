@@ -342,7 +342,7 @@ def forward_set(ctx: click.Context, network_name: str, listen_address: str,
     manager = _manager(ctx)
     manager.check_target(target)
     manager.update_forward(network_name, listen_address, config=_config_args(config),
-                           patch=True)  # fmt: skip
+                           patch=True, client=True)  # fmt: skip
 
 
 @forward.command("unset")
@@ -356,7 +356,8 @@ def forward_unset(ctx: click.Context, network_name: str, listen_address: str, ke
     """Unset network forward configuration keys."""
     manager = _manager(ctx)
     manager.check_target(target)
-    manager.update_forward(network_name, listen_address, config={key: ""}, patch=True)
+    manager.update_forward(network_name, listen_address, config={key: ""}, patch=True,
+                           client=True)  # fmt: skip
 
 
 @forward.command("edit")

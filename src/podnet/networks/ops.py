@@ -304,6 +304,13 @@ class Manager:
                     f'Forward listen address "{listen}{suffix}" overlaps with another network or '
                     f"NIC ({owner} holds {net})"
                 )
+        for other in store.networks():  # another network's SNAT address (its own is allowed)
+            if other.name != row.name and listen in (other.config.get("ipv4.nat.address"),
+                                                     other.config.get("ipv6.nat.address")):
+                raise NetworkError(
+                    f'Forward listen address "{listen}{suffix}" overlaps with another network or '
+                    f'NIC (the source NAT address of network "{other.name}")'
+                )
 
     def _check_hostports(self, store: Store, dnats: Sequence[Any]) -> None:
         """A forward may not take traffic a hostPort publishes (and the reverse is refused by
@@ -358,12 +365,13 @@ class Manager:
     def update_forward(self, network: str, listen_address: str, *,
                        description: str | None = None, config: Mapping[str, str] | None = None,
                        ports: Sequence[ForwardPort] | None = None, patch: bool = False,
-                       etag: str | None = None) -> Forward:  # fmt: skip
+                       etag: str | None = None, client: bool = False) -> Forward:  # fmt: skip
         """Change a forward. PUT (``patch`` False) replaces description, config and ports (an
         absent one becomes empty); PATCH merges config keys (an empty value removes one), keeps
         ports and description when absent. ``etag`` (If-Match) must be the current one (412,
         LXD never checks it). 404 unknown network or forward; 400/409 as for create, prefixed
-        ``Failed updating forward:``."""
+        ``Failed updating forward:``. ``client``: called as ``lxc`` does it (it reads the
+        forward first: a missing one is the bare ``Network forward not found``)."""
 
         def change(current: Forward) -> Forward:
             if etag is not None and etag.strip('"') != current.etag():
@@ -378,21 +386,21 @@ class Manager:
             return Forward(current.listen_address, description or "", dict(config or {}),
                            list(ports or []), current.location)  # fmt: skip
 
-        return self.modify_forward(network, listen_address, change)
+        return self.modify_forward(network, listen_address, change, client=client)
 
     def modify_forward(
-        self, network: str, listen_address: str, change: Any,
-        prefix: str = "Failed updating forward: ",
+        self, network: str, listen_address: str, change: Any, *, client: bool = False,
     ) -> Forward:  # fmt: skip
         """Read, change and write a forward under the write lock, so concurrent changes are
         never lost: ``change(current) -> new`` (NetworkError to refuse). The new forward is
         validated like a created one; an unchanged forward is not written. Errors as
         :meth:`update_forward`."""
+        prefix = "Failed updating forward: "
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             found = store.forward(row.id, _canonical(listen_address))
             if found is None:
-                raise NetworkError(prefix + "Network forward not found", 404)
+                raise NetworkError(("" if client else prefix) + "Network forward not found", 404)
             current = _forward_of(found)
             new = change(current).normalised()
             try:
@@ -415,13 +423,14 @@ class Manager:
             return _forward_of(again)
 
     def add_forward_port(self, network: str, listen_address: str, port: ForwardPort) -> Forward:
-        """``port add``: append a port specification (validated with the others)."""
+        """``port add`` (as ``lxc`` runs it): append a port specification (validated with the
+        others)."""
 
         def change(current: Forward) -> Forward:
             return Forward(current.listen_address, current.description, dict(current.config),
                            [*current.ports, port], current.location)  # fmt: skip
 
-        return self.modify_forward(network, listen_address, change)
+        return self.modify_forward(network, listen_address, change, client=True)
 
     def remove_forward_ports(
         self, network: str, listen_address: str, protocol: str | None,
@@ -447,7 +456,7 @@ class Manager:
             return Forward(current.listen_address, current.description, dict(current.config),
                            keep, current.location)  # fmt: skip
 
-        return self.modify_forward(network, listen_address, change)
+        return self.modify_forward(network, listen_address, change, client=True)
 
     def delete_forward(self, network: str, listen_address: str) -> None:
         """Delete a forward and its map elements. 404 unknown network or forward."""
