@@ -9,13 +9,13 @@ How (a CLH queue lock, one file per waiter in ``<dataDir>/podnet.lock.d``):
 
 1. Enqueue: under a short ``flock`` on ``<dataDir>/podnet.lock`` (held for a few system
    calls), take the next sequence number N (kept in that file), create node file ``N`` and lock
-   it, writing ``wait:N-1`` into it.
+   it.
 2. Wait for the predecessor: lock node ``N-1``. If it is gone, or reads ``done``, the lock is
-   ours. If it reads ``wait:M``, its owner gave up or died before its turn (the kernel released
-   its ``flock``): remove it and wait for ``M`` instead.
+   ours. Otherwise its owner gave up or died (the kernel released its ``flock``) before or
+   during its turn: remove it and wait for ``N-2`` the same way.
 3. Release: write ``done`` into node ``N``, remove it, close it (the successor wakes).
 
-A waiter past its deadline leaves its node as ``wait:N-1`` and answers
+A waiter past its deadline leaves its node as it is and answers
 :class:`~podnet.cni.errors.TryAgainLater` (11); its successor skips over it.
 """
 
@@ -66,8 +66,12 @@ class FairLock:
                            code=IO_FAILURE) from err  # fmt: skip
 
     def _enqueue(self, deadline: float) -> int:
-        os.makedirs(self.queue, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(self.queue, mode=0o700, exist_ok=True)
+        except OSError as err:
+            raise self._failed(self.queue, err) from err
         head = self._open(self.path, os.O_RDWR | os.O_CREAT)
+        node, path = -1, ""
         try:
             if not _flock(head, fcntl.LOCK_EX, deadline):
                 raise self._busy()
@@ -77,11 +81,18 @@ class FairLock:
             path = os.path.join(self.queue, str(seq))
             node = self._open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             fcntl.flock(node, fcntl.LOCK_EX)  # a new file: nobody else holds it
-            os.pwrite(node, f"wait:{seq - 1}".encode(), 0)
+        except OSError as err:  # a full or read-only filesystem
+            if node >= 0:
+                os.close(node)
+                os.unlink(path)
+            raise self._failed(self.path, err) from err
         finally:
             os.close(head)  # releases the enqueue lock
         self.seq, self.node = seq, node
         return seq - 1
+
+    def _failed(self, path: str, err: OSError) -> CNIError:
+        return CNIError(f"cannot use lock file {path}: {err.strerror}", code=IO_FAILURE)
 
     def acquire(self, timeout: float) -> None:
         """Take the lock within ``timeout`` seconds; TryAgainLater (11) naming the lock file
@@ -103,16 +114,16 @@ class FairLock:
                 os.close(fd)
             if state == "done":
                 break
-            # its owner gave up or died before its turn: wait for whoever it waited for
+            # its owner gave up, or died before or during its turn: wait for its predecessor
+            # (once that is done or gone, so is this one)
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-            rest = state.partition(":")[2]
-            pred = int(rest) if rest.isdigit() else 0
+            pred -= 1
 
     def _give_up(self) -> None:
-        os.close(self.node)  # the node keeps "wait:<pred>": the successor skips it
+        os.close(self.node)  # the node is left not "done": the successor skips over it
         self.node = -1
 
     def _busy(self) -> TryAgainLater:
@@ -123,8 +134,10 @@ class FairLock:
         """Let the next waiter go."""
         if self.node < 0:
             return
-        os.ftruncate(self.node, 0)
-        os.pwrite(self.node, b"done", 0)
+        try:
+            os.pwrite(self.node, b"done", 0)
+        except OSError:
+            pass  # a full disk: the successor then checks the predecessor, gone already
         try:
             os.unlink(os.path.join(self.queue, str(self.seq)))
         except FileNotFoundError:
