@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     Result = dict[str, Any]
 
 
+CURRENT = "1.1.0"
+
+
 def _generation(version: str) -> str:
     return "1" if version.startswith("1.") else "0"
 
@@ -135,9 +138,10 @@ def validate(result: Any, where: str = "prevResult") -> Result:
         mtu = iface.get("mtu")
         if mtu is not None and (isinstance(mtu, bool) or not isinstance(mtu, int)):
             raise bad(f"interfaces[{i}].mtu", "must be an integer")
-    def parsed(key: str, value: Any, parse: Callable[[str], object], what: str) -> None:
-        """``value`` must be a string ``parse`` accepts; None (an optional key) is fine."""
-        if value is None:
+    def parsed(key: str, value: Any, parse: Callable[[str], object], what: str,
+               required: bool = False) -> None:  # fmt: skip
+        """``value`` must be a string ``parse`` accepts; None only for an optional key."""
+        if value is None and not required:
             return
         try:
             if not isinstance(value, str):
@@ -156,7 +160,7 @@ def validate(result: Any, where: str = "prevResult") -> Result:
             raise bad(f"ips[{i}]", "must be an object")
         if "address" not in ip:
             raise bad(f"ips[{i}].address", "missing")
-        parsed(f"ips[{i}].address", ip["address"], cidr, "an address in CIDR form")
+        parsed(f"ips[{i}].address", ip["address"], cidr, "an address in CIDR form", True)
         parsed(f"ips[{i}].gateway", ip.get("gateway"), ipaddress.ip_address, "an IP address")
         index = ip.get("interface")
         if index is not None and (
@@ -170,12 +174,24 @@ def validate(result: Any, where: str = "prevResult") -> Result:
         if "dst" not in route:
             raise bad(f"routes[{i}].dst", "missing")
         parsed(f"routes[{i}].dst", route["dst"], lambda t: ipaddress.ip_network(t, strict=False),
-               "a CIDR")  # fmt: skip
+               "a CIDR", True)  # fmt: skip
         parsed(f"routes[{i}].gw", route.get("gw"), ipaddress.ip_address, "an IP address")
     return result
 
 
 def prev_result(config: dict[str, Any]) -> Result | None:
-    """The config's ``prevResult`` validated with :func:`validate`, or None when absent."""
+    """The config's ``prevResult`` validated with :func:`validate` — and converted once to the
+    config's ``cniVersion``, so a plugin that passes it on cannot fail printing it after it
+    changed something — or None when absent. Code 7."""
+    from podnet.cni.errors import InvalidConfig
+
     prev = config.get("prevResult")
-    return None if prev is None else validate(prev)
+    if prev is None:
+        return None
+    validate(prev)
+    version = config.get("cniVersion")
+    try:
+        convert(prev, version if isinstance(version, str) else CURRENT)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InvalidConfig(f"prevResult: cannot be given as a {version} result: {err}") from None
+    return prev
