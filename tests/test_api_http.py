@@ -144,7 +144,7 @@ def test_projects(api: Api) -> None:
 
 
 def _bridge_exists(api: Api, name: str) -> bool:
-    return api.lab.exec(api.lab.node, "ip", "link", "show", name, check=False).returncode == 0
+    return api.lab.exec(api.lab.node, "ip", "link", "show", "dev", name, check=False).returncode == 0
 
 
 def test_network_create_list_get_delete(api: Api) -> None:

@@ -230,6 +230,13 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
     async def bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
         return error(400, _validation_message(err))
 
+    @app.exception_handler(Exception)
+    async def internal(request: Request, err: Exception) -> JSONResponse:
+        import traceback
+
+        traceback.print_exception(err)  # to the server's log; the client gets the envelope
+        return error(500, f"internal error: {type(err).__name__}: {err}")
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
         if err.status_code == 405:

@@ -37,6 +37,8 @@ __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
 
 SOCKET_NAME = "unix.socket"
 TRUST_REFRESH_SECONDS = 1.0
+#: Seconds requests in flight get to finish after SIGTERM before connections are cut.
+SHUTDOWN_GRACE_SECONDS = 3.0
 
 
 def fingerprint(der: bytes) -> str:
@@ -172,12 +174,19 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
 
     with open_store(manager.data_dir, busy_timeout=manager.busy_timeout):
         pass  # create and migrate the store before the first request
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging = copy.deepcopy(LOGGING_CONFIG)
+    logging["handlers"]["access"]["stream"] = "ext://sys.stderr"  # every log line on stderr
     socket_path = os.path.join(manager.data_dir, SOCKET_NAME)
     unix = unix_socket(socket_path, group)
     servers: list[tuple[_Server, list[socket.socket]]] = []
     peers = PeerCertificates()
     local_app = create_app(manager)
-    config = uvicorn.Config(local_app, log_level=log_level, access_log=True, lifespan="off")
+    config = uvicorn.Config(local_app, log_level=log_level, access_log=True, lifespan="off",
+                            log_config=logging)  # fmt: skip
     servers.append((_Server(config), [unix]))
     trust: Trust | None = None
     if listen:
@@ -194,7 +203,8 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
 
         remote_app = create_app(manager, authorize=authorize)
         tcp_config = uvicorn.Config(remote_app, log_level=log_level, access_log=True,
-                                    lifespan="off", http=peers.protocol_class())  # fmt: skip
+                                    lifespan="off", http=peers.protocol_class(),
+                                    log_config=logging)  # fmt: skip
         tcp_config.load()
         tcp_config.ssl = context
         servers.append((_Server(tcp_config), [tcp_socket(listen)]))
@@ -205,6 +215,16 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
         def stop() -> None:
             for server, _ in servers:
                 server.should_exit = True
+            loop.call_later(SHUTDOWN_GRACE_SECONDS, drop_idle)
+
+        def drop_idle() -> None:
+            # asyncio waits up to 30 s for a TLS client to answer close_notify: connections
+            # still open after the grace period are cut
+            for server, _ in servers:
+                for connection in list(server.server_state.connections):
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.abort()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)

@@ -185,10 +185,10 @@ def prev_result(config: dict[str, Any]) -> Result | None:
     changed something — or None when absent. Code 7."""
     from podnet.cni.errors import InvalidConfig
 
-    prev = config.get("prevResult")
-    if prev is None:
+    raw = config.get("prevResult")
+    if raw is None:
         return None
-    validate(prev)
+    prev = validate(raw)
     version = config.get("cniVersion")
     try:
         convert(prev, version if isinstance(version, str) else CURRENT)

@@ -56,7 +56,7 @@ def create(name: str, addresses: Sequence[str], mtu: int = 0) -> None:
         return
     # multicast snooping off: a pod's first neighbour solicitation must reach the bridge at
     # once, whatever MLD reports the bridge has (or has not yet) seen
-    create_line = f"link add {name} type bridge mcast_snooping 0"
+    create_line = f"link add name {name} type bridge mcast_snooping 0"  # 'name': brd, mtu, …
     _batch([create_line + (f" mtu {mtu}" if mtu else "")], f"create bridge {name}")
     try:
         # before the link is up: with DAD on, its link-local address stays tentative for a
@@ -99,7 +99,7 @@ def current_addresses(name: str) -> list[str]:
 
 def delete(name: str) -> None:
     """Delete bridge ``name`` (its ports are released); gone already is success."""
-    rc, _, err = proc.spawn(["ip", "link", "del", name]).wait()
+    rc, _, err = proc.spawn(["ip", "link", "del", "dev", name]).wait()
     if rc != 0 and "Cannot find device" not in err and "does not exist" not in err:
         raise KernelError(f"failed to delete bridge {name}", err.strip())
 

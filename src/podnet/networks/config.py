@@ -94,7 +94,7 @@ def _address(family: int) -> Callable[[str], None]:
 
 
 def _mtu(value: str) -> None:
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise ValueError(f'Invalid MTU "{value}"')
     if not MTU_RANGE[0] <= int(value) <= MTU_RANGE[1]:
         raise ValueError(f'Out of MTU range ({MTU_RANGE[0]}-{MTU_RANGE[1]}) "{value}"')

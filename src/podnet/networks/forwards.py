@@ -58,7 +58,8 @@ def parse_port_range(text: str) -> tuple[int, int]:
         raise NetworkError(f'Invalid port range "{text}"')
 
     def parse(word: str) -> int:
-        if not word or not (word.isdigit() or (word[0] in "+-" and word[1:].isdigit())):
+        digits = word[1:] if word[:1] in ("+", "-") else word
+        if not digits or not (digits.isascii() and digits.isdigit()):
             raise NetworkError(f'strconv.ParseInt: parsing "{word}": invalid syntax')
         return int(word)
 

@@ -22,6 +22,7 @@ __all__ = [
     "ForwardPort",
     "Network",
     "canonical_address",
+    "clean",
     "etag",
     "go_json",
 ]
@@ -44,6 +45,14 @@ def canonical_address(text: str) -> str:
     return str(addr)
 
 
+def clean(text: str) -> str:
+    """``text`` with every lone UTF-16 surrogate (JSON ``"\\ud800"``, a non-UTF-8 argument)
+    replaced by U+FFFD, as Go's JSON decoder does: what LXD stores, and what SQLite can."""
+    if text.isascii():
+        return text
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
 def _split_ports(text: str) -> str:
     return ",".join(p.strip() for p in text.split(",")) if text.strip() else ""
 
@@ -63,11 +72,11 @@ class ForwardPort:
         """LXD's ``NetworkForwardPort.Normalise``: trimmed, canonical address, port lists
         re-joined without spaces."""
         return ForwardPort(
-            description=self.description.strip(),
-            protocol=self.protocol.strip(),
-            listen_port=_split_ports(self.listen_port),
-            target_port=_split_ports(self.target_port),
-            target_address=canonical_address(self.target_address),
+            description=clean(self.description.strip()),
+            protocol=clean(self.protocol.strip()),
+            listen_port=clean(_split_ports(self.listen_port)),
+            target_port=clean(_split_ports(self.target_port)),
+            target_address=clean(canonical_address(self.target_address)),
         )
 
     def to_api(self) -> dict[str, str]:
@@ -93,12 +102,12 @@ class Forward:
     def normalised(self) -> Forward:
         """LXD's ``NetworkForwardPut.Normalise`` plus the canonical listen address. Config keys
         with empty values stay (validation refuses unknown ones; the store keeps none)."""
-        config = dict(self.config)
+        config = {clean(k): clean(v) for k, v in self.config.items()}
         if config.get("target_address"):
             config["target_address"] = canonical_address(config["target_address"])
         return Forward(
-            listen_address=canonical_address(self.listen_address),
-            description=self.description.strip(),
+            listen_address=clean(canonical_address(self.listen_address)),
+            description=clean(self.description.strip()),
             config=config,
             ports=[p.normalised() for p in self.ports],
             location=self.location,
@@ -162,6 +171,27 @@ class GoStruct(dict[str, Any]):
     keys sorted)."""
 
 
+def _go_string(text: str) -> str:
+    """A string as Go 1.19's encoding/json writes it (Debian 12's LXD 5.0.2 is built with it):
+    ``\\n \\r \\t`` short, other control characters and ``< > &`` U+2028 U+2029 as
+    ``\\u00XX``/``\\uXXXX``, a lone surrogate as U+FFFD, everything else raw."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif code < 0x20 or ch in "<>&" or code in (0x2028, 0x2029):
+            out.append(f"\\u{code:04x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\ufffd")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
 def _go(value: Any) -> str:
     if isinstance(value, GoStruct):
         return "{" + ",".join(f"{_go(k)}:{_go(v)}" for k, v in value.items()) + "}"
@@ -169,12 +199,9 @@ def _go(value: Any) -> str:
         return "{" + ",".join(f"{_go(k)}:{_go(value[k])}" for k in sorted(value)) + "}"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_go(v) for v in value) + "]"
-    text = json.dumps(value, ensure_ascii=False)
     if isinstance(value, str):
-        for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                             ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):  # fmt: skip
-            text = text.replace(char, escape)
-    return text
+        return _go_string(value)
+    return json.dumps(value)
 
 
 def go_json(value: Any) -> str:

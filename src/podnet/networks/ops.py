@@ -27,7 +27,7 @@ from podnet.firewall import sync
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
 from podnet.networks.errors import NetworkError
-from podnet.networks.model import Forward, ForwardPort, Network
+from podnet.networks.model import Forward, ForwardPort, Network, clean
 from podnet.store import Store, open_store
 from podnet.store.networks import ForwardRow, NetworkRow
 
@@ -160,23 +160,25 @@ class Manager:
         from podnet.link import bridge
 
         netconfig.check_name(name)
+        description = clean(description)
+        config = {clean(k): clean(v) for k, v in (config or {}).items()}
         if type == "ptp":
             raise NetworkError(
                 "ptp networks are created by the podnet plugin from a conflist's ranges"
             )
         if type != "bridge":
             raise NetworkError("Unknown driver" if type else "No network type provided")
-        clean = netconfig.validate(name, dict(config or {}))
+        valid = netconfig.validate(name, dict(config or {}))
         with self._store() as store, store.locked():
             if store.network(name) is not None:
                 raise NetworkError("The network already exists", 409)
             taken = self._taken_subnets(store)
-            clean = netconfig.fill_defaults(clean, [n for n, _ in taken] + _routes())
-            self._check_overlap(name, clean, taken)
-            addresses = _addresses(clean)
-            mtu = int(clean.get("bridge.mtu", "0"))
+            valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes())
+            self._check_overlap(name, valid, taken)
+            addresses = _addresses(valid)
+            mtu = int(valid.get("bridge.mtu", "0"))
             with store.write():
-                store.insert_network(name, "bridge", description, clean)
+                store.insert_network(name, "bridge", description, valid)
                 bridge.create(name, addresses, mtu)
                 try:
                     sync.rebuild(store)
@@ -216,18 +218,19 @@ class Manager:
             if row.type != "bridge":
                 raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
             merged = dict(row.config) if patch else {}
-            merged.update(config or {})
-            clean = netconfig.validate(name, merged)
+            merged.update({clean(k): clean(v) for k, v in (config or {}).items()})
+            description = None if description is None else clean(description)
+            valid = netconfig.validate(name, merged)
             for family in (4, 6):
                 key = f"ipv{family}.address"
-                if clean.get(key) == "auto" and netconfig.subnet(row.config, family):
-                    clean[key] = row.config[key]  # auto on an existing network keeps its subnet
+                if valid.get(key) == "auto" and netconfig.subnet(row.config, family):
+                    valid[key] = row.config[key]  # auto on an existing network keeps its subnet
             taken = self._taken_subnets(store, skip=name)
-            clean = netconfig.fill_defaults(clean, [n for n, _ in taken] + _routes(),
+            valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes(),
                                             create=False)  # fmt: skip
-            self._check_overlap(name, clean, taken)
+            self._check_overlap(name, valid, taken)
             moved = [f for f in (4, 6)
-                     if netconfig.subnet(clean, f) != netconfig.subnet(row.config, f)]  # fmt: skip
+                     if netconfig.subnet(valid, f) != netconfig.subnet(row.config, f)]  # fmt: skip
             if moved and (store.network_pods(row.id) or store.forwards(row.id)):
                 raise NetworkError(
                     f"Cannot change the IPv{moved[0]} subnet of network \"{name}\" while pods or "
@@ -235,11 +238,11 @@ class Manager:
                 )
             new_description = row.description if (patch and description is None) else \
                 (description or "")  # fmt: skip
-            old_addresses, new_addresses = _addresses(row.config), _addresses(clean)
+            old_addresses, new_addresses = _addresses(row.config), _addresses(valid)
             with store.write():
-                store.update_network(row.id, new_description, clean)
+                store.update_network(row.id, new_description, valid)
                 bridge.configure(name, old_addresses, new_addresses,
-                                 int(clean.get("bridge.mtu", "0")))  # fmt: skip
+                                 int(valid.get("bridge.mtu", "0")))  # fmt: skip
                 try:
                     sync.rebuild(store)
                 except BaseException:
