@@ -283,7 +283,7 @@ def test_veth_delete_fails_during_a_failed_add(node: Node, fake: faults.FakeTool
     prepare(node, True)
     original = "RTNETLINK answers: Network is unreachable"
     fake.fail("ip", original, input=POD_SIDE, code=2)
-    fake.fail("ip", "RTNETLINK answers: Operation not permitted", args='*" link del "*', code=2)
+    fake.fail("ip", "RTNETLINK answers: Operation not permitted", input="^link del ", code=2)
     pod = node.pod()
     before = node.snapshot()
     before_rows = faults.db_tables(node.data)
@@ -306,7 +306,7 @@ def test_veth_delete_fails_in_del(node: Node, fake: faults.FakeTools) -> None:
     there); the retried DEL without the fault removes everything."""
     pod, res = node.add("c1", udp_tcp(5353))
     stderr = "RTNETLINK answers: Operation not permitted"
-    fake.fail("ip", stderr, args='*" link del "*', code=2)
+    fake.fail("ip", stderr, input="^link del ", code=2)
     conf = {**netconf(node.data), "prevResult": res}
     out = node.call("podnet", "DEL", conf, cid="c1", netns=pod, path=fake.path)
     f = Findings("DEL whose veth delete fails")
@@ -411,7 +411,7 @@ def test_hung_tool_add(node: Node, fake: faults.FakeTools, tool: str, args: str)
 def test_hung_ip_del(node: Node, fake: faults.FakeTools) -> None:
     """DEL with a hung ``ip link del``: 104 naming ip within the deadline; the retry cleans."""
     pod, res = node.add("c1", [{"hostPort": 8080, "containerPort": 80}])
-    fake.hang("ip", args='*" link del "*')
+    fake.hang("ip", input="^link del ")
     conf = {**netconf(node.data, toolTimeout=TOOL_TIMEOUT), "prevResult": res}
     out = node.call("podnet", "DEL", conf, cid="c1", netns=pod, path=fake.path, timeout=CALL_DEADLINE)
     left = faults.processes_mentioning(fake.marker)

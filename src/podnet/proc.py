@@ -9,13 +9,19 @@ see :mod:`podnet.link.netns` to run a tool inside a pod's netns.
 Every child:
 
 - runs in a process group of its own, so a deadline kills it and anything it started;
-- gets SIGKILL when the plugin dies (``setpriv --pdeathsig KILL``, util-linux): a runtime that
-  kills a plugin with SIGKILL mid-ADD must not leave an ``ip -batch`` running that creates a veth
-  after the runtime's DEL has already cleaned up (issue 7, item 7);
 - has a deadline (:data:`Limits.timeout` seconds, set once per plugin call from the NetConf's
   ``toolTimeout``): past it the group is killed and :class:`ToolTimeout` (code 104, naming the
   tool) is raised. Stdin, stdout and stderr are pumped with ``poll`` so neither a tool that does
-  not read its input nor one that floods its output can block the plugin past the deadline.
+  not read its input nor one that floods its output can block the plugin past the deadline;
+- when it creates state a runtime's DEL could race with (``die_with_parent``: ADD's veth and
+  nft changes), gets SIGKILL when the plugin dies (``setpriv --pdeathsig KILL``, util-linux):
+  a runtime that kills a plugin mid-ADD must not leave an ``ip -batch`` running that creates a
+  veth after the runtime's DEL has cleaned up (issue 7, item 7). Other tools (deletions,
+  listings, the pod side) finish harmlessly and skip the extra exec (~0.8 ms).
+
+A tool can be started before its input is known (``defer=True``, then :meth:`Spawned.feed`):
+its start-up (exec, dynamic linking: ~1-2 ms) then overlaps the plugin's own work, and a tool
+that is never fed exits without doing anything.
 
 Errors are :class:`~podnet.cni.errors.KernelError` subclasses (CNI code 104): a tool that is
 missing (:class:`ToolMissing`), exits non-zero (:class:`ToolError`, raised by :func:`run` and
@@ -43,9 +49,9 @@ _SIGKILL = 9
 
 class Limits:
     """Per-process settings of spawned tools: ``timeout`` (seconds a tool may run, default 10;
-    the plugin skeleton sets it from ``toolTimeout``) and ``pdeathsig`` (wrap children in
-    ``setpriv --pdeathsig KILL`` when setpriv exists). A plugin process serves exactly one CNI
-    call, so these are set once, before any tool runs."""
+    the plugin skeleton sets it from ``toolTimeout``) and ``pdeathsig`` (wrap ``die_with_parent``
+    children in ``setpriv --pdeathsig KILL`` when setpriv exists). A plugin process serves
+    exactly one CNI call, so these are set once, before any tool runs."""
 
     timeout = 10.0
     pdeathsig = True
@@ -127,12 +133,15 @@ class Spawned:
         stdin: bytes | None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        *,
+        defer: bool = False,
+        die_with_parent: bool = False,
     ) -> None:
         self.argv = list(argv)
         exe = argv[0] if os.path.isabs(argv[0]) else which(argv[0])
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             raise ToolMissing(f"{_name(argv)} is not installed", f"{exe} is not an executable file")
-        full = [*_wrapper(), exe, *self.argv[1:]]
+        full = [*(_wrapper() if die_with_parent else []), exe, *self.argv[1:]]
         pipes = [*os.pipe(), *os.pipe(), *os.pipe()]
         in_r, in_w, out_r, out_w, err_r, err_w = pipes
         actions = [
@@ -156,8 +165,29 @@ class Spawned:
         self._pending = memoryview(stdin or b"")
         self._pidfd = -1
         self._in: int | None = in_w
+        self.deferred = defer
         os.set_blocking(in_w, False)
+        if not defer:
+            self._feed()
+
+    def feed(self, data: bytes) -> None:
+        """Give a deferred tool its input (and close its stdin); its deadline starts now."""
+        assert self.deferred and self._in is not None, "feed() is for a deferred, unfed tool"
+        self.deferred = False
+        self.deadline = time.monotonic() + self.timeout
+        self._pending = memoryview(data)
         self._feed()
+
+    def abandon(self) -> None:
+        """A deferred tool that is not needed: close its stdin (it exits having done nothing)
+        and reap it."""
+        if self.deferred:
+            self.deferred = False
+            self.deadline = time.monotonic() + self.timeout
+            try:
+                self.wait_raw()
+            except KernelError:
+                pass
 
     def _feed(self) -> None:
         """Write what the pipe takes now; close stdin once all is written or the tool is gone."""
@@ -266,12 +296,16 @@ def spawn(
     stdin: bytes | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    *,
+    defer: bool = False,
+    die_with_parent: bool = False,
 ) -> Spawned:
     """Start ``argv`` (tool looked up with :func:`which`, or an absolute path) without waiting;
-    feed ``stdin``; ``env`` replaces the environment (default: this process's)."""
-    return Spawned(argv, stdin, env, timeout)
+    feed ``stdin`` (with ``defer``, later: :meth:`Spawned.feed`); ``env`` replaces the
+    environment (default: this process's); ``die_with_parent``: SIGKILL when the plugin dies."""
+    return Spawned(argv, stdin, env, timeout, defer=defer, die_with_parent=die_with_parent)
 
 
-def run(argv: Sequence[str], stdin: bytes | None = None) -> str:
+def run(argv: Sequence[str], stdin: bytes | None = None, *, die_with_parent: bool = False) -> str:
     """Run ``argv`` to completion; stdout on success, :class:`ToolError` (104) otherwise."""
-    return Spawned(argv, stdin).check()
+    return Spawned(argv, stdin, die_with_parent=die_with_parent).check()

@@ -81,7 +81,7 @@ def start(
     from podnet import proc
 
     try:
-        return proc.spawn([*wrapper, path], stdin, environ, timeout)
+        return proc.spawn([*wrapper, path], stdin, environ, timeout, die_with_parent=True)
     except proc.ToolMissing:
         raise
     except errors.KernelError as err:

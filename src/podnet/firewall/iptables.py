@@ -58,7 +58,7 @@ def restore(family: int, text: str, what: str, *, variant: str = "",
     name = tool(family, "restore", variant)
     argv = _in_netns(netns, [name, "--noflush", "-w", LOCK_WAIT_SECONDS])
     try:
-        proc.run(argv, text.encode())
+        proc.run(argv, text.encode(), die_with_parent=True)
     except proc.ToolError as err:
         raise KernelError(f"{name} failed to {what}", err.stderr.strip()) from err
 

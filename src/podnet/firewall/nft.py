@@ -15,9 +15,10 @@ from podnet.cni.errors import KernelError
 _MISSING = "No such file or directory"
 
 
-def start(script: str) -> proc.Spawned:
-    """Start ``nft -f -`` with ``script``; collect with :func:`finish` or :func:`outcome`."""
-    return proc.spawn(["nft", "-f", "-"], script.encode())
+def start(script: str, *, die_with_parent: bool = True) -> proc.Spawned:
+    """Start ``nft -f -`` with ``script``; collect with :func:`finish` or :func:`outcome`.
+    ``die_with_parent`` (see :mod:`podnet.proc`): a change a runtime's DEL could race with."""
+    return proc.spawn(["nft", "-f", "-"], script.encode(), die_with_parent=die_with_parent)
 
 
 def finish(spawned: proc.Spawned, what: str) -> None:
@@ -51,9 +52,9 @@ def outcome(spawned: proc.Spawned) -> Outcome:
     return Outcome(rc, err)
 
 
-def run(script: str) -> Outcome:
+def run(script: str, *, die_with_parent: bool = True) -> Outcome:
     """Apply ``script`` and classify the result instead of raising."""
-    return outcome(start(script))
+    return outcome(start(script, die_with_parent=die_with_parent))
 
 
 def list_text(*what: str) -> str | None:

@@ -27,7 +27,7 @@ def _nft(netns: str | None, script: str) -> None:
 
     argv = ["nsenter", f"--net={netns}", "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
     try:
-        proc.run(argv, script.encode())
+        proc.run(argv, script.encode(), die_with_parent=True)
     except proc.ToolError as err:
         raise KernelError("nft failed", err.stderr.strip()) from err
 

@@ -129,11 +129,8 @@ def start_add(store: Store, entries: Sequence[PortMapping], *, ranges_changed: b
     if ranges_changed or not current(store):
         return Pending(None, True)
     if not entries:
-        from podnet import proc
-
-        spawned = proc.spawn(["nft", "list", "chain", hostports.FAMILY, hostports.TABLE,
-                              "prerouting"])  # fmt: skip
-        return Pending(spawned, False)
+        script = f"list chain {hostports.FAMILY} {hostports.TABLE} prerouting\n"
+        return Pending(nft.start(script, die_with_parent=False), False)
     return Pending(nft.start(hostports.add_script(entries)), False)
 
 
@@ -164,7 +161,7 @@ def delete(
     element, or — when one is missing or the update fails — by a rebuild without ``owner``."""
     if not entries:
         return
-    done = nft.run(hostports.delete_script(entries))
+    done = nft.run(hostports.delete_script(entries), die_with_parent=False)  # racing nothing
     if done.ok:
         return
     if not done.missing and warn is not None:

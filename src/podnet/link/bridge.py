@@ -24,7 +24,8 @@ def exists(name: str) -> bool:
 
 
 def _batch(lines: Sequence[str], what: str) -> None:
-    rc, _, err = proc.spawn(["ip", "-batch", "-"], ("\n".join(lines) + "\n").encode()).wait()
+    script = ("\n".join(lines) + "\n").encode()
+    rc, _, err = proc.spawn(["ip", "-batch", "-"], script, die_with_parent=True).wait()
     if rc != 0:
         raise KernelError(f"failed to {what}", err.strip())
 

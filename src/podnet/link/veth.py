@@ -132,11 +132,23 @@ def check_ifname(ifname: str) -> None:
         raise InvalidEnv(f"CNI_IFNAME {ifname!r}: podnet cannot configure names with '#'")
 
 
-def start_create_pair(link: PodLink) -> proc.Spawned:
-    """Start creating the pair and configuring the host end (in the node netns); collect with
+def prespawn_host() -> proc.Spawned:
+    """Start the node-side ``ip -batch -`` before its commands are known (its exec overlaps the
+    allocation); give it to :func:`start_create_pair`, or ``abandon()`` it. It dies with the
+    plugin: a runtime that kills a plugin mid-ADD must not get a veth created after its DEL.
+    KernelError (104) when ``ip`` cannot be started."""
+    return proc.spawn(["ip", "-batch", "-"], defer=True, die_with_parent=True)
+
+
+def start_create_pair(link: PodLink, spawned: proc.Spawned | None = None) -> proc.Spawned:
+    """Start creating the pair and configuring the host end (in the node netns), in
+    ``spawned`` (from :func:`prespawn_host`) or a new ``ip``; collect with
     :func:`finish_create_pair`. KernelError (104) when ``ip`` cannot be started."""
     check_ifname(link.ifname)
-    return proc.spawn(["ip", "-batch", "-"], _batch(host_batch(link)))
+    if spawned is None:
+        spawned = prespawn_host()
+    spawned.feed(_batch(host_batch(link)))
+    return spawned
 
 
 def finish_create_pair(link: PodLink, spawned: proc.Spawned) -> None:
@@ -173,19 +185,18 @@ def _quote(word: str) -> str:
 def start_configure_pod(link: PodLink) -> proc.Spawned:
     """Start addressing and routing the pod end inside its netns (after :func:`create_pair`).
 
-    One ``nsenter --net=<netns>`` process runs the pod-side sysctls (IPv6 DAD and RA off) and
-    ``ip -batch``; entering the netns in-process would need ctypes (~4 ms of import on 3.11).
-    Collect with :func:`finish_configure_pod`.
+    One ``nsenter --net=<netns>`` process runs the pod-side sysctls (IPv6 DAD and RA off; with a
+    bridge, gratuitous ARP and unsolicited NA on) and ``ip -batch``; entering the netns
+    in-process would need ctypes (~4 ms of import on 3.11). Collect with
+    :func:`finish_configure_pod`.
     """
-    argv = ["nsenter", f"--net={link.netns}"]
-    writes = [
-        f"printf 0 > {_quote(path)}"
-        for path in sysctl.pod_side_paths(link.ifname, {f for f, _, _ in link.addresses})
-    ]
+    families = {f for f, _, _ in link.addresses}
+    writes = [f"printf 0 > {_quote(path)}" for path in sysctl.pod_side_paths(link.ifname, families)]
     if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
         writes += [f"printf 1 > {_quote(path)}"
-                   for path in sysctl.notify_paths(link.ifname, {f for f, _, _ in link.addresses})]
-    if writes:
+                   for path in sysctl.notify_paths(link.ifname, families)]  # fmt: skip
+    argv = ["nsenter", f"--net={link.netns}"]
+    if writes:  # a shell only when there is something to write (an IPv4 ptp pod: none)
         argv += ["sh", "-ec", " && ".join([*writes, "exec ip -batch -"])]
     else:
         argv += ["ip", "-batch", "-"]
@@ -199,24 +210,35 @@ def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
         raise KernelError(f"failed to configure {link.ifname} in {link.netns}", err.strip())
 
 
-def start_delete_host(host_if: str) -> proc.Spawned:
-    """Start deleting the host end (the kernel removes the peer); wait with :func:`finish_delete`.
+def prespawn_delete() -> proc.Spawned:
+    """Start an ``ip -batch -`` for :func:`start_delete_host` before the host end's name may be
+    deleted (DEL holds the write lock first); never fed, it exits having done nothing."""
+    return proc.spawn(["ip", "-batch", "-"], defer=True)
+
+
+def start_delete_host(host_if: str, spawned: proc.Spawned | None = None) -> proc.Spawned:
+    """Start deleting the host end (the kernel removes the peer), in ``spawned`` (from
+    :func:`prespawn_delete`) or a new ``ip``; wait with :func:`finish_delete`.
 
     The deletion waits for an RCU grace period (~20 ms), so callers overlap it with other work.
     """
-    return proc.spawn(["ip", "link", "del", host_if])
+    if spawned is None:
+        spawned = prespawn_delete()
+    spawned.feed(f"link del dev {host_if}\n".encode())
+    return spawned
 
 
-def finish_delete(spawned: proc.Spawned) -> None:
-    """Collect a deletion; a link that is already gone is success (DEL is idempotent)."""
+def finish_delete(spawned: proc.Spawned, host_if: str) -> None:
+    """Collect a deletion of ``host_if``; a link that is already gone is success (DEL is
+    idempotent). KernelError (104) with ``ip``'s message otherwise."""
     rc, _, err = spawned.wait()
     if rc != 0 and "Cannot find device" not in err and "does not exist" not in err:
-        raise KernelError(f"failed to delete {spawned.argv[-1]}", err.strip())
+        raise KernelError(f"failed to delete {host_if}", err.strip())
 
 
 def delete_host(host_if: str) -> None:
     """Delete the host end now; gone already is success. Raises :class:`KernelError`."""
-    finish_delete(start_delete_host(host_if))
+    finish_delete(start_delete_host(host_if), host_if)
 
 
 def list_host_links(prefix: str, alias: str) -> list[str]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from podnet.cni.skel import Call
     from podnet.ipam.allocator import Network
     from podnet.plugins.podnet_conf import PodnetConf, StoreConf
+    from podnet.proc import Spawned
     from podnet.store import Store
     from podnet.store.db import Pod, PortMapping
 
@@ -248,70 +249,129 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
     """The body of ADD once the config is valid; ``choose`` picks the addresses inside the write
     transaction (podnet's own ranges, or a delegated IPAM plugin's answer).
 
-    Under the write lock: the rows are committed, then the veth creation starts and the
-    hostPorts are published in parallel with it. After the lock: the pod end is configured.
-    Any failure after the commit undoes the kernel side, then the rows (:func:`_fail_add`).
+    The node-side ``ip`` is started first and given its commands once they are known, so its
+    start-up overlaps the allocation (more tools started early only compete for the CPUs of a
+    small node). Under the write lock: the rows are committed, then the veth creation starts and
+    the hostPorts are published in parallel with it; the pod end is configured as soon as the
+    pair exists, and waited for after the lock. Any failure after the commit undoes the kernel
+    side, then the rows (:func:`_fail_add`).
     """
-    from podnet.firewall import sync
     from podnet.link import veth
-    from podnet.proc import ToolTimeout
 
     cid, ifname = call.container_id, call.ifname
     veth.check_ifname(ifname)
     host_if = names.host_ifname(cid, ifname)
+    host_tool = veth.prespawn_host()
+    try:
+        return _add_locked(call, conf, pod_mac, choose, host_if, host_tool)
+    finally:
+        host_tool.abandon()  # when the ADD failed before the veth was due
+
+
+def _add_locked(
+    call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser, host_if: str,
+    host_tool: Spawned,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`_add` with the node-side ``ip`` already started."""
+    from podnet.firewall import sync
+    from podnet.link import veth
+
+    cid, ifname = call.container_id, call.ifname
     with _open(conf) as store:
         with store.locked():
-            with store.write():
-                _refuse_existing(store, cid)
-                choice = choose(store)
-                alloc = choice.alloc
-                mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
-                addresses = {family: a[0] for family, a in alloc.items()}
-                entries = _mappings_for(conf, cid, addresses)
-                _check_hostports(store, entries)
-                link = veth.PodLink(
-                    host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-                    addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                    host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
-                    bridge=choice.bridge, prefixes=choice.prefixes,
-                )  # fmt: skip
-                store.insert_pod(
-                    container_id=cid, netns=call.netns, interface_name=host_if,
-                    interface_mtu=mtu, ifname=ifname, network_name=conf.name,
-                    host_mac=link.host_mac, pod_mac=link.pod_mac,
-                    ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
-                    ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                    ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                    name=call.args.get("K8S_POD_NAME"),
-                    namespace=call.args.get("K8S_POD_NAMESPACE"),
-                    uid=call.args.get("K8S_POD_UID"),
-                )  # fmt: skip
-                store.insert_portmaps(entries)
-                if choice.network_id is not None:
-                    store.attach_pod(cid, choice.network_id)
-            creating = None
+            creating: Spawned | None = None
             try:
-                if choice.bridge:
-                    _ensure_bridge(choice)
-                creating = veth.start_create_pair(link)
+                with store.write():
+                    _refuse_existing(store, cid)
+                    choice = choose(store)
+                    alloc = choice.alloc
+                    mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
+                    addresses = {family: a[0] for family, a in alloc.items()}
+                    entries = _mappings_for(conf, cid, addresses)
+                    _check_hostports(store, entries)
+                    link = veth.PodLink(
+                        host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                        addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                        host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+                        bridge=choice.bridge, prefixes=choice.prefixes,
+                    )  # fmt: skip
+                    store.insert_pod(
+                        container_id=cid, netns=call.netns, interface_name=host_if,
+                        interface_mtu=mtu, ifname=ifname, network_name=conf.name,
+                        host_mac=link.host_mac, pod_mac=link.pod_mac,
+                        ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+                        ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                        ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                        name=call.args.get("K8S_POD_NAME"),
+                        namespace=call.args.get("K8S_POD_NAMESPACE"),
+                        uid=call.args.get("K8S_POD_UID"),
+                    )  # fmt: skip
+                    store.insert_portmaps(entries)
+                    if choice.network_id is not None:
+                        store.attach_pod(cid, choice.network_id)
+                    # The veth goes ahead of the commit (overlapping it): its name is derived from
+                    # the attachment, so a DEL removes it even without a row. The hostPorts wait.
+                    if choice.bridge:
+                        _ensure_bridge(choice)
+                    creating = veth.start_create_pair(link, host_tool)
+            except BaseException:  # not committed: only the veth may exist
+                if creating is not None:
+                    _undo_veth(creating, host_if, call)
+                raise
+            pending: sync.Pending | None = None
+            configuring: Spawned | None = None
+            try:
                 pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
-                sync.finish_add(store, pending, call.log.warn)
+                created, creating = creating, None  # reaped by finish_create_pair
+                veth.finish_create_pair(link, created)
+                configuring = veth.start_configure_pod(link)
+                done, pending = pending, None
+                sync.finish_add(store, done, call.log.warn)
             except BaseException as err:
-                # A failed nft run changed nothing (one transaction); only one killed at its
-                # deadline may have committed before it hung. Nothing else ran since the
-                # commit (the lock is held), so the chooser's own records go too.
-                maybe = _maybe_published(entries) if isinstance(err, ToolTimeout) else []
-                _fail_add(store, call, link.host_if, maybe, err, creating, choice.undo)
+                # Nothing else ran since the commit (the lock is held), so the chooser's own
+                # records go too; the hostPort elements only if nft may have published them.
+                maybe = _settle_nft(pending, entries, err)
+                _fail_add(store, call, link.host_if, maybe, err, creating or configuring,
+                          choice.undo)  # fmt: skip
                 raise
         try:
-            veth.finish_create_pair(link, creating)
-            veth.finish_configure_pod(link, veth.start_configure_pod(link))
+            veth.finish_configure_pod(link, configuring)
         except BaseException as err:
             with store.locked():
                 _fail_add(store, call, link.host_if, entries, err)
             raise
     _flush_udp(call, entries)
     return _result(link, alloc)
+
+
+def _undo_veth(creating: Spawned, host_if: str, call: Call) -> None:
+    """The commit failed with the veth creation under way: let ``ip`` finish, delete the host
+    end (the peer goes with it); a failure is logged, the commit's error is the answer."""
+    from podnet.link import veth
+
+    try:
+        creating.wait()
+        veth.delete_host(host_if)
+    except CNIError as failed:
+        call.log.warn(f"undoing the veth of the failed ADD: {failed.msg} {failed.details}")
+
+
+def _settle_nft(pending: Any, entries: list[PortMapping], err: BaseException) -> list[PortMapping]:
+    """After a failed ADD step: which hostPort ``entries`` the kernel may now hold. An nft run
+    still in flight (``pending``: the veth failed first) is waited for — published only if it
+    succeeded; a failed nft run changed nothing (one transaction); one killed at its deadline
+    may have committed before it hung, so the kernel is asked."""
+    from podnet import proc
+    from podnet.firewall import nft
+
+    timed_out = isinstance(err, proc.ToolTimeout)
+    if pending is not None and pending.spawned is not None and not pending.rebuild:
+        try:
+            if nft.outcome(pending.spawned).ok and not timed_out:
+                return entries
+        except CNIError:
+            timed_out = True
+    return _maybe_published(entries) if timed_out else []
 
 
 def _maybe_published(entries: list[PortMapping]) -> list[PortMapping]:
@@ -523,12 +583,12 @@ def cmd_del(call: Call) -> None:
     conf = StoreConf(call.config)
     host_if = names.host_ifname(call.container_id, call.ifname)
     entries: list[PortMapping] = []
-    deleting: Any = None
+    deleting = veth.prespawn_delete()  # started now, given the name once the lock is ours
     ipam: Any = None
     try:
         with _open(conf) as store, store.write():
             # Only once the write lock is ours: a DEL refused with 11 changes nothing.
-            deleting = veth.start_delete_host(host_if)
+            veth.start_delete_host(host_if, deleting)
             pod = store.get_pod(call.container_id)
             if pod is not None and pod.ifname in (None, call.ifname):
                 entries = store.portmaps(call.container_id)
@@ -540,8 +600,10 @@ def cmd_del(call: Call) -> None:
             ipam = delegate.start(call, conf.ipam_type)
     finally:
         try:
-            if deleting is not None:
-                veth.finish_delete(deleting)
+            if deleting.deferred:
+                deleting.abandon()
+            else:
+                veth.finish_delete(deleting, host_if)
         finally:
             if ipam is not None:
                 delegate.finish(ipam)
@@ -640,12 +702,12 @@ def cmd_gc(call: Call) -> None:
         deletions = []
         for name in leaked:
             try:
-                deletions.append(veth.start_delete_host(name))
+                deletions.append((veth.start_delete_host(name), name))
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
-        for d in deletions:
+        for d, name in deletions:
             try:
-                veth.finish_delete(d)
+                veth.finish_delete(d, name)
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
     if conf.ipam_type:
