@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -589,3 +590,62 @@ def test_failed_spawn_leaks_no_pipe() -> None:
                     raise KernelError(f"{argv[0]} exit {rc}")
             assert err.value.code == 104
     assert fds() == before, f"{fds() - before} file descriptors leaked by 15 failed spawns"
+
+
+def test_deferred_tool_runs_only_its_fed_input(tmp_path: Path) -> None:
+    """A tool started with ``defer=True`` does nothing until fed: fed, it reads exactly that
+    input and its deadline counts from the feed; abandoned, it exits having run nothing and
+    leaves no file descriptor open (ADD's and DEL's early-started ``ip -batch``)."""
+    from podnet import proc
+
+    before = len(os.listdir("/proc/self/fd"))
+    marker = tmp_path / "ran"
+    fed = proc.spawn(["sh", "-c", f"cat; echo ran > {marker}"], defer=True, timeout=2)
+    time.sleep(2.5)  # longer than its timeout: the deadline starts at the feed, not the spawn
+    assert not marker.exists(), "a deferred tool ran before it was fed"
+    fed.feed(b"link del dev x\n")
+    assert fed.wait() == (0, "link del dev x\n", "")
+    assert marker.exists()
+
+    abandoned = proc.spawn(["sh", "-c", f"read line && echo ran > {marker}.2"], defer=True)
+    abandoned.abandon()
+    assert not abandoned.deferred and not (tmp_path / "ran.2").exists()
+    assert len(os.listdir("/proc/self/fd")) == before, "a deferred tool leaked descriptors"
+
+
+def test_die_with_parent_only_where_asked(tmp_path: Path) -> None:
+    """A plugin killed with SIGKILL takes its ``die_with_parent`` tools with it (``setpriv
+    --pdeathsig KILL``: ADD's veth and nft changes must not land after the runtime's DEL); the
+    others (deletions, listings) are left to finish."""
+    import signal
+
+    src = Path(__file__).resolve().parent.parent / "src"
+    code = (
+        f"import sys; sys.path.insert(0, {str(src)!r}); from podnet import proc\n"
+        "a = proc.spawn(['sleep', '30'], die_with_parent=True)\n"
+        "b = proc.spawn(['sleep', '31'])\n"
+        "print(a.pid, b.pid, flush=True); sys.stdin.read()\n"
+    )
+    plugin = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        assert plugin.stdout is not None
+        pids = [int(x) for x in plugin.stdout.readline().split()]
+        wrapped, bare = pids
+        time.sleep(0.2)  # setpriv has exec'd sleep by now
+        plugin.kill()
+        plugin.wait()
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{wrapped}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{wrapped}"), "the die_with_parent tool outlived the plugin"
+        assert os.path.exists(f"/proc/{bare}"), "a tool without die_with_parent was killed too"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if plugin.poll() is None:
+            plugin.kill()
