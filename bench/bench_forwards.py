@@ -22,6 +22,13 @@ What it measures (docs/bench_forwards.md has the long form):
    each in a namespace and ``LXD_DIR`` of its own, the same network and the same three commands
    with ``lxc network forward …`` (also under ``ip netns exec``, stdin from /dev/null), plus
    LXD's one-command way of creating a forward with a port (YAML on stdin) as its own row.
+4. **The REST API** (issue 9) at the ``--api-levels`` (0 and 1,000 forwards): ``podnetctl
+   serve`` on the podnet node and the LXD daemon of the same level answer the same two
+   requests on their unix sockets — ``POST /1.0/networks/br0/forwards`` with the port in the
+   body, then ``DELETE /1.0/networks/br0/forwards/203.0.113.10`` — each timed from before the
+   request to the end of the response, one kept-alive connection per side (as ``lxc`` keeps
+   one). The real ``lxc`` client pointed at ``podnetctl serve`` (``LXD_DIR``; YAML create +
+   delete, two whole processes) is its own row, beside LXD's ``lxd (yaml)`` row of part 1.
 
 Method:
 
@@ -271,6 +278,36 @@ class PodnetNode:
         out = sh(*self.ctl("forward", "list", NETWORK, "--format", "csv"), env=self.bench.env)
         return len([ln for ln in out.splitlines() if ln.strip()])
 
+    def serve(self) -> None:
+        """Start ``podnetctl serve`` on this node's data dir (its unix socket: LXD_DIR)."""
+        socket_path = os.path.join(self.data, "unix.socket")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, str(PODNETCTL), "serve", "--data-dir", self.data,
+             "--log-level", "warning"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=self.bench.env, start_new_session=True,
+        )  # fmt: skip
+        self.bench.children.append(proc)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(socket_path):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                assert proc.stderr is not None
+                err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+                raise RuntimeError(f"podnetctl serve @{self.level} did not start: {err}")
+            time.sleep(0.05)
+        self.api = ApiClient(socket_path, f"podnet@{self.level}")
+        self.lxc_env = dict(os.environ, LXD_DIR=self.data,
+                            LXD_CONF=os.path.join(self.bench.tmp, f"lxcconf-pn{self.level}"))
+
+    def sample_lxc(self) -> dict[str, float]:
+        """The real ``lxc`` client against ``podnetctl serve``: YAML create, delete."""
+        fwd = ("ip", "netns", "exec", self.ns, "lxc", "network", "forward")
+        with open(self.bench.yaml_path) as f:
+            create = timed([*fwd, "create", NETWORK, SAMPLE_LISTEN], self.lxc_env, stdin=f,
+                           expect="created")  # fmt: skip
+        delete = timed([*fwd, "delete", NETWORK, SAMPLE_LISTEN], self.lxc_env, expect="deleted")
+        return {"create": create, "port": 0.0, "delete": delete}
+
     def add_client(self) -> str:
         """A client namespace linked to this node, routed to the listen ranges through it."""
         self.client = self.bench.ns_add(f"cl{self.level}")
@@ -282,6 +319,39 @@ class PodnetNode:
         for route in (LISTEN_ROUTE, SAMPLE_ROUTE):
             sh("ip", "-n", self.client, "route", "add", route, "via", NODE_ADDR)
         return self.client
+
+
+class ApiClient:
+    """One kept-alive HTTP connection to an LXD-style unix socket; :meth:`sample` times the
+    POST of the sampled forward (its port in the body) and its DELETE."""
+
+    BODY = json.dumps({"listen_address": SAMPLE_LISTEN, "description": "", "config": {},
+                       "ports": [{"protocol": "tcp", "listen_port": str(PORT),
+                                  "target_address": TARGET, "target_port": "",
+                                  "description": ""}]})  # fmt: skip
+
+    def __init__(self, path: str, name: str) -> None:
+        self.conn = UnixHTTPConnection(path)
+        self.name = name
+
+    def _call(self, method: str, url: str, body: str | None = None) -> float:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        t0 = time.perf_counter_ns()
+        self.conn.request(method, url, body, headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        ms = (time.perf_counter_ns() - t0) / 1e6
+        if resp.status // 100 != 2:
+            raise RuntimeError(f"{self.name}: {method} {url}: HTTP {resp.status}: {data[:300]!r}")
+        return ms
+
+    def sample(self) -> dict[str, float]:
+        base = f"/1.0/networks/{NETWORK}/forwards"
+        return {"create": self._call("POST", base, self.BODY), "port": 0.0,
+                "delete": self._call("DELETE", f"{base}/{SAMPLE_LISTEN}")}  # fmt: skip
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 class LxdDaemon:
@@ -297,6 +367,7 @@ class LxdDaemon:
         self.env = dict(os.environ, LXD_DIR=self.dir,
                         LXD_CONF=os.path.join(bench.tmp, f"lxdconf{level}"))  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
+        self.api: ApiClient | None = None
         self.log_path = os.path.join(bench.tmp, f"lxd{level}.log")
 
     def start(self) -> None:
@@ -581,6 +652,44 @@ class Bench:
         self.cli_s = time.monotonic() - started
         return out
 
+    def sample_api(self) -> dict[tuple[str, int], list[dict[str, float]]]:
+        """Part 4: the same POST/DELETE against ``podnetctl serve`` and LXD, plus ``lxc``
+        against podnet, at the API levels, interleaved like part 1."""
+        cells: list[tuple[str, int]] = []
+        for level in self.args.api_levels:
+            if level in self.nodes:
+                self.nodes[level].serve()
+                cells += [("podnet-api", level), ("podnet-lxc", level)]
+            if level in self.lxds:
+                self.lxds[level].api = ApiClient(
+                    os.path.join(self.lxds[level].dir, "unix.socket"), f"lxd@{level}")
+                cells.append(("lxd-api", level))
+        out: dict[tuple[str, int], list[dict[str, float]]] = {c: [] for c in cells}
+        if not cells:
+            return out
+        rounds = self.args.warmup + self.args.samples
+        self.say(f"REST API: {len(cells)} cells interleaved, {rounds} rounds ...")
+        for k in range(rounds):
+            for side, level in cells[k % len(cells):] + cells[: k % len(cells)]:
+                if side == "podnet-api":
+                    t = self.nodes[level].api.sample()
+                elif side == "podnet-lxc":
+                    t = self.nodes[level].sample_lxc()
+                else:
+                    client = self.lxds[level].api
+                    assert client is not None
+                    t = client.sample()
+                if k >= self.args.warmup:
+                    out[(side, level)].append(t)
+        for level in self.args.api_levels:
+            if level in self.nodes and self.nodes[level].count() != level:
+                raise RuntimeError(f"podnet@{level}: {self.nodes[level].count()} forwards "
+                                   "after the API sampling")  # fmt: skip
+            if level in self.lxds and self.lxds[level].count() != level:
+                raise RuntimeError(f"lxd@{level}: {self.lxds[level].count()} forwards "
+                                   "after the API sampling")  # fmt: skip
+        return out
+
     def sample_connect(self) -> dict[str, Any]:
         """connect() through a forward port with 1 forward (the 0 node, given one forward) and
         with the top level's forwards (one of them), interleaved in batches."""
@@ -648,8 +757,9 @@ class Bench:
         self.setup()
         self.populate()
         cli = self.sample_cli()
+        api = self.sample_api() if self.args.api else {}
         connect = self.sample_connect()
-        return self.report(cli, connect)
+        return self.report(cli, connect, api)
 
     def close(self) -> list[str]:
         problems: list[str] = []
@@ -680,9 +790,10 @@ class Bench:
 
     # report ------------------------------------------------------------------------------------
     def report(self, cli: dict[tuple[str, int], list[dict[str, float]]],
-               connect: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+               connect: dict[str, Any],
+               api: dict[tuple[str, int], list[dict[str, float]]]) -> dict[str, Any]:  # fmt: skip
         rows: list[dict[str, Any]] = []
-        for (side, level), samples in cli.items():
+        for (side, level), samples in [*cli.items(), *api.items()]:
             create = [s["create"] + s["port"] for s in samples]
             pair = [s["create"] + s["port"] + s["delete"] for s in samples]
             row: dict[str, Any] = {"side": side, "forwards": level, "n": len(samples),
@@ -695,6 +806,8 @@ class Bench:
                    "pair_min_ms": round(min(pair), 1)}  # fmt: skip
             rows.append(row)
         by = {(r["side"], r["forwards"]): r for r in rows}
+        api_rows = [r for r in rows if (r["side"], r["forwards"]) in api]
+        rows = [r for r in rows if (r["side"], r["forwards"]) in cli]
         targets: list[dict[str, Any]] = []
         info: list[dict[str, Any]] = []
         levels = sorted(self.nodes)
@@ -728,6 +841,16 @@ class Bench:
                 entry = {"target": f"podnet create / LXD create ({label}) at {lv} forwards < 1",
                          "value": round(r, 3), "limit": 1.0, "pass": r < 1.0}  # fmt: skip
                 (targets if side == "lxd" else info).append(entry)
+        for level in self.args.api_levels if api else ():
+            if ("podnet-api", level) in by and ("lxd-api", level) in by:
+                p, x = by[("podnet-api", level)], by[("lxd-api", level)]
+                ratios.append({"forwards": level, "vs": "lxd-api", "side": "podnet-api",
+                               "create": round(p["create_p50_ms"] / x["create_p50_ms"], 3),
+                               "delete": round(p["delete_p50_ms"] / x["delete_p50_ms"], 3),
+                               "pair": round(p["pair_p50_ms"] / x["pair_p50_ms"], 3)})
+                r = p["create_p50_ms"] / x["create_p50_ms"]
+                info.append({"target": f"podnet API create / LXD API create at {level} forwards",
+                             "value": round(r, 3), "limit": 1.0, "pass": r < 1.0})
         return {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
@@ -737,10 +860,12 @@ class Bench:
             "settings": {"levels": levels, "lxd_levels": sorted(self.lxds),
                          "samples": self.args.samples, "warmup": self.args.warmup,
                          "connects": self.args.connects, "podnet": self.podnet_source,
+                         "api_levels": self.args.api_levels if self.args.api else [],
                          "lxd": getattr(self, "lxd_version", None)},
             "cli": sorted(rows, key=lambda r: (("podnet", "lxd", "lxd-yaml").index(r["side"]),
                                                r["forwards"])),
             "connect": connect,
+            "api": sorted(api_rows, key=lambda r: (r["forwards"], r["side"])),
             "ratios": ratios,
             "targets": targets,
             "info": info,
@@ -759,7 +884,8 @@ class Bench:
         }
 
 
-SIDE_NAMES = {"podnet": "podnet", "lxd": "lxd", "lxd-yaml": "lxd (yaml)"}
+SIDE_NAMES = {"podnet": "podnet", "lxd": "lxd", "lxd-yaml": "lxd (yaml)",
+              "podnet-api": "podnet API", "lxd-api": "lxd API", "podnet-lxc": "lxc→podnet"}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -788,7 +914,8 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", "podnet / LXD (p50):", f"{'forwards':>10}  {'vs':<12}{'create':>8}"
                   f"{'delete':>8}{'pair':>8}"]  # fmt: skip
         for r in report["ratios"]:
-            lines.append(f"{r['forwards']:>10}  {SIDE_NAMES[r['vs']]:<12}{r['create']:>7.2f}x"
+            vs = SIDE_NAMES[r["vs"]] + (" (API)" if r.get("side") == "podnet-api" else "")
+            lines.append(f"{r['forwards']:>10}  {vs:<12}{r['create']:>7.2f}x"
                          f"{r['delete']:>7.2f}x{r['pair']:>7.2f}x")  # fmt: skip
     c = report["connect"]
     lines += ["", f"2. connect() through the forward port {c['listen']} (client namespace → node "
@@ -797,6 +924,17 @@ def render(report: dict[str, Any]) -> str:
     for r in c["rows"]:
         lines.append(f"{r['forwards']:>10}{r['p50_us']:>9.1f}{r['p90_us']:>9.1f}"
                      f"{r['p99_us']:>9.1f}{r['min_us']:>9.1f}")  # fmt: skip
+    if report["api"]:
+        lines += ["", "4. REST API: POST a forward with its port, DELETE it (p50 ms; one "
+                  "kept-alive connection per side);",
+                  "   lxc→podnet = the lxc client against podnetctl serve (YAML create + delete, "
+                  "whole processes)",
+                  f"{'side':<14}{'forwards':>9}{'create':>9}{'delete':>9}{'pair':>9}"
+                  f"{'pair p90':>10}{'pair min':>10}"]  # fmt: skip
+        for r in report["api"]:
+            lines.append(f"{SIDE_NAMES[r['side']]:<14}{r['forwards']:>9}{r['create_p50_ms']:>9.1f}"
+                         f"{r['delete_p50_ms']:>9.1f}{r['pair_p50_ms']:>9.1f}"
+                         f"{r['pair_p90_ms']:>10.1f}{r['pair_min_ms']:>10.1f}")  # fmt: skip
     lines += ["", "targets (issue 8, item 8):"]
     for t in report["targets"]:
         lines.append(f"  {'PASS' if t['pass'] else 'MISS'}  {t['target']}: {t['value']:.2f}x")
@@ -834,6 +972,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
     p.add_argument("--connects", type=int, default=400, help="timed connections per level (400)")
     p.add_argument("--no-lxd", dest="lxd", action="store_false", help="skip LXD even if installed")
+    p.add_argument("--api-levels", default="0,1000",
+                   help="REST API part at these levels (each must also be a --levels / "
+                   "--lxd-levels level to run on that side) (0,1000)")  # fmt: skip
+    p.add_argument("--no-api", dest="api", action="store_false", help="skip the REST API part")
     p.add_argument("--commit", metavar="REV", help="measure src/podnet as committed in REV")
     p.add_argument(
         "--live",
@@ -844,13 +986,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fail-on-miss", action="store_true", help="exit 1 when a target is missed")
     args = p.parse_args(argv)
     if args.quick:
-        args.levels, args.lxd_levels = "0,20,200", "0,20"
+        args.levels, args.lxd_levels, args.api_levels = "0,20,200", "0,20", "0,20"
         args.samples, args.warmup, args.connects = 5, 1, 50
     try:
         args.levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
         args.lxd_levels = sorted({int(x) for x in args.lxd_levels.split(",") if x.strip()})
+        args.api_levels = sorted({int(x) for x in args.api_levels.split(",") if x.strip()})
     except ValueError:
-        p.error("--levels, --lxd-levels: comma-separated integers")
+        p.error("--levels, --lxd-levels, --api-levels: comma-separated integers")
     if 0 not in args.levels or len(args.levels) < 2 or max(args.levels) > 60000:
         p.error("--levels: 0 and at least one more level, at most 60000")
     if args.lxd_levels and (min(args.lxd_levels) < 0 or max(args.lxd_levels) > 60000):
