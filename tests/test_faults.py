@@ -162,7 +162,7 @@ def portmap_leftovers(node_ns: str) -> list[str]:
     out = faults.sh("ip", "netns", "exec", node_ns, "nft", "-j", "list", "table", "inet", "podnet_portmap", check=False)
     if out.returncode == 0:
         for item in json.loads(out.stdout)["nftables"]:
-            if "chain" in item and item["chain"]["name"].startswith("cni-"):
+            if "chain" in item and item["chain"]["name"].startswith("dn-"):
                 left.append(f"nft chain {item['chain']['name']}")
             if "map" in item and item["map"].get("elem"):
                 left.append(f"nft map {item['map']['name']}: {item['map']['elem']}")
@@ -196,6 +196,31 @@ def test_portmap_udp_hostports_without_conntrack(node: Node, ptp_pod: tuple[str,
     delete = node.call("podnet-portmap", "DEL", conf, cid="c1", netns=pod, hide=("conntrack",))
     f.expect(delete.rc == 0, f"DEL: {delete.describe()}")
     f.expect(portmap_leftovers(node.lab.node) == [], f"left after DEL: {portmap_leftovers(node.lab.node)}")
+    f.check()
+
+
+# --- a runtime's PATH without sbin ---------------------------------------------------------------------
+
+
+def test_path_without_sbin(node: Node, ptp_pod: tuple[str, dict[str, Any], Any]) -> None:
+    """Runtimes call plugins with a PATH that may lack /usr/sbin and /sbin (where ip, nft and
+    conntrack live): ADD, CHECK and DEL of podnet and podnet-portmap (nftables) still work."""
+    f = Findings(f"calls with PATH={faults.NO_SBIN_PATH}")
+    pod = node.pod()
+    conf = netconf(node.data, mappings=udp_tcp(7000))
+    add = node.call("podnet", "ADD", conf, cid="c1", netns=pod, path=faults.NO_SBIN_PATH)
+    f.expect(add.rc == 0, f"podnet ADD: {add.describe()}")
+    check = node.call("podnet", "CHECK", {**conf, "prevResult": add.answer}, cid="c1", netns=pod,
+                      path=faults.NO_SBIN_PATH)
+    f.expect(check.rc == 0, f"podnet CHECK: {check.describe()}")
+    delete = node.call("podnet", "DEL", conf, cid="c1", netns=pod, path=faults.NO_SBIN_PATH)
+    f.expect(delete.rc == 0 and node.leftovers() == [], f"podnet DEL: {delete.describe()}; left {node.leftovers()}")
+    ptp_ns, _, prev = ptp_pod
+    pm = portmap_conf("nftables", prev, udp_tcp(7100))
+    for verb in ("ADD", "CHECK", "DEL"):
+        out = node.call("podnet-portmap", verb, pm, cid="c2", netns=ptp_ns, path=faults.NO_SBIN_PATH)
+        f.expect(out.rc == 0, f"podnet-portmap {verb}: {out.describe()}")
+    f.expect(portmap_leftovers(node.lab.node) == [], f"podnet-portmap left {portmap_leftovers(node.lab.node)}")
     f.check()
 
 
