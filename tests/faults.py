@@ -399,7 +399,8 @@ def db_rows(data_dir: Path, table: str) -> list[tuple[Any, ...]]:
         return []
     conn = _connect_ro(db)
     try:
-        return conn.execute(f'SELECT * FROM "{table}"').fetchall()
+        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
+        return conn.execute(f'SELECT * FROM "{table}"').fetchall() if known else []
     finally:
         conn.close()
 

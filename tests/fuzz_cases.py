@@ -184,6 +184,19 @@ PREV_SHAPES_BAD = [
 PREV_TOP_BAD = ["x", 7, [], True]
 
 
+SHAPE_LABELS = {"INTERFACES_X": "prevResult.interfaces = 'x'",
+                "INTERFACE_INDEX_STR": "prevResult.ips[0].interface = '1'",
+                "INTERFACES_ITEM_INT": "prevResult.interfaces = [7, 7]",
+                "INTERFACE_NAME_INT": "prevResult.interfaces[1].name = 7",
+                "ADDRESS_7": "prevResult.ips[0].address = 7"}
+
+
+def _shape_label(shape: Any) -> str:
+    if isinstance(shape, str) and shape in SHAPE_LABELS:
+        return SHAPE_LABELS[shape]
+    return "prevResult = {interfaces…, " + json.dumps(shape)[1:-1] + "}"
+
+
 def _prev_shape(shape: Any) -> Any:
     prev = prev_result()
     if shape == "INTERFACES_X":
@@ -483,16 +496,17 @@ def cases(draw: st.DrawFn, plugin: str) -> Case:
                 conf["markMasqBit"] = 13
             elif defect.prepare == "linkerd":
                 conf.setdefault("linkerd", {})
-            if isinstance(value, str) and value in ("INTERFACES_X", "INTERFACE_INDEX_STR", "INTERFACES_ITEM_INT",
-                                                    "INTERFACE_NAME_INT", "ADDRESS_7") or isinstance(value, dict) and \
+            label = ""
+            if isinstance(value, str) and value in SHAPE_LABELS or isinstance(value, dict) and \
                     defect.path == ("prevResult",) and "cniVersion" not in value:
+                label = _shape_label(value)
                 value = _prev_shape(value)
             if defect.path == ("CNI_ARGS",):
                 env["CNI_ARGS"] = value
                 whys.append(f"CNI_ARGS={value!r}")
                 continue
             _set(conf, defect.path, value)
-            whys.append(f"{_path_text(defect.path)} = {_value_text(value)}"
+            whys.append(label or f"{_path_text(defect.path)} = {_value_text(value)}"
                         + (f" (with {defect.prepare})" if defect.prepare and defect.prepare not in ("iptables", "nftables") else ""))
         elif kind == "version":
             if "version" in used_groups:
