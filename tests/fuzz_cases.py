@@ -31,6 +31,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import hypothesis
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 DATA, SEEDNS, FUZZNS, FILE = "@@DATA@@", "@@SEEDNS@@", "@@FUZZNS@@", "@@FILE@@"
@@ -586,3 +588,61 @@ def cases(draw: st.DrawFn, plugin: str) -> Case:
     env_pairs = tuple((k.encode(), v if isinstance(v, bytes) else str(v).encode())
                       for k, v in env.items() if v is not MISSING)
     return Case(plugin, verb, "; ".join(whys), env_pairs, data)
+
+
+# --- generation ----------------------------------------------------------------------------------
+
+
+def _one_round(plugin: str, examples: int, seed: int) -> list[Case]:
+    found: list[Case] = []
+
+    @hypothesis.seed(seed)
+    @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(cases(plugin))
+    def collect(case: Case) -> None:
+        found.append(case)
+
+    collect()
+    return found
+
+
+def generate(plugin: str, count: int, seed: int) -> list[Case]:
+    """``count`` distinct cases for ``plugin`` from hypothesis with fixed seeds and no example
+    database. Hypothesis also draws constants from the local modules loaded in the process, so
+    the same inputs need the same modules: :func:`generate_fresh` runs this in a new
+    interpreter."""
+    out: dict[tuple[Any, ...], Case] = {}
+    round_ = 0
+    while len(out) < count:
+        for case in _one_round(plugin, int((count - len(out)) * 1.7) + 50, seed + round_):
+            out.setdefault((case.env, case.stdin), case)
+        round_ += 1
+        assert round_ < 20, f"only {len(out)} distinct {plugin} cases"
+    return list(out.values())[:count]
+
+
+def generate_fresh(counts: dict[str, int], seed: int) -> dict[str, list[Case]]:
+    """:func:`generate` for each plugin, in a new interpreter that imports only this module:
+    the same cases whatever the calling test session has imported."""
+    import marshal
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, os.path.abspath(__file__), str(seed),
+            *[f"{plugin}={n}" for plugin, n in counts.items()]]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    raw = subprocess.run(argv, check=True, capture_output=True, env=env, timeout=900).stdout
+    return {plugin: [Case(*t) for t in items] for plugin, items in marshal.loads(raw).items()}
+
+
+if __name__ == "__main__":
+    import marshal
+    import sys
+
+    seed = int(sys.argv[1])
+    wanted = dict(arg.split("=") for arg in sys.argv[2:])
+    result = {plugin: [(c.plugin, c.verb, c.why, c.env, c.stdin) for c in generate(plugin, int(n), seed)]
+              for plugin, n in wanted.items()}
+    sys.stdout.buffer.write(marshal.dumps(result))
