@@ -249,7 +249,7 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
     """The body of ADD once the config is valid; ``choose`` picks the addresses inside the write
     transaction (podnet's own ranges, or a delegated IPAM plugin's answer).
 
-    The node-side ``ip`` is started first and given its commands once they are known, so its
+    The node-side ``ip`` is started first and given its commands after the COMMIT, so its
     start-up overlaps the allocation (more tools started early only compete for the CPUs of a
     small node). Under the write lock: the rows are committed, then the veth creation starts and
     the hostPorts are published in parallel with it; the pod end is configured as soon as the
@@ -279,48 +279,43 @@ def _add_locked(
     cid, ifname = call.container_id, call.ifname
     with _open(conf) as store:
         with store.locked():
+            with store.write():
+                _refuse_existing(store, cid)
+                choice = choose(store)
+                alloc = choice.alloc
+                mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
+                addresses = {family: a[0] for family, a in alloc.items()}
+                entries = _mappings_for(conf, cid, addresses)
+                _check_hostports(store, entries)
+                link = veth.PodLink(
+                    host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                    addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                    host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+                    bridge=choice.bridge, prefixes=choice.prefixes,
+                )  # fmt: skip
+                store.insert_pod(
+                    container_id=cid, netns=call.netns, interface_name=host_if,
+                    interface_mtu=mtu, ifname=ifname, network_name=conf.name,
+                    host_mac=link.host_mac, pod_mac=link.pod_mac,
+                    ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+                    ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                    ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                    name=call.args.get("K8S_POD_NAME"),
+                    namespace=call.args.get("K8S_POD_NAMESPACE"),
+                    uid=call.args.get("K8S_POD_UID"),
+                )  # fmt: skip
+                store.insert_portmaps(entries)
+                if choice.network_id is not None:
+                    store.attach_pod(cid, choice.network_id)
+            # Only after the COMMIT: a call killed before it leaves no row and must leave no
+            # veth or host route either (the next ADD may be given the same address at once).
             creating: Spawned | None = None
-            try:
-                with store.write():
-                    _refuse_existing(store, cid)
-                    choice = choose(store)
-                    alloc = choice.alloc
-                    mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
-                    addresses = {family: a[0] for family, a in alloc.items()}
-                    entries = _mappings_for(conf, cid, addresses)
-                    _check_hostports(store, entries)
-                    link = veth.PodLink(
-                        host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-                        addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                        host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
-                        bridge=choice.bridge, prefixes=choice.prefixes,
-                    )  # fmt: skip
-                    store.insert_pod(
-                        container_id=cid, netns=call.netns, interface_name=host_if,
-                        interface_mtu=mtu, ifname=ifname, network_name=conf.name,
-                        host_mac=link.host_mac, pod_mac=link.pod_mac,
-                        ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
-                        ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                        ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                        name=call.args.get("K8S_POD_NAME"),
-                        namespace=call.args.get("K8S_POD_NAMESPACE"),
-                        uid=call.args.get("K8S_POD_UID"),
-                    )  # fmt: skip
-                    store.insert_portmaps(entries)
-                    if choice.network_id is not None:
-                        store.attach_pod(cid, choice.network_id)
-                    # The veth goes ahead of the commit (overlapping it): its name is derived from
-                    # the attachment, so a DEL removes it even without a row. The hostPorts wait.
-                    if choice.bridge:
-                        _ensure_bridge(choice)
-                    creating = veth.start_create_pair(link, host_tool)
-            except BaseException:  # not committed: only the veth may exist
-                if creating is not None:
-                    _undo_veth(creating, host_if, call)
-                raise
             pending: sync.Pending | None = None
             configuring: Spawned | None = None
             try:
+                if choice.bridge:
+                    _ensure_bridge(choice)
+                creating = veth.start_create_pair(link, host_tool)
                 pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
                 created, creating = creating, None  # reaped by finish_create_pair
                 veth.finish_create_pair(link, created)
@@ -342,18 +337,6 @@ def _add_locked(
             raise
     _flush_udp(call, entries)
     return _result(link, alloc)
-
-
-def _undo_veth(creating: Spawned, host_if: str, call: Call) -> None:
-    """The commit failed with the veth creation under way: let ``ip`` finish, delete the host
-    end (the peer goes with it); a failure is logged, the commit's error is the answer."""
-    from podnet.link import veth
-
-    try:
-        creating.wait()
-        veth.delete_host(host_if)
-    except CNIError as failed:
-        call.log.warn(f"undoing the veth of the failed ADD: {failed.msg} {failed.details}")
 
 
 def _settle_nft(pending: Any, entries: list[PortMapping], err: BaseException) -> list[PortMapping]:
