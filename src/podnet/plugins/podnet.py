@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
+    from podnet.firewall.sync import Pending
     from podnet.ipam.allocator import Network
     from podnet.plugins.podnet_conf import PodnetConf, StoreConf
     from podnet.proc import Spawned
@@ -339,7 +340,9 @@ def _add_locked(
     return _result(link, alloc)
 
 
-def _settle_nft(pending: Any, entries: list[PortMapping], err: BaseException) -> list[PortMapping]:
+def _settle_nft(
+    pending: Pending | None, entries: list[PortMapping], err: BaseException
+) -> list[PortMapping]:
     """After a failed ADD step: which hostPort ``entries`` the kernel may now hold. An nft run
     still in flight (``pending``: the veth failed first) is waited for — published only if it
     succeeded; a failed nft run changed nothing (one transaction); one killed at its deadline
