@@ -256,12 +256,15 @@ class FakeTools:
     def path(self) -> str:
         return f"{self.dir}:{BASE_PATH}"
 
-    def fail(self, tool: str, stderr: str, *, args: str = "*", input: str = "", code: int = 1) -> None:
+    def fail(self, tool: str, stderr: str, *, args: str = "*", input: str = "", code: int = 1,
+             touch: Path | None = None) -> None:
         """``tool`` exits ``code`` printing ``stderr`` when its arguments (joined by spaces, one
         space added each side) match the shell pattern ``args`` (e.g. ``'*" link del "*'``)
         and, with ``input`` (a grep regex), when a line of its stdin (an ``nft -f -`` or
-        ``ip -batch -`` script) matches it."""
+        ``ip -batch -`` script) matches it. ``touch``: a file created when the rule fires."""
         action = f"printf '%s\\n' {_sh_quote(stderr)} >&2; exit {code}"
+        if touch is not None:
+            action = f"touch {_sh_quote(str(touch))}; {action}"
         self._rule(tool, args, input, action)
 
     def hang(self, tool: str, *, args: str = "*", input: str = "") -> None:

@@ -12,6 +12,7 @@ everything of a pod afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 
 import faults
 from netns import Lab
-from test_plugin_e2e import netconf
+from test_plugin_e2e import RANGES, netconf
 
 pytestmark = pytest.mark.root
 
@@ -299,6 +300,28 @@ def test_ip_fails_in_the_pod(node: Node, fake: faults.FakeTools) -> None:
     f = Findings("ADD whose pod side fails")
     f.answer(out, 104, details=(stderr,))
     f.unchanged(before, node.snapshot())
+    f.check()
+
+
+def test_pod_side_falls_back_to_nsenter(node: Node, fake: faults.FakeTools, tmp_path: Path) -> None:
+    """An IPv4 point-to-point pod whose netns has a name (``/run/netns/<name>``) is configured
+    by ``ip -n <name> -batch -``. Where ip cannot switch to the netns (it may not mount sysfs
+    there), it fails before any command ran, and the same batch runs through ``nsenter``: the
+    ADD succeeds with the pod end addressed and routed."""
+    fired = tmp_path / "ip-n-failed"
+    fake.fail("ip", "mount of /sys failed: Operation not permitted", args='*" -n "*', touch=fired)
+    pod = node.pod()
+    out = node.call("podnet", "ADD", netconf(node.data, ranges=RANGES["v4"]), cid="c1", netns=pod,
+                    path=fake.path)
+    f = Findings("ADD where `ip -n` cannot switch to the pod netns")
+    f.expect(fired.exists(), "the pod side did not try `ip -n` first")
+    f.expect(out.rc == 0, f"ADD failed: {out.describe()}")
+    if out.rc == 0:
+        address = json.loads(out.stdout)["ips"][0]["address"].split("/")[0]
+        shown = node.lab.exec(pod, "ip", "-4", "-o", "addr", "show", "dev", "eth0").stdout
+        routes = node.lab.exec(pod, "ip", "-4", "route", "show", "default").stdout
+        f.expect(f"inet {address}/32" in shown, f"pod end not addressed: {shown!r}")
+        f.expect("default via" in routes, f"no default route in the pod: {routes!r}")
     f.check()
 
 
