@@ -104,6 +104,30 @@ def test_locked_database_is_code_11(tmp_path: Path) -> None:
         holder.close()
 
 
+def test_detach_keeps_the_lock_and_reconnects(tmp_path: Path) -> None:
+    """``detach`` closes the SQLite connection (the WAL is checkpointed and removed: the last
+    connection closed) but keeps the store's write lock; the next query reconnects and sees the
+    committed rows; inside a transaction it does nothing."""
+    from podnet.store.lock import FairLock
+
+    with open_store(str(tmp_path)) as store, store.locked():
+        with store.write():
+            _pod(store, "c1", "10.0.0.2")
+            store.detach()  # a no-op inside the transaction
+            _pod(store, "c2", "10.0.0.3")
+        store.detach()
+        assert not (tmp_path / "podnet.db-wal").exists()
+        other = FairLock(str(tmp_path), "podnet.lock")
+        with pytest.raises(CNIError) as info:
+            other.acquire(0.2)  # the lock is still ours
+        assert info.value.code == 11
+        assert [p.container_id for p in store.pods()] == ["c1", "c2"]
+        with store.write():
+            _pod(store, "c3", "10.0.0.4")
+    with open_store(str(tmp_path)) as store:
+        assert len(store.pods()) == 3
+
+
 def test_writers_serialise(tmp_path: Path) -> None:
     open_store(str(tmp_path)).close()
     errors: list[BaseException] = []

@@ -250,12 +250,18 @@ def _add(call: Call, conf: PodnetConf, pod_mac: str, choose: Chooser) -> dict[st
     """The body of ADD once the config is valid; ``choose`` picks the addresses inside the write
     transaction (podnet's own ranges, or a delegated IPAM plugin's answer).
 
-    The node-side ``ip`` is started first and given its commands after the COMMIT, so its
-    start-up overlaps the allocation (more tools started early only compete for the CPUs of a
-    small node). Under the write lock: the rows are committed, then the veth creation starts and
-    the hostPorts are published in parallel with it; the pod end is configured as soon as the
-    pair exists, and waited for after the lock. Any failure after the commit undoes the kernel
-    side, then the rows (:func:`_fail_add`).
+    The node-side ``ip`` is started first, so its start-up overlaps the allocation (more tools
+    started early only compete for the CPUs of a small node). Under the write lock: the rows are
+    written and ``ip`` gets its commands just before the COMMIT (the pair is created while the
+    COMMIT's fsync runs; for a bridge port only after it, once the bridge is ensured); a failed
+    COMMIT deletes the veth again. After the COMMIT the hostPorts are published in parallel, the
+    database connection is closed (its WAL checkpoint overlaps the tools), the pod end is
+    configured as soon as the pair exists and waited for after the lock. Any failure after the
+    commit undoes the kernel side, then the rows (:func:`_fail_add`).
+
+    A call killed before its COMMIT may leave the veth with no row: the runtime's DEL removes it
+    by name, a GC by its alias, and the next ADD given its address takes the host route over
+    (``route replace``) — it is never blocked by it (issue 7, item 7).
     """
     from podnet.link import veth
 
@@ -278,47 +284,59 @@ def _add_locked(
     from podnet.link import veth
 
     cid, ifname = call.container_id, call.ifname
+    creating: Spawned | None = None
     with _open(conf) as store:
         with store.locked():
-            with store.write():
-                _refuse_existing(store, cid)
-                choice = choose(store)
-                alloc = choice.alloc
-                mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
-                addresses = {family: a[0] for family, a in alloc.items()}
-                entries = _mappings_for(conf, cid, addresses)
-                _check_hostports(store, entries)
-                link = veth.PodLink(
-                    host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
-                    addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                    host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
-                    bridge=choice.bridge, prefixes=choice.prefixes,
-                )  # fmt: skip
-                store.insert_pod(
-                    container_id=cid, netns=call.netns, interface_name=host_if,
-                    interface_mtu=mtu, ifname=ifname, network_name=conf.name,
-                    host_mac=link.host_mac, pod_mac=link.pod_mac,
-                    ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
-                    ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                    ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                    name=call.args.get("K8S_POD_NAME"),
-                    namespace=call.args.get("K8S_POD_NAMESPACE"),
-                    uid=call.args.get("K8S_POD_UID"),
-                )  # fmt: skip
-                store.insert_portmaps(entries)
-                if choice.network_id is not None:
-                    store.attach_pod(cid, choice.network_id)
-            # Only after the COMMIT: a call killed before it leaves no row and must leave no
-            # veth or host route either (the next ADD may be given the same address at once).
-            creating: Spawned | None = None
+            try:
+                with store.write():
+                    _refuse_existing(store, cid)
+                    choice = choose(store)
+                    alloc = choice.alloc
+                    mtu = conf.mtu or choice.mtu or _default_mtu(choice.bridge)
+                    addresses = {family: a[0] for family, a in alloc.items()}
+                    entries = _mappings_for(conf, cid, addresses)
+                    _check_hostports(store, entries)
+                    link = veth.PodLink(
+                        host_if=host_if, ifname=ifname, netns=call.netns, mtu=mtu,
+                        addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                        host_mac=names.random_mac(), pod_mac=pod_mac, alias=link_alias(conf),
+                        bridge=choice.bridge, prefixes=choice.prefixes,
+                    )  # fmt: skip
+                    store.insert_pod(
+                        container_id=cid, netns=call.netns, interface_name=host_if,
+                        interface_mtu=mtu, ifname=ifname, network_name=conf.name,
+                        host_mac=link.host_mac, pod_mac=link.pod_mac,
+                        ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+                        ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                        ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                        name=call.args.get("K8S_POD_NAME"),
+                        namespace=call.args.get("K8S_POD_NAMESPACE"),
+                        uid=call.args.get("K8S_POD_UID"),
+                    )  # fmt: skip
+                    store.insert_portmaps(entries)
+                    if choice.network_id is not None:
+                        store.attach_pod(cid, choice.network_id)
+                    if not choice.bridge:
+                        # The pair is created while the COMMIT runs. A call killed before
+                        # the COMMIT may leave this veth with no row: the runtime's DEL (by
+                        # name) or a GC removes it, and the next ADD of its address takes the
+                        # host route over (route replace).
+                        creating = veth.start_create_pair(link, host_tool)
+            except BaseException:
+                if creating is not None:  # the COMMIT failed: the veth goes too
+                    _fail_veth(creating, host_if)
+                raise
             pending: sync.Pending | None = None
             configuring: Spawned | None = None
             try:
-                if choice.bridge:
+                if choice.bridge:  # the bridge (recreated if a reboot removed it) comes first
                     _ensure_bridge(choice)
-                creating = veth.start_create_pair(link, host_tool)
+                    creating = veth.start_create_pair(link, host_tool)
                 pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
+                if not pending.rebuild:
+                    store.detach()  # its WAL checkpoint overlaps ip and nft (the lock stays)
                 created, creating = creating, None  # reaped by finish_create_pair
+                assert created is not None
                 veth.finish_create_pair(link, created)
                 configuring = veth.start_configure_pod(link)
                 done, pending = pending, None
@@ -338,6 +356,18 @@ def _add_locked(
             raise
     _flush_udp(call, entries)
     return _result(link, alloc)
+
+
+def _fail_veth(creating: Spawned, host_if: str) -> None:
+    """Remove the veth of an ADD whose COMMIT failed, once its ``ip`` is done; failures here
+    are not reported (the COMMIT's error is the answer; a GC removes a veth left over)."""
+    from podnet.link import veth
+
+    try:
+        creating.wait()
+        veth.delete_host(host_if)
+    except CNIError:
+        pass
 
 
 def _settle_nft(
