@@ -9,7 +9,7 @@ and a specific hostIP on the same port, so at most one map answers. They are loo
 
 from __future__ import annotations
 
-from podnet.firewall.table import FAMILY, HOSTPORTS, TABLE
+from podnet.firewall import FAMILY, HOSTPORTS, TABLE, T
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,13 +44,13 @@ def expected_element(m: PortMapping) -> str:
 
 def add_script(mappings: Sequence[PortMapping]) -> str:
     """Incremental ADD: the mappings' map elements (the table must exist)."""
-    from podnet.firewall.table import add_script
+    from podnet.firewall.dnat import add_script
 
-    return add_script(HOSTPORTS, [dnat_of(m) for m in mappings])
+    return add_script(T, HOSTPORTS, [dnat_of(m) for m in mappings])
 
 
 def delete_script(mappings: Sequence[PortMapping]) -> str:
     """Incremental DEL: remove the mappings' map elements (fails if one is missing)."""
-    from podnet.firewall.table import delete_script
+    from podnet.firewall.dnat import delete_script
 
-    return delete_script(HOSTPORTS, [dnat_of(m) for m in mappings])
+    return delete_script(T, HOSTPORTS, [dnat_of(m) for m in mappings])

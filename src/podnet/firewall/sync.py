@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 
 from podnet.cni.errors import KernelError
-from podnet.firewall import hostports, nft, table
+from podnet.firewall import FORWARDS, T, hostports, nft
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
     from podnet.firewall.dnat import Dnat
+    from podnet.firewall.table import TableState
     from podnet.proc import Spawned
     from podnet.store import Store
     from podnet.store.db import PortMapping
@@ -44,9 +45,10 @@ def epoch() -> str:
     return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
 
 
-def state(store: Store, *, without: Collection[str] = ()) -> table.TableState:
+def state(store: Store, *, without: Collection[str] = ()) -> TableState:
     """The table's content from the store: ranges, hostPorts (leaving out the containers in
     ``without``), forwards and bridge networks' NAT."""
+    from podnet.firewall import table
     from podnet.networks.config import is_true, subnet
 
     ranges = [(subnet_, masq) for _, subnet_, _, masq in store.ranges()]
@@ -70,6 +72,8 @@ def rebuild(store: Store, *, without: Collection[str] = ()) -> None:
     """Replace the table with one built from the store (atomic), leaving out the hostPorts of
     the containers in ``without`` (those being deleted: their rows go right after). Records the
     epoch. KernelError (104) with nft's message."""
+    from podnet.firewall import table
+
     nft.apply(table.script(state(store, without=without)), "rebuild table inet podnet")
     with store.write():
         store.set_state(EPOCH_KEY, epoch())
@@ -95,8 +99,9 @@ def forwards(store: Store, old: Sequence[Dnat], new: Sequence[Dnat],
     if not current(store):
         rebuild(store)
         return
-    done = nft.run(table.delete_script(table.FORWARDS, gone) +
-                   table.add_script(table.FORWARDS, added))  # fmt: skip
+    from podnet.firewall import dnat
+
+    done = nft.run(dnat.delete_script(T, FORWARDS, gone) + dnat.add_script(T, FORWARDS, added))
     if done.ok:
         return
     if not done.missing and warn is not None:

@@ -30,6 +30,7 @@ outside every range and subnet is masqueraded, or SNATed to the network's ``ipvN
 
 from __future__ import annotations
 
+from podnet.firewall import FAMILY, FORWARDS, HOSTPORTS, TABLE, T
 from podnet.firewall import dnat as d
 
 TYPE_CHECKING = False
@@ -38,12 +39,10 @@ if TYPE_CHECKING:
 
     from podnet.firewall.dnat import Dnat
 
-TABLE = "podnet"
-FAMILY = "inet"
-T = f"{FAMILY} {TABLE}"
+__all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableState",
+           "add_script", "delete_script", "script"]  # fmt: skip
+
 MASQ_MARK = 0x2000
-HOSTPORTS = "hostports"
-FORWARDS = "fwd"
 _L4 = "meta l4proto { tcp, udp }"
 
 

@@ -54,7 +54,9 @@ _DNAT_COLUMNS = "family, listen_address, protocol, listen_port, target_address, 
 
 
 class NetworkQueries:
-    conn: _Conn
+    @property
+    def conn(self) -> _Conn:  # provided by Store
+        raise NotImplementedError
 
     # -- nodes ---------------------------------------------------------------------------------
     def node_id(self, name: str) -> int:
@@ -298,7 +300,9 @@ class NetworkQueries:
 class TrustQueries:
     """The REST API's trust store (migration ``0006_certificates``)."""
 
-    conn: _Conn
+    @property
+    def conn(self) -> _Conn:  # provided by Store
+        raise NotImplementedError
 
     def trusted(self) -> list[tuple[str, str, str]]:
         """Every trusted client certificate: ``(fingerprint, name, PEM)``."""
