@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, Lab
+from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, Lab, sh
 
 pytestmark = pytest.mark.root
 
@@ -143,3 +143,19 @@ def test_udp_conntrack_flushed_on_add_and_del(lab: Lab, tmp_path: Path) -> None:
     assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("POD ")
     assert lab.cni("DEL", conf, container_id="c1", netns=pod)[0] == 0
     assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("NODE ")
+
+
+@pytest.mark.parametrize("uplink_mtu", [1400, 9000])
+def test_default_mtu_is_the_default_route_links(lab: Lab, tmp_path: Path, uplink_mtu: int) -> None:
+    """Without ``mtu`` in the NetConf the pod's veth takes the MTU (bytes) of the link holding
+    the node's default route (cni-kindnet's choice), read with SIOCGIFMTU in the node netns."""
+    lab.client()
+    sh("ip", "-n", lab.node, "link", "set", "up0", "mtu", str(uplink_mtu))
+    pod = lab.pod()
+    rc, res = lab.cni("ADD", netconf(tmp_path, "1.1.0", RANGES["v4"]), container_id="mtu", netns=pod)
+    assert rc == 0, res
+    assert res["interfaces"][0]["mtu"] == res["interfaces"][1]["mtu"] == uplink_mtu
+    shown = sh("ip", "-n", pod, "-o", "link", "show", "dev", "eth0").stdout
+    assert f" mtu {uplink_mtu} " in shown, shown
+    rc, _ = lab.cni("DEL", netconf(tmp_path, "1.1.0", RANGES["v4"]), container_id="mtu", netns=pod)
+    assert rc == 0
