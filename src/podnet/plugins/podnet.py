@@ -7,8 +7,8 @@ mapping; the veth is created meanwhile and configured after the lock is released
 never holds more than the store (:mod:`podnet.firewall.sync`): a failed ADD removes its map
 elements and veth before its rows, DEL removes the elements before the rows, so a plugin killed
 at any moment leaves nothing the runtime's next DEL or a GC cannot clean. DEL starts the veth
-deletion (an RCU grace period, ~20 ms) before anything else and overlaps it with the database
-and nft work.
+deletion (an RCU grace period, ~20 ms) as soon as it holds the write lock and overlaps it with
+the database and nft work.
 
 With an ``ipam`` object in the config, podnet delegates address choice to that IPAM plugin (CNI
 SPEC 1.1.0 "Plugin Delegation", :mod:`podnet.ipam.delegate`): ADD runs it first and wires the
