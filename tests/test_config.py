@@ -60,7 +60,7 @@ def test_port_mapping_normalisation() -> None:
         {"hostPort": 8080, "containerPort": 80, "protocol": "TCP", "hostIP": "0.0.0.0"},
         {"hostPort": 53, "containerPort": 53, "protocol": "udp", "hostIP": "2001:DB8::1"},
     ]})
-    assert [(m.host_ip, m.protocol) for m in c.port_mappings] == [("0.0.0.0", "tcp"), ("2001:db8::1", "udp")]
+    assert [(str(m.host_ip), m.protocol) for m in c.port_mappings] == [("0.0.0.0", "tcp"), ("2001:db8::1", "udp")]
 
 
 @given(st.integers())

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ PORTMAP = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "podnet-po
 def test_setup_text_on_an_empty_node() -> None:
     listing = portmap_nft.Listing(None)
     nets = [ContainerNet.from_cidr("172.16.30.2/24"), ContainerNet.from_cidr("fd00::2/64")]
-    maps = [PortMappingArg(8080, 80, "tcp", ""), PortMappingArg(5353, 53, "udp", "192.0.2.1")]
+    maps = [PortMappingArg(8080, 80, "tcp", None), PortMappingArg(5353, 53, "udp", ip_address("192.0.2.1"))]
     text = portmap_nft.setup_script(listing, PortmapOptions(), "mynet", "ctr1", nets, maps)
     chain = portmap_nft.chain_name("mynet", "ctr1")
     assert chain == "dn-5145007e2a8415ce07579"  # the iptables backend's hash
@@ -48,7 +49,7 @@ def test_setup_text_on_an_empty_node() -> None:
 
 def test_options_snat_false_and_masq_all() -> None:
     net = [ContainerNet.from_cidr("10.1.0.2/24")]
-    maps = [PortMappingArg(80, 80, "tcp", "")]
+    maps = [PortMappingArg(80, 80, "tcp", None)]
     no_snat = portmap_nft.container_rules(PortmapOptions(snat=False), net[0], maps)
     assert no_snat == ["tcp dport 80 dnat ip to 10.1.0.2:80"]
     masq_all = portmap_nft.container_rules(PortmapOptions(masq_all=True, mark_masq_bit=5), net[0], maps)

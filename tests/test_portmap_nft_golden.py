@@ -4,6 +4,7 @@ same text is loaded into a real nft by tests/test_portmap_nft.py."""
 from __future__ import annotations
 
 import os
+from ipaddress import ip_address
 from pathlib import Path
 
 import pytest
@@ -15,19 +16,19 @@ from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
 GOLDEN = Path(__file__).parent / "golden" / "portmap_nft"
 V4 = ContainerNet.from_cidr("172.16.30.2/24")
 V6 = ContainerNet.from_cidr("fd00:30::2/64")
-TCP = [PortMappingArg(8080, 80, "tcp", ""), PortMappingArg(8043, 443, "tcp", "")]
+TCP = [PortMappingArg(8080, 80, "tcp", None), PortMappingArg(8043, 443, "tcp", None)]
 
 CASES = {
     "defaults": (PortmapOptions(), [V4], TCP),
     "snat_false": (PortmapOptions(snat=False), [V4], TCP),
     "mark_bit_5": (PortmapOptions(mark_masq_bit=5), [V4], TCP),
     "masq_all": (PortmapOptions(masq_all=True), [V4, V6], TCP),
-    "host_ip": (PortmapOptions(), [V4, V6], [PortMappingArg(5353, 53, "udp", "192.0.2.1"),
-                                             PortMappingArg(5353, 53, "udp", "2001:db8::1")]),
-    "unspecified_host_ip": (PortmapOptions(), [V4, V6], [PortMappingArg(80, 80, "tcp", "0.0.0.0"),
-                                                         PortMappingArg(81, 81, "tcp", "::")]),
+    "host_ip": (PortmapOptions(), [V4, V6], [PortMappingArg(5353, 53, "udp", ip_address("192.0.2.1")),
+                                             PortMappingArg(5353, 53, "udp", ip_address("2001:db8::1"))]),
+    "unspecified_host_ip": (PortmapOptions(), [V4, V6], [PortMappingArg(80, 80, "tcp", ip_address("0.0.0.0")),
+                                                         PortMappingArg(81, 81, "tcp", ip_address("::"))]),
     "ipv6_only": (PortmapOptions(), [V6], TCP),
-    "tcp_udp_dual": (PortmapOptions(), [V4, V6], [*TCP, PortMappingArg(53, 53, "udp", "")]),
+    "tcp_udp_dual": (PortmapOptions(), [V4, V6], [*TCP, PortMappingArg(53, 53, "udp", None)]),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ CASES = {
     "ignores": r.RedirectOptions(
         inbound_ports_to_ignore=r.parse_ports("4190,4191,25-27"),
         outbound_ports_to_ignore=r.parse_ports("443,6443"),
-        subnets_to_ignore=["10.0.0.0/8", "fd00::/8"], proxy_gid=2103,
+        subnets_to_ignore=[ip_network("10.0.0.0/8"), ip_network("fd00::/8")], proxy_gid=2103,
     ),
     "redirect_listed": r.RedirectOptions(ports_to_redirect=r.parse_ports("80,8080-8090"), proxy_uid=0),
     "custom_ports_no_uid": r.RedirectOptions(incoming_proxy_port=15006, outgoing_proxy_port=15001,

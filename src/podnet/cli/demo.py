@@ -43,6 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from podnet import checked
 from podnet.cli import state
 from podnet.cni.errors import CNIError
 from podnet.runtime import (
@@ -140,7 +141,7 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def _url(ip: str, port: int) -> str:
-    return f"http://[{ip}]:{port}/" if ":" in ip else f"http://{ip}:{port}/"
+    return f"http://[{ip}]:{port}/" if checked.family(ip) == 6 else f"http://{ip}:{port}/"
 
 
 @dataclass
@@ -243,7 +244,7 @@ class Demo:
                 result = cni.add(net, rt)
                 for ip in result.get("ips", []):
                     address = ip["address"].split("/")[0]
-                    if ":" in address:
+                    if checked.family(address) == 6:
                         pod.ipv6 = address
                     else:
                         pod.ipv4 = address

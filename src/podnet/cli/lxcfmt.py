@@ -93,14 +93,15 @@ def load_yaml(text: str, allowed: Sequence[str], type_name: str,
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise NetworkError(f"yaml: {err}") from None
+        raise NetworkError.lines(*f"yaml: {err}".splitlines()) from None
     if data is None:
         return {}
     if not isinstance(data, dict) or node is None or not isinstance(node, yaml.MappingNode):
-        raise NetworkError(f"yaml: unmarshal errors:\n  cannot unmarshal into {type_name}")
+        raise NetworkError.lines("yaml: unmarshal errors:",
+                                 f"  cannot unmarshal into {type_name}")
     if strict:
         bad = [f"  line {k.start_mark.line + 1}: field {k.value} not found in type {type_name}"
                for k, _ in node.value if k.value not in allowed]  # fmt: skip
         if bad:
-            raise NetworkError("yaml: unmarshal errors:\n" + "\n".join(bad))
+            raise NetworkError.lines("yaml: unmarshal errors:", *bad)
     return {k: v for k, v in data.items() if k in allowed}

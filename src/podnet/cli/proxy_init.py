@@ -3,6 +3,8 @@ options of linkerd2-proxy-init (seed 003)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 
@@ -81,27 +83,31 @@ def proxy_init(netns: str | None, incoming_proxy_port: int, outgoing_proxy_port:
                firewall: str, ipv6: bool, simulate: bool, cleanup: bool) -> None:  # fmt: skip
     """Redirect a pod's TCP through its proxy: inbound to --incoming-proxy-port, outbound to
     --outgoing-proxy-port, except the proxy's own traffic, loopback and ignored ports/subnets."""
-    import ipaddress
-
+    from podnet import checked
     from podnet.firewall import redirect, redirect_apply
 
     if cleanup:
         for tool, text in redirect_apply.cleanup(firewall, ipv6, netns):
             click.echo(f"# {tool}\n{text}", nl=False)
         return
-    try:
-        subnets = [
-            str(ipaddress.ip_network(s.strip())) for s in subnets_to_ignore.split(",") if s.strip()
-        ]
-        options = redirect.RedirectOptions(
-            incoming_proxy_port=incoming_proxy_port, outgoing_proxy_port=outgoing_proxy_port,
-            proxy_uid=proxy_uid, proxy_gid=proxy_gid,
-            inbound_ports_to_ignore=redirect.parse_ports(inbound_ports_to_ignore),
-            outbound_ports_to_ignore=redirect.parse_ports(outbound_ports_to_ignore),
-            subnets_to_ignore=subnets, ports_to_redirect=redirect.parse_ports(ports_to_redirect),
-        )  # fmt: skip
-    except ValueError as err:
-        raise click.UsageError(str(err)) from err
+    def parsed(option: str, parse: Any, value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=f"'--{option}'") from None
+
+    subnets = [parsed("subnets-to-ignore", checked.network, s.strip())
+               for s in subnets_to_ignore.split(",") if s.strip()]  # fmt: skip
+    options = redirect.RedirectOptions(
+        incoming_proxy_port=incoming_proxy_port, outgoing_proxy_port=outgoing_proxy_port,
+        proxy_uid=proxy_uid, proxy_gid=proxy_gid,
+        inbound_ports_to_ignore=parsed("inbound-ports-to-ignore", redirect.parse_ports,
+                                       inbound_ports_to_ignore),
+        outbound_ports_to_ignore=parsed("outbound-ports-to-ignore", redirect.parse_ports,
+                                        outbound_ports_to_ignore),
+        subnets_to_ignore=subnets,
+        ports_to_redirect=parsed("ports-to-redirect", redirect.parse_ports, ports_to_redirect),
+    )  # fmt: skip
     steps = (redirect_apply.plan if simulate else redirect_apply.apply)(
         options, firewall, ipv6, netns
     )

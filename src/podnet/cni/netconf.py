@@ -6,12 +6,15 @@ key (``runtimeConfig.portMappings[1].hostPort: …``), before any state is touch
 
 from __future__ import annotations
 
+from podnet import checked
 from podnet.cni.errors import IncompatibleVersion, InvalidConfig
 from podnet.cni.version import SUPPORTED_VERSIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from podnet.checked import IP
 
 PROTOCOLS = ("tcp", "udp")
 
@@ -20,20 +23,22 @@ class PortMappingArg:
     """One ``runtimeConfig.portMappings`` item (CNI CONVENTIONS.md "portMappings").
 
     ``host_port``/``container_port``: 1-65535; ``protocol``: "tcp" | "udp" (lower-cased);
-    ``host_ip``: canonical address string; "" for any address of both families, "0.0.0.0" or
-    "::" for any address of that family only (as the reference portmap reads them).
+    ``host_ip``: an address (:mod:`ipaddress`); None for any address of both families,
+    ``0.0.0.0`` or ``::`` for any address of that family only (as the reference portmap reads
+    them).
     """
 
     __slots__ = ("host_port", "container_port", "protocol", "host_ip")
 
-    def __init__(self, host_port: int, container_port: int, protocol: str, host_ip: str) -> None:
+    def __init__(self, host_port: int, container_port: int, protocol: str,
+                 host_ip: IP | None) -> None:  # fmt: skip
         self.host_port = host_port
         self.container_port = container_port
         self.protocol = protocol
         self.host_ip = host_ip
 
     def __repr__(self) -> str:
-        host = self.host_ip or "*"
+        host = "*" if self.host_ip is None else str(self.host_ip)
         return f"{host}:{self.host_port}/{self.protocol}->{self.container_port}"
 
 
@@ -57,11 +62,16 @@ def require_str(raw: dict[str, Any], key: str, *, optional: bool = False) -> str
     return value
 
 
+#: Longest network name accepted: a DNS subdomain (Kubernetes object names, Multus network
+#: attachments). libcni sets no bound; podnet writes the name into rule comments and rows.
+MAX_NAME = 253
+
+
 def valid_network_name(name: str) -> bool:
     """libcni's network name rule: a letter or digit, then letters, digits, ``_``, ``.``,
-    ``-`` (ASCII)."""
+    ``-`` (ASCII) — at most :data:`MAX_NAME` characters."""
     return (
-        bool(name)
+        0 < len(name) <= MAX_NAME
         and name.isascii()
         and name[0].isalnum()
         and all(c.isalnum() or c in "_.-" for c in name)
@@ -74,10 +84,22 @@ def require_name(raw: dict[str, Any]) -> str:
     name = require_str(raw, "name")
     if not valid_network_name(name):
         raise InvalidConfig(
-            f"name: {name!r} is not a valid network name (a letter or digit, then letters, "
-            "digits, '_', '.', '-')"[:300]
+            f"name: {checked.show(name)} is not a valid network name (a letter or digit, then "
+            f"letters, digits, '_', '.', '-'; at most {MAX_NAME} characters)"
         )
     return name
+
+
+def log_file(raw: dict[str, Any]) -> str:
+    """``logFile``: "" (no log) or an absolute, normal path of safe characters
+    (:func:`podnet.checked.path`). Code 7 naming the key."""
+    value = raw.get("logFile")
+    if value is None or value == "":
+        return ""
+    try:
+        return checked.path(value)
+    except checked.BadValue as err:
+        raise InvalidConfig(f"logFile: {err}") from None
 
 
 def opt_bool(raw: dict[str, Any], key: str, default: bool) -> bool:
@@ -162,18 +184,13 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
             protocol = "tcp"
         if not isinstance(protocol, str) or protocol.lower() not in PROTOCOLS:
             raise InvalidConfig(f"{where}.protocol: {protocol!r} is not tcp or udp")
-        host_ip = item.get("hostIP")
-        if host_ip is None:
-            host_ip = ""
-        if not isinstance(host_ip, str):
-            raise InvalidConfig(f"{where}.hostIP: must be a string, got {host_ip!r}")
-        if host_ip:
-            import ipaddress
-
+        raw_host_ip = item.get("hostIP")
+        host_ip = None
+        if raw_host_ip is not None and raw_host_ip != "":
             try:
-                host_ip = str(ipaddress.ip_address(host_ip))
-            except ValueError:
-                raise InvalidConfig(f"{where}.hostIP: {host_ip!r} is not an IP address") from None
+                host_ip = checked.ip(raw_host_ip)
+            except checked.BadValue as err:
+                raise InvalidConfig(f"{where}.hostIP: {err}") from None
         out.append(PortMappingArg(host_port, container_port, protocol.lower(), host_ip))
     for i, m in enumerate(out):
         for j, other in enumerate(out[:i]):
@@ -188,13 +205,14 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
     return out
 
 
-def _overlap(a: str, b: str) -> bool:
-    """Whether two hostIPs ("" any, "0.0.0.0"/"::" any of a family) can receive the same packet."""
-    if a == b or not a or not b:
+def _overlap(a: IP | None, b: IP | None) -> bool:
+    """Whether two hostIPs (None any, ``0.0.0.0``/``::`` any of a family) can receive the same
+    packet."""
+    if a is None or b is None or a == b:
         return True
-    if (":" in a) != (":" in b):
+    if a.version != b.version:
         return False
-    return a in ("0.0.0.0", "::") or b in ("0.0.0.0", "::")
+    return a.is_unspecified or b.is_unspecified
 
 
 def parse_cni_args(value: str) -> dict[str, str]:
@@ -210,7 +228,8 @@ def parse_cni_args(value: str) -> dict[str, str]:
 def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[int, str]:
     """Addresses the runtime asks for: ``runtimeConfig.ips`` (the ``ips`` capability: CIDRs or
     addresses) or ``IP=`` in CNI_ARGS (comma-separated, as podman sends after ``network
-    reload``); at most one per family: ``{4: "10.244.2.7", 6: …}``. Code 7 naming the key."""
+    reload``); at most one per family: ``{4: "10.244.2.7", 6: …}`` (canonical text of a parsed
+    address; a scoped IPv6 address is refused). Code 7 naming the key."""
     items = runtime_config(raw).get("ips")
     where = "runtimeConfig.ips"
     if items is None and cni_args.get("IP"):
@@ -220,16 +239,14 @@ def parse_requested_ips(raw: dict[str, Any], cni_args: dict[str, str]) -> dict[i
         return {}
     if not isinstance(items, list):
         raise InvalidConfig(f"{where}: must be a list of addresses")
-    import ipaddress
-
     out: dict[int, str] = {}
     for i, item in enumerate(items):
         if not isinstance(item, str):
-            raise InvalidConfig(f"{where}[{i}]: must be a string, got {item!r}")
+            raise InvalidConfig(f"{where}[{i}]: must be a string, got {checked.show(item)}")
         try:
-            addr = ipaddress.ip_interface(item.strip()).ip
-        except ValueError:
-            raise InvalidConfig(f"{where}[{i}]: {item!r} is not an IP address") from None
+            addr = checked.interface(item.strip(), prefix=False).ip
+        except checked.BadValue as err:
+            raise InvalidConfig(f"{where}[{i}]: {err}") from None
         if addr.version in out:
             raise InvalidConfig(f"{where}[{i}]: more than one IPv{addr.version} address requested")
         out[addr.version] = str(addr)

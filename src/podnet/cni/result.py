@@ -15,6 +15,8 @@ registered per (from-generation, to-generation) as in containernetworking/cni's 
 
 from __future__ import annotations
 
+from podnet.checked import family
+
 TYPE_CHECKING = False  # typing costs ~10 ms of import per plugin call; type checkers see True
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ def _v1_to_v04(result: Result) -> Result:
     ips = []
     for ip in result.get("ips", []):
         converted = dict(ip)
-        converted["version"] = "6" if ":" in ip["address"] else "4"
+        converted["version"] = str(family(ip["address"]))
         ips.append(converted)
     out["ips"] = ips
     return out
@@ -110,8 +112,7 @@ def validate(result: Any, where: str = "prevResult") -> Result:
     Raises :class:`~podnet.cni.errors.InvalidConfig` (code 7) naming the first bad key, e.g.
     ``prevResult.ips[0].address: 7 is not an address in CIDR form``.
     """
-    import ipaddress
-
+    from podnet import checked
     from podnet.cni.errors import InvalidConfig
 
     def bad(key: str, what: str) -> InvalidConfig:
@@ -147,13 +148,13 @@ def validate(result: Any, where: str = "prevResult") -> Result:
             if not isinstance(value, str):
                 raise ValueError
             parse(value)
+        except checked.ScopedAddress as err:
+            raise bad(key, str(err)) from None
         except ValueError:
-            raise bad(key, f"{value!r} is not {what}") from None
+            raise bad(key, f"{checked.show(value)} is not {what}") from None
 
     def cidr(text: str) -> object:
-        if "/" not in text:
-            raise ValueError
-        return ipaddress.ip_interface(text)
+        return checked.interface(text)
 
     for i, ip in enumerate(result.get("ips", [])):
         if not isinstance(ip, dict):
@@ -161,7 +162,7 @@ def validate(result: Any, where: str = "prevResult") -> Result:
         if "address" not in ip:
             raise bad(f"ips[{i}].address", "missing")
         parsed(f"ips[{i}].address", ip["address"], cidr, "an address in CIDR form", True)
-        parsed(f"ips[{i}].gateway", ip.get("gateway"), ipaddress.ip_address, "an IP address")
+        parsed(f"ips[{i}].gateway", ip.get("gateway"), checked.ip, "an IP address")
         index = ip.get("interface")
         if index is not None and (
             isinstance(index, bool) or not isinstance(index, int)
@@ -173,9 +174,9 @@ def validate(result: Any, where: str = "prevResult") -> Result:
             raise bad(f"routes[{i}]", "must be an object")
         if "dst" not in route:
             raise bad(f"routes[{i}].dst", "missing")
-        parsed(f"routes[{i}].dst", route["dst"], lambda t: ipaddress.ip_network(t, strict=False),
+        parsed(f"routes[{i}].dst", route["dst"], lambda t: checked.network(t, strict=False),
                "a CIDR", True)  # fmt: skip
-        parsed(f"routes[{i}].gw", route.get("gw"), ipaddress.ip_address, "an IP address")
+        parsed(f"routes[{i}].gw", route.get("gw"), checked.ip, "an IP address")
     return result
 
 

@@ -127,12 +127,10 @@ def run(
             cni_version = config["cniVersion"]
         from podnet import proc
         from podnet.cni import env as cni_env
-        from podnet.cni.netconf import require_str, require_version, tool_timeout
+        from podnet.cni.netconf import log_file, require_version, tool_timeout
 
         cni_version = require_version(config)
-        log_file = require_str(config, "logFile", optional=True)
-        if log_file:
-            log.path = log_file
+        log.path = log_file(config) or log.path
         proc.Limits.timeout = tool_timeout(config)
         minimum = version.MIN_VERSION_FOR_VERB.get(command)
         if minimum and not version.at_least(cni_version, minimum):

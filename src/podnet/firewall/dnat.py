@@ -19,9 +19,13 @@ same at any size.
 
 from __future__ import annotations
 
+from podnet.checked import text
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+
+    from podnet.checked import IP
 
 PORT, ANY, WHOLE = "port", "any", "whole"
 KINDS = (PORT, ANY, WHOLE)
@@ -30,28 +34,36 @@ _ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
 
 
 class Dnat:
-    """One translation. ``family`` 4|6; ``listen``: a canonical address, or None for any address
-    of the family; ``protocol`` "tcp"|"udp" and ``port`` 1-65535, both None for the whole
-    address; ``target`` a canonical address; ``target_port`` (None exactly when ``port`` is);
-    ``owner``: who holds it (a container ID, a forward)."""
+    """One translation. ``family`` 4|6; ``listen``: an address, or None for any address of the
+    family; ``protocol`` "tcp"|"udp" and ``port`` 1-65535, both None for the whole address;
+    ``target`` an address; ``target_port`` (None exactly when ``port`` is); ``owner``: who holds
+    it (a container ID, a forward). Addresses are typed values or the canonical text of a row
+    podnet wrote; both are kept as text checked by :func:`podnet.checked.text` (ValueError for
+    anything a tool could read as syntax), protocols must be tcp or udp and ports integers, so
+    no element can carry more than its own fields into an nft script."""
 
     __slots__ = ("family", "listen", "protocol", "port", "target", "target_port", "owner")
 
     def __init__(
         self,
         family: int,
-        listen: str | None,
+        listen: IP | str | None,
         protocol: str | None,
         port: int | None,
-        target: str,
+        target: IP | str,
         target_port: int | None,
         owner: str = "",
     ) -> None:
+        if family not in (4, 6) or protocol not in (None, "tcp", "udp"):
+            raise ValueError(f"refusing a DNAT of family {family!r}, protocol {protocol!r}")
+        for value in (port, target_port):
+            if value is not None and (not isinstance(value, int) or not 0 < value < 65536):
+                raise ValueError(f"refusing a DNAT with port {value!r}")
         self.family = family
-        self.listen = listen
+        self.listen = None if listen is None else text(listen)
         self.protocol = protocol
         self.port = port
-        self.target = target
+        self.target = text(target)
         self.target_port = target_port
         self.owner = owner
 

@@ -35,6 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from podnet.checked import IP
     from podnet.cni.netconf import PortMappingArg
 
 TOP_DNAT = "CNI-HOSTPORT-DNAT"
@@ -99,10 +100,11 @@ class ContainerNet:
 
     @classmethod
     def from_cidr(cls, cidr: str) -> ContainerNet:
-        import ipaddress
+        """From a prevResult address (``10.0.0.2/24``); BadValue for anything else."""
+        from podnet import checked
 
-        iface = ipaddress.ip_interface(cidr)
-        return cls(iface.version, str(iface.ip), str(iface.network))
+        iface = checked.interface(cidr)
+        return cls(iface.version, checked.text(iface.ip), checked.text(iface.network))
 
 
 def dnat_chain_name(network: str, container_id: str) -> str:
@@ -182,8 +184,10 @@ def entry_rules(
     return out
 
 
-def _host_prefix(ip: str) -> str:
-    return f"{ip}/128" if ":" in ip else f"{ip}/32"
+def _host_prefix(ip: IP) -> str:
+    from podnet.checked import FAMILIES, text
+
+    return f"{text(ip)}/{FAMILIES[ip.version].host_prefix}"
 
 
 def dnat_rules(
@@ -196,10 +200,10 @@ def dnat_rules(
     out = []
     for m in mappings:
         dst = ""
-        if m.host_ip:
-            if (":" in m.host_ip) != v6:
+        if m.host_ip is not None:
+            if m.host_ip.version != container.family:
                 continue
-            if m.host_ip not in ("0.0.0.0", "::"):  # unspecified: no -d (as upstream)
+            if not m.host_ip.is_unspecified:  # unspecified: no -d (as upstream)
                 dst = f"-d {_host_prefix(m.host_ip)} "
         match = f"{dst}-p {m.protocol} -m {m.protocol} --dport {m.host_port}"
         if options.snat:

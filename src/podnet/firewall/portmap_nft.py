@@ -23,6 +23,8 @@ and ``externalSetMarkChain`` are iptables match/chain names and are refused with
 
 from __future__ import annotations
 
+from podnet.checked import text
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -100,13 +102,13 @@ def _key_text(key: Any) -> str:
 
 
 def _specific(m: PortMappingArg) -> bool:
-    return bool(m.host_ip) and m.host_ip not in ("0.0.0.0", "::")
+    return m.host_ip is not None and not m.host_ip.is_unspecified
 
 
 def element_key(m: PortMappingArg) -> str:
     """``hostIP . proto . port`` (a given hostIP) or ``proto . port`` (any)."""
     port = f"{m.protocol} . {m.host_port}"
-    return f"{m.host_ip} . {port}" if _specific(m) else port
+    return f"{text(m.host_ip)} . {port}" if m.host_ip is not None and _specific(m) else port
 
 
 def map_for(m: PortMappingArg, family: int) -> str:
@@ -114,7 +116,7 @@ def map_for(m: PortMappingArg, family: int) -> str:
 
 
 def _mappings_of(family: int, mappings: Sequence[PortMappingArg]) -> list[PortMappingArg]:
-    return [m for m in mappings if not m.host_ip or (":" in m.host_ip) == (family == 6)]
+    return [m for m in mappings if m.host_ip is None or m.host_ip.version == family]
 
 
 def _target(container: ContainerNet, m: PortMappingArg) -> str:
@@ -131,8 +133,8 @@ def container_rules(options: PortmapOptions, container: ContainerNet,
     out = []
     for m in _mappings_of(container.family, mappings):
         match = f"{m.protocol} dport {m.host_port}"
-        if _specific(m):
-            match = f"{ip} daddr {m.host_ip} {match}"
+        if m.host_ip is not None and _specific(m):
+            match = f"{ip} daddr {text(m.host_ip)} {match}"
         if options.snat:
             if options.masq_all:
                 out.append(f"{match} {mark}")

@@ -20,9 +20,13 @@ nat table (iptables modes)::
 
 from __future__ import annotations
 
+from podnet.checked import FAMILIES, text
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from podnet.checked import Net
 
 REDIRECT_CHAIN = "PROXY_INIT_REDIRECT"
 OUTPUT_CHAIN = "PROXY_INIT_OUTPUT"
@@ -87,8 +91,8 @@ def chunks(ports: Sequence[PortSpec]) -> list[list[PortSpec]]:
 
 class RedirectOptions:
     """linkerd2-proxy-init's options: ports (1-65535), uid/gid (a rule only when > 0),
-    subnets to ignore (inbound, matched on source), ports to redirect (inbound
-    "redirect-listed" mode; empty = redirect all)."""
+    subnets to ignore (:mod:`ipaddress` prefixes; inbound, matched on source), ports to
+    redirect (inbound "redirect-listed" mode; empty = redirect all)."""
 
     __slots__ = ("incoming_proxy_port", "outgoing_proxy_port", "proxy_uid", "proxy_gid",
                  "inbound_ports_to_ignore", "outbound_ports_to_ignore", "subnets_to_ignore",
@@ -103,7 +107,7 @@ class RedirectOptions:
         proxy_gid: int = 0,
         inbound_ports_to_ignore: Sequence[PortSpec] = (),
         outbound_ports_to_ignore: Sequence[PortSpec] = (),
-        subnets_to_ignore: Sequence[str] = (),
+        subnets_to_ignore: Sequence[Net] = (),
         ports_to_redirect: Sequence[PortSpec] = (),
     ) -> None:
         self.incoming_proxy_port = incoming_proxy_port
@@ -112,7 +116,8 @@ class RedirectOptions:
         self.proxy_gid = proxy_gid
         self.inbound_ports_to_ignore = list(inbound_ports_to_ignore)
         self.outbound_ports_to_ignore = list(outbound_ports_to_ignore)
-        self.subnets_to_ignore = list(subnets_to_ignore)
+        # typed prefixes only (parsed where they entered): rendered with checked.text
+        self.subnets_to_ignore = [n for n in subnets_to_ignore if text(n)]
         self.ports_to_redirect = list(ports_to_redirect)
 
 
@@ -133,8 +138,9 @@ def _ignore_ports(ports: Sequence[PortSpec]) -> list[str]:
 def redirect_rules(options: RedirectOptions, family: int) -> list[str]:
     """Rules of PROXY_INIT_REDIRECT (without ``-A <chain>``) for ``family`` (4|6)."""
     out = _ignore_ports(options.inbound_ports_to_ignore)
-    for subnet in options.subnets_to_ignore:
-        if (":" in subnet) == (family == 6):
+    for net in options.subnets_to_ignore:
+        if net.version == family:
+            subnet = text(net)
             out.append(f"-s {subnet} {_comment(f'ignore-subnet-{subnet}')} -j RETURN")
     to = options.incoming_proxy_port
     if options.ports_to_redirect:
@@ -222,8 +228,8 @@ def nft_script(options: RedirectOptions, ipv6: bool = True) -> str:
     if options.inbound_ports_to_ignore:
         ignored_in = _nft_set(options.inbound_ports_to_ignore)
         inbound.append(f"tcp dport {ignored_in} return comment \"proxy-init/ignore-port\"")
-    for subnet in options.subnets_to_ignore:
-        ip = "ip6" if ":" in subnet else "ip"
+    for net in options.subnets_to_ignore:
+        ip, subnet = FAMILIES[net.version].nft, text(net)
         inbound.append(f"{ip} saddr {subnet} return comment \"proxy-init/ignore-subnet-{subnet}\"")
     to = options.incoming_proxy_port
     if options.ports_to_redirect:

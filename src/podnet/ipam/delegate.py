@@ -96,8 +96,7 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
     not the address itself. Code 7 when there is no address, more than one of a family, or no
     usable gateway; 6 when an entry is malformed. ``dns`` is passed through (``{}`` if absent).
     """
-    import ipaddress
-
+    from podnet import checked
     from podnet.cni import errors
 
     ips = result.get("ips")
@@ -106,10 +105,10 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
     out: Allocation = {}
     for i, ip in enumerate(ips):
         try:
-            iface = ipaddress.ip_interface(ip["address"])
-        except (KeyError, TypeError, ValueError):
+            iface = checked.interface(ip["address"], prefix=False)
+        except (KeyError, TypeError, checked.BadValue):
             raise CNIError(
-                f"IPAM plugin {plugin_type} returned a malformed ips[{i}]: {ip!r}",
+                f"IPAM plugin {plugin_type} returned a malformed ips[{i}]: {checked.show(ip)}",
                 code=errors.DECODE_FAILURE,
             ) from None
         family, addr, net = iface.version, iface.ip, iface.network
@@ -121,10 +120,11 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
         gw_text = ip.get("gateway")
         if gw_text:
             try:
-                gw = ipaddress.ip_address(gw_text)
-            except ValueError:
+                gw = checked.ip(gw_text)
+            except checked.BadValue:
                 raise CNIError(
-                    f"IPAM plugin {plugin_type} returned a malformed gateway {gw_text!r}",
+                    f"IPAM plugin {plugin_type} returned a malformed gateway "
+                    f"{checked.show(gw_text)}",
                     code=errors.DECODE_FAILURE,
                 ) from None
             if gw.version != family or gw == addr:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from podnet import proc
+from podnet.checked import PATH_CHARS
 from podnet.cni.errors import InterfaceExists, InvalidEnv, KernelError
 from podnet.link import sysctl
 
@@ -49,11 +50,14 @@ class PodLink:
         bridge: str = "",
         prefixes: dict[int, int] | None = None,
     ) -> None:
+        from podnet.checked import text
+
         self.host_if = host_if
         self.ifname = ifname
         self.netns = netns
         self.mtu = mtu
-        self.addresses = list(addresses)
+        # every address is written into ip batches: text() refuses anything but an address
+        self.addresses = [(f, text(pod_ip), text(gw)) for f, pod_ip, gw in addresses]
         self.host_mac = host_mac
         self.pod_mac = pod_mac
         self.alias = alias
@@ -61,11 +65,20 @@ class PodLink:
         self.prefixes = prefixes or {}
 
 
+#: Characters a double-quoted ``ip -batch`` word may hold: iproute2 takes everything up to the
+#: next ``"`` literally (no escapes), but a line break ends the command and ``#`` a comment.
+_WORD_CHARS = PATH_CHARS
+
+
 def q(word: str) -> str:
     """``word`` as one ``ip -batch`` argument: double-quoted, so interface names such as
-    ``help``, ``up`` or ``x#y`` (valid CNI_IFNAMEs; ``#`` starts a comment in a batch) and the
-    alias are taken literally. CNI_IFNAME cannot contain quotes or spaces (skel checks it)."""
-    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    ``help`` or ``up`` and the alias are taken literally. Refused (ValueError) — never escaped —
+    unless every character is one of ``[A-Za-z0-9_.-/+@,=~:]``: the words given here passed
+    :func:`podnet.checked.name` (CNI_IFNAME, bridges) or :func:`podnet.checked.path` (CNI_NETNS,
+    the dataDir in the alias) where they entered."""
+    if not word or not _WORD_CHARS.issuperset(word):
+        raise ValueError(f"refusing to give ip the word {word!r}")
+    return f'"{word}"'
 
 
 def host_batch(link: PodLink) -> list[str]:
@@ -124,14 +137,22 @@ def pod_batch(link: PodLink) -> list[str]:
 
 
 def _batch(lines: list[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode()
+    from podnet.checked import batch_line
+
+    return ("".join(batch_line(line) + "\n" for line in lines)).encode()
 
 
 def check_ifname(ifname: str) -> None:
-    """Raise :class:`InvalidEnv` (4) for an ifname with ``#``: ``ip -batch`` strips everything
-    after it as a comment, even inside quotes. Call it before any state changes."""
-    if "#" in ifname:
-        raise InvalidEnv(f"CNI_IFNAME {ifname!r}: podnet cannot configure names with '#'")
+    """Raise :class:`InvalidEnv` (4) unless CNI_IFNAME is a name podnet can give ``ip``
+    (:func:`podnet.checked.name`: 1-15 of ``[A-Za-z0-9_.-]``; the spec allows more, but ``#``
+    starts a comment in a batch even inside quotes, and quotes, ``;``, braces or ``%`` have no
+    place in an interface name). Call it before any state changes."""
+    from podnet import checked
+
+    try:
+        checked.name(ifname)
+    except checked.BadValue as err:
+        raise InvalidEnv(f"CNI_IFNAME: {err}") from None
 
 
 def prespawn_host() -> proc.Spawned:
@@ -181,7 +202,11 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned) -> None:
 
 
 def _quote(word: str) -> str:
-    return "'" + word.replace("'", "'\\''") + "'"
+    """``word`` single-quoted for ``sh``; refused (ValueError) when it holds anything but the
+    characters of a checked path (sysctl paths built from a checked CNI_IFNAME)."""
+    if not word or not _WORD_CHARS.issuperset(word):
+        raise ValueError(f"refusing to give sh the word {word!r}")
+    return f"'{word}'"
 
 
 #: Where ``ip -n NAME`` opens NAME (iproute2's NETNS_RUN_DIR).
@@ -246,6 +271,18 @@ def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
         rc, _, err = _configure_with_nsenter(link, []).wait()
     if rc != 0:
         raise KernelError(f"failed to configure {link.ifname} in {link.netns}", err.strip())
+
+
+def alias_of(name: str) -> str | None:
+    """The alias of link ``name`` in the current netns ("" none, None: no such link); a
+    /sys read, no tool."""
+    try:
+        with open(f"/sys/class/net/{name}/ifalias") as f:
+            return f.read().rstrip("\n")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
 
 
 def prespawn_delete() -> proc.Spawned:

@@ -22,10 +22,12 @@ import ipaddress
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from podnet import checked
 from podnet.networks.errors import NetworkError
 
 __all__ = [
     "BRIDGE_KEYS",
+    "address",
     "check_name",
     "fill_defaults",
     "is_true",
@@ -36,6 +38,7 @@ __all__ = [
 _BOOLS = ("true", "false", "yes", "no", "1", "0", "on", "off")
 MTU_RANGE = (1280, 16384)
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+Iface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
 def check_name(name: str) -> None:
@@ -64,10 +67,10 @@ def _cidr(family: int) -> Callable[[str], None]:
         if value in ("none", "auto"):
             return
         try:
-            iface = ipaddress.ip_interface(value)
-            if "/" not in value:
-                raise ValueError
-        except ValueError:
+            iface = checked.interface(value)
+        except checked.ScopedAddress as err:
+            raise ValueError(str(err)) from None
+        except checked.BadValue:
             raise ValueError(f"invalid CIDR address: {value}") from None
         if iface.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
@@ -84,8 +87,10 @@ def _cidr(family: int) -> Callable[[str], None]:
 def _address(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
         try:
-            addr = ipaddress.ip_address(value)
-        except ValueError:
+            addr = checked.ip(value)
+        except checked.ScopedAddress as err:
+            raise ValueError(str(err)) from None
+        except checked.BadValue:
             raise ValueError(f'Not an IPv{family} address "{value}"') from None
         if addr.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
@@ -136,7 +141,7 @@ def validate(name: str, config: Mapping[str, str]) -> dict[str, str]:
     for family in (4, 6):
         nat_address = out.get(f"ipv{family}.nat.address")
         net = subnet(out, family)
-        if nat_address and net is not None and ipaddress.ip_address(nat_address) in net:
+        if nat_address and net is not None and checked.ip(nat_address) in net:
             raise NetworkError(
                 f'Invalid value for network "{name}" option "ipv{family}.nat.address": '
                 f"{nat_address} is inside the network's own subnet {net}"
@@ -149,7 +154,7 @@ def subnet(config: Mapping[str, str], family: int) -> Net | None:
     value = config.get(f"ipv{family}.address", "")
     if value in ("", "none", "auto"):
         return None
-    return ipaddress.ip_interface(value).network
+    return checked.interface(value).network
 
 
 def gateway(config: Mapping[str, str], family: int) -> str | None:
@@ -157,7 +162,16 @@ def gateway(config: Mapping[str, str], family: int) -> str | None:
     value = config.get(f"ipv{family}.address", "")
     if value in ("", "none", "auto"):
         return None
-    return str(ipaddress.ip_interface(value).ip)
+    return str(checked.interface(value).ip)
+
+
+def address(config: Mapping[str, str], family: int) -> Iface | None:
+    """The bridge's own address with its prefix (``ipvN.address``) as a typed value, or None
+    (none, auto or unset)."""
+    value = config.get(f"ipv{family}.address", "")
+    if value in ("", "none", "auto"):
+        return None
+    return checked.interface(value)
 
 
 def _free_subnet(family: int, taken: Iterable[Net], rng: Callable[[int], int]) -> str:
@@ -165,7 +179,7 @@ def _free_subnet(family: int, taken: Iterable[Net], rng: Callable[[int], int]) -
     for _ in range(256):
         if family == 4:
             n = rng(1 << 16)
-            net: Net = ipaddress.ip_network(f"10.{n >> 8}.{n & 0xFF}.0/24")
+            net: Net = ipaddress.IPv4Network(((10 << 24) | (n << 8), 24))
         else:
             n = rng(1 << 48)
             prefix = (0xFD42 << 112) | (n << 64)
@@ -187,6 +201,6 @@ def fill_defaults(config: Mapping[str, str], taken: Iterable[Net], *, create: bo
         key = f"ipv{family}.address"
         if out.get(key, "auto" if create else "") == "auto":
             out[key] = _free_subnet(family, taken, rng)
-            taken.append(ipaddress.ip_interface(out[key]).network)
+            taken.append(checked.interface(out[key]).network)
             out.setdefault(f"ipv{family}.nat", "true")
     return out

@@ -3,13 +3,25 @@ answers (400 invalid, 404 not found, 409 conflict, 412 stale ETag) and LXD's mes
 
 from __future__ import annotations
 
+from podnet.checked import one_line
+
 __all__ = ["NetworkError"]
 
 
 class NetworkError(ValueError):
-    """Refused: ``str(err)`` is the message (LXD's wording where LXD has one), ``status`` the
-    HTTP status (default 400). The CLI prints ``Error: <message>`` and exits 1."""
+    """Refused: ``str(err)`` is the message (LXD's wording where LXD has one) on one line
+    (:func:`one_line`), ``status`` the HTTP status (default 400). The CLI prints ``Error:
+    <message>`` and exits 1."""
 
     def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
+        super().__init__(one_line(message))
         self.status = status
+
+    @classmethod
+    def lines(cls, *lines: str, status: int = 400) -> NetworkError:
+        """A message of several lines, as some of LXD's are (``yaml: unmarshal errors:`` and
+        one line per field): each line is made one line by itself, so a refused value still
+        cannot add a line of its own."""
+        err = cls("", status)
+        err.args = ("\n".join(one_line(line) for line in lines),)
+        return err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from podnet import checked
 from podnet.firewall.dnat import Dnat
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward
@@ -85,11 +86,15 @@ def parse_ports(text: str) -> list[int]:
     return out
 
 
-def _address(text: str) -> Addr | None:
+def _address(text: str, message: str) -> Addr:
+    """``text`` as an address; NetworkError ``message`` (LXD's) otherwise, with the reason
+    for a scoped IPv6 address."""
     try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
+        return checked.ip(text)
+    except checked.ScopedAddress as err:
+        raise NetworkError(f"{message}: {err}") from None
+    except checked.BadValue:
+        raise NetworkError(message) from None
 
 
 def _special(net: Net, addr: Addr) -> str:
@@ -106,13 +111,17 @@ def listen_address(text: str) -> Addr:
     """The listen address of a new forward: an IP address that traffic can be forwarded from.
     LXD's messages for a bad or unspecified address; podnet also refuses loopback, multicast
     and link-local addresses (nothing routes them to a node)."""
-    addr = _address(text)
-    if addr is None:
+    try:
+        addr = checked.ip(text)
+    except checked.ScopedAddress as err:
+        raise NetworkError(f"Failed parsing address forward listen address: {err}") from None
+    except checked.BadValue:
+        # LXD's message: Go's ParseCIDR of the text with a host prefix appended
         suffix = "/128" if ":" in text else "/32"
         raise NetworkError(
             f'Failed parsing address forward listen address "{text}": '
             f"invalid CIDR address: {text}{suffix}"
-        )
+        ) from None
     if addr.is_unspecified:
         raise NetworkError(f'Cannot use unspecified address: "{addr}"')
     for what, flag in (("loopback", addr.is_loopback), ("multicast", addr.is_multicast),
@@ -138,9 +147,7 @@ def validate(net: NetworkView, forward: Forward) -> list[Dnat]:
     out: list[Dnat] = []
     default = None
     if forward.default_target:
-        default = _address(forward.default_target)
-        if default is None:
-            raise NetworkError("Invalid default target address")
+        default = _address(forward.default_target, "Invalid default target address")
         if default.version != listen.version:
             raise NetworkError(
                 "Cannot mix IP versions in listen address and default target address"
@@ -158,9 +165,7 @@ def validate(net: NetworkView, forward: Forward) -> list[Dnat]:
                 f"Invalid port protocol in port specification {i}, protocol must be one of: "
                 "tcp, udp"
             )
-        target = _address(spec.target_address)
-        if target is None:
-            raise NetworkError(f"Invalid target address in port specification {i}")
+        target = _address(spec.target_address, f"Invalid target address in port specification {i}")
         if default is not None and target == default:
             raise NetworkError(
                 f"Target address is same as default target address in port specification {i}"

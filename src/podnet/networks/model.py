@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from podnet import checked
+
 __all__ = [
     "FORWARD_KEYS",
     "Forward",
@@ -37,8 +39,8 @@ def canonical_address(text: str) -> str:
     ``::ffff:198.51.100.9`` → ``198.51.100.9`` as LXD's ``net.ParseIP().String()``), else as
     given (validation refuses it later with a message naming it)."""
     try:
-        addr = ipaddress.ip_address(text.strip())
-    except ValueError:
+        addr = checked.ip(text.strip())
+    except checked.BadValue:
         return text.strip()
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         return str(addr.ipv4_mapped)

@@ -31,13 +31,17 @@ MIN_MTU = {4: 68, 6: 1280}
 
 def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
     """``(dataDir, busyTimeout)`` of ``section`` (the NetConf, or its ``ipam`` object with
-    ``where="ipam."``): an absolute path (default :data:`DEFAULT_DATA_DIR`) and seconds >= 0
-    (default 5). Code 7 naming ``<where>dataDir`` / ``<where>busyTimeout``."""
+    ``where="ipam."``): an absolute, normal path of safe characters (default
+    :data:`DEFAULT_DATA_DIR`; :func:`podnet.checked.path` — it reaches ``ip`` in the host veths'
+    alias and nft in the table's comment) and seconds >= 0 (default 5). Code 7 naming
+    ``<where>dataDir`` / ``<where>busyTimeout``."""
+    from podnet import checked
+
     data_dir = section.get("dataDir", DEFAULT_DATA_DIR)
-    if not isinstance(data_dir, str) or not data_dir.startswith("/"):
-        raise InvalidConfig(f"{where}dataDir: must be an absolute path, got {data_dir!r}")
-    if "\0" in data_dir:
-        raise InvalidConfig(f"{where}dataDir: must not contain a NUL character")
+    try:
+        checked.path(data_dir)
+    except checked.BadValue as err:
+        raise InvalidConfig(f"{where}dataDir: {err}") from None
     timeout = netconf.opt_seconds(section, "busyTimeout", 5, 0, MAX_BUSY_TIMEOUT, where=where)
     return data_dir, timeout
 
@@ -51,9 +55,15 @@ def ipam_type(raw: dict[str, Any]) -> str:
         return ""
     if not isinstance(ipam, dict):
         raise InvalidConfig(f"ipam: must be an object, got {ipam!r}")
+    from podnet import checked
+
     kind = ipam.get("type")
-    if not isinstance(kind, str) or not kind or "/" in kind or kind in (".", ".."):
-        raise InvalidConfig(f"ipam.type: must name a plugin file in CNI_PATH, got {kind!r}")
+    if (not isinstance(kind, str) or not 0 < len(kind) <= 255 or kind in (".", "..")
+            or not checked.PATH_CHARS.issuperset(kind) or "/" in kind):  # fmt: skip
+        raise InvalidConfig(
+            f"ipam.type: must name a plugin file in CNI_PATH (letters, digits, '_', '.', '-'), "
+            f"got {checked.show(kind)}"
+        )
     return kind
 
 
@@ -73,7 +83,7 @@ class StoreConf:
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_name(raw)
         self.data_dir, self.busy_timeout = store_keys(raw)
-        self.log_file = netconf.require_str(raw, "logFile", optional=True)
+        self.log_file = netconf.log_file(raw)
         self.ipam_type = ipam_type(raw)
 
 
@@ -87,6 +97,13 @@ class PodnetConf(StoreConf):
         super().__init__(raw)
         #: A bridge network (``podnetctl network create``) the pods join instead of ptp links.
         self.network = netconf.require_str(raw, "network", optional=True)
+        if self.network:
+            from podnet import checked
+
+            try:
+                checked.name(self.network)
+            except checked.BadValue as err:
+                raise InvalidConfig(f"network: {err} (a bridge network's name)") from None
         if self.network and (self.ipam_type or raw.get("ranges") is not None):
             raise InvalidConfig(
                 f"network: a pod of bridge network {self.network!r} gets its address from the "
@@ -120,23 +137,26 @@ class PodnetConf(StoreConf):
 def parse_ranges(value: object, key: str = "ranges") -> list[Network]:
     """``ranges`` (or ``key``, e.g. ``ipam.ranges``): a non-empty list of CIDRs with no host
     bits, each with >= 1 usable address. Code 7 naming ``key[i]``."""
-    import ipaddress
+    from podnet import checked
 
     if not isinstance(value, list) or not value:
         raise InvalidConfig(f"{key}: must be a non-empty list of CIDRs")
     out: list[Network] = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise InvalidConfig(f"{key}[{i}]: must be a CIDR string, got {item!r}")
+            raise InvalidConfig(f"{key}[{i}]: must be a CIDR string, got {checked.show(item)}")
         try:
-            net = ipaddress.ip_network(item, strict=True)
-        except ValueError as err:
-            raise InvalidConfig(f"{key}[{i}]: {item!r} is not a valid CIDR: {err}") from None
+            net = checked.network(item, strict=True)
+        except checked.BadValue as err:
+            raise InvalidConfig(f"{key}[{i}]: {err}") from None
         if net.num_addresses < 4:
             raise InvalidConfig(
                 f"{key}[{i}]: {item} is too small (needs network, gateway, one pod, last)"
             )
         if net in out:
             raise InvalidConfig(f"{key}[{i}]: {item} is listed twice")
+        for j, other in enumerate(out):
+            if other.version == net.version and net.overlaps(other):
+                raise InvalidConfig(f"{key}[{i}]: {item} overlaps {key}[{j}] {other}")
         out.append(net)
     return out

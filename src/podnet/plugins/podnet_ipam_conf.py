@@ -74,29 +74,24 @@ def parse_routes(value: object, key: str = "ipam.routes") -> list[dict[str, str]
         return None
     if not isinstance(value, list):
         raise InvalidConfig(f'{key}: must be a list of {{"dst": CIDR, "gw"?: address}}')
-    import ipaddress
+    from podnet import checked
 
     out: list[dict[str, str]] = []
     for i, item in enumerate(value):
         where = f"{key}[{i}]"
         if not isinstance(item, dict):
             raise InvalidConfig(f"{where}: must be an object")
-        dst = item.get("dst")
-        if not isinstance(dst, str):
-            raise InvalidConfig(f"{where}.dst: must be a CIDR string, got {dst!r}")
         try:
-            net = ipaddress.ip_network(dst, strict=False)
-        except ValueError:
-            raise InvalidConfig(f"{where}.dst: {dst!r} is not a CIDR") from None
+            net = checked.network(item.get("dst"), strict=False)
+        except checked.BadValue as err:
+            raise InvalidConfig(f"{where}.dst: {err}") from None
         route = {"dst": str(net)}
         gw = item.get("gw")
         if gw is not None:
             try:
-                gw_ip = ipaddress.ip_address(gw) if isinstance(gw, str) else None
-            except ValueError:
-                gw_ip = None
-            if gw_ip is None:
-                raise InvalidConfig(f"{where}.gw: {gw!r} is not an IP address")
+                gw_ip = checked.ip(gw)
+            except checked.BadValue as err:
+                raise InvalidConfig(f"{where}.gw: {err}") from None
             if gw_ip.version != net.version:
                 raise InvalidConfig(f"{where}.gw: {gw} is not of the family of {net}")
             route["gw"] = str(gw_ip)

@@ -101,6 +101,7 @@ class RedirectConf:
         inbound = ports("inboundPortsToIgnore", get("inboundPortsToIgnore", []))
         outbound = ports("outboundPortsToIgnore", get("outboundPortsToIgnore", []))
         subnets = get("subnetsToIgnore", [])
+        subnets_key = "subnetsToIgnore"
         uid = get("proxyUID", None)
         if uid is None:
             uid = 2102
@@ -115,19 +116,24 @@ class RedirectConf:
             )
         if f"{prefix}skip-subnets" in annotations:
             subnets = str(annotations[f"{prefix}skip-subnets"]).split(",")
+            subnets_key = f"runtimeConfig.{ANNOTATIONS}.{prefix}skip-subnets"
         if f"{prefix}proxy-uid" in annotations:
             try:
                 uid = int(annotations[f"{prefix}proxy-uid"])
             except ValueError:
                 raise InvalidConfig(f"{prefix}proxy-uid: not an integer") from None
         if not isinstance(subnets, list):
-            raise InvalidConfig("subnetsToIgnore: must be a list of CIDRs")
-        import ipaddress
+            raise InvalidConfig(f"{subnets_key}: must be a list of CIDRs")
+        from podnet import checked
 
-        try:
-            cidrs = [str(ipaddress.ip_network(str(s).strip())) for s in subnets if str(s).strip()]
-        except ValueError as err:
-            raise InvalidConfig(f"subnetsToIgnore: {err}") from None
+        cidrs = []
+        for i, item in enumerate(subnets):
+            if isinstance(item, str) and not item.strip():
+                continue
+            try:
+                cidrs.append(checked.network(item.strip() if isinstance(item, str) else item))
+            except checked.BadValue as err:
+                raise InvalidConfig(f"{subnets_key}[{i}]: {err}") from None
         self.options: RedirectOptions = redirect.RedirectOptions(
             incoming_proxy_port=port("incomingProxyPort", get("incomingProxyPort", 4143)),
             outgoing_proxy_port=port("outgoingProxyPort", get("outgoingProxyPort", 4140)),

@@ -14,7 +14,6 @@ IPv6 host IP optionally in brackets (``[2001:db8::1]:8080:80/udp``).
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from podnet import checked
 from podnet.cni.env import valid_ifname
 from podnet.runtime.errors import ArgsError
 
@@ -142,11 +142,9 @@ def parse_port(spec: str) -> dict[str, Any]:
         if host_ip.startswith("[") and host_ip.endswith("]"):
             host_ip = host_ip[1:-1]
         try:
-            out["hostIP"] = str(ipaddress.ip_address(host_ip))
-        except ValueError:
-            raise ArgsError(
-                f"invalid port spec {spec!r}: {host_ip!r} is not an IP address"
-            ) from None
+            out["hostIP"] = str(checked.ip(host_ip))
+        except checked.BadValue as err:
+            raise ArgsError(f"invalid port spec {checked.show(spec)}: {err}") from None
     return out
 
 
