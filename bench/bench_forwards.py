@@ -237,7 +237,7 @@ class PodnetNode:
 
     def ctl(self, *args: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns, str(PODNETCTL), "network", "--data-dir",
-                self.data, *args]  # fmt: skip
+                self.data, "--init", *args]  # fmt: skip
 
     def setup(self) -> None:
         sh(*self.ctl("create", NETWORK, *NETWORK_KEYS), env=self.bench.env)

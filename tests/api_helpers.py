@@ -365,7 +365,7 @@ def schema_run(data_dir: str, max_examples: int, seed: int) -> None:
     from podnet.api.app import create_app
     from podnet.networks.ops import Manager
 
-    inner = create_app(Manager(data_dir))
+    inner = create_app(Manager(data_dir, create=True))
     crashes: list[str] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:

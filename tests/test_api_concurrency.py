@@ -160,7 +160,7 @@ def cli_job(lab: Lab, data: Path, w: int, start: threading.Barrier) -> list[str]
     if w % 2:
         steps.append(("forward", "delete", "br0", listen))
     for args in steps:
-        out = lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(data), *args,
+        out = lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(data), "--init", *args,
                        check=False)
         if out.returncode != 0:
             errors.append(f"cli {w} {' '.join(args)}: {out.stderr.strip()}")

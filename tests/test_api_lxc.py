@@ -62,7 +62,7 @@ class Twin:
 
     def ctl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         argv = ["ip", "netns", "exec", self.node_b, PODNETCTL, "network", "--data-dir",
-                str(self.data_b), *args]
+                str(self.data_b), "--init", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, input=input,
                               stdin=subprocess.DEVNULL if input is None else None)
 

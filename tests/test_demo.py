@@ -79,7 +79,9 @@ def test_demo_passes_quickly_and_leaves_nothing() -> None:
         "client → 198.51.100.10:80 → pod-c",
         "client → 198.51.100.11:8090 → pod-d",
         "pod-d → 198.51.100.10 → pod-c (hairpin, another pod of the bridge)",
-        "tcp 8080 refused",
+        "client → 198.51.100.11:8080 → pod-d",
+        "forward on the node's own 192.0.2.1 refused",
+        "198.51.100.11:9999 dropped",
         "no bridge and no forward element left",
     ):
         assert text in out, text
@@ -106,6 +108,9 @@ def test_demo_interrupted_tears_down(signum: int, group: bool) -> None:
         text=True,
         env=env,
         start_new_session=True,
+        # as from a terminal: a suite started as a background job has SIGINT ignored, and a
+        # child keeps an ignored disposition (POSIX; Python then installs no handler)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     lines = []

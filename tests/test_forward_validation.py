@@ -375,7 +375,7 @@ class Node:
 
     def argv(self, *args: str) -> list[str]:
         return ["ip", "netns", "exec", self.lab.node, PODNETCTL, "network", "--data-dir",
-                str(self.data_dir), *args]  # fmt: skip
+                str(self.data_dir), "--init", *args]  # fmt: skip
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(*args), capture_output=True, text=True, input="",
@@ -736,8 +736,13 @@ def ptp_conf(data_dir: Path, *mappings: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.root
 def test_hostport_refuses_forward(lab: Lab, tmp_path: Path) -> None:
+    """A forward on one of the node's own addresses (here on lo) may not take a hostPort's
+    traffic; on an address the node only routes it takes none, and is accepted (issue 13 item
+    6: hostPorts answer only behind ``fib daddr type local``)."""
     node = Node(lab, tmp_path)
     node.must("create", *N1)
+    for local in ("198.51.100.5", "198.51.100.7"):
+        lab.exec(lab.node, "ip", "addr", "add", f"{local}/32", "dev", "lo")
     pod = lab.pod()
     rc, res = lab.cni("ADD", ptp_conf(tmp_path,
                                       {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
@@ -746,16 +751,18 @@ def test_hostport_refuses_forward(lab: Lab, tmp_path: Path) -> None:
                       container_id="ctr-a", netns=pod)  # fmt: skip
     assert rc == 0, res
     node.must(*F, "create", "n1", "198.51.100.5")
-    shadow = "Forward {what} on {addr} would shadow hostPort tcp/{port} on {where} held by container ctr-a"
+    shadow = ("Forward {what} on {addr} (an address of this node) would take the traffic of "
+              "hostPort tcp/{port} on {where} held by container ctr-a")
     node.refuse((*F, "port", "add", "n1", "198.51.100.5", "tcp", "8080", "10.0.0.4"),
                 FU + shadow.format(what="tcp/8080", addr="198.51.100.5", port=8080,
                                    where="any address"))  # fmt: skip
     node.refuse((*F, "port", "add", "n1", "198.51.100.5", "tcp", "8000-8090", "10.0.0.4", "80"),
                 FU + shadow.format(what="tcp/8080", addr="198.51.100.5", port=8080,
                                    where="any address"))  # fmt: skip
+    # a default target on a node address takes the wildcard hostPort's traffic there too
     node.refuse((*F, "create", "n1", "198.51.100.7", "target_address=10.0.0.4"),
-                FC + shadow.format(what="every port", addr="198.51.100.7", port=8081,
-                                   where="198.51.100.7"))  # fmt: skip
+                FC + shadow.format(what="every port", addr="198.51.100.7", port=8080,
+                                   where="any address"))  # fmt: skip
     node.must(*F, "create", "n1", "198.51.100.7")
     node.refuse((*F, "port", "add", "n1", "198.51.100.7", "tcp", "8081", "10.0.0.4"),
                 FU + shadow.format(what="tcp/8081", addr="198.51.100.7", port=8081,
@@ -763,22 +770,40 @@ def test_hostport_refuses_forward(lab: Lab, tmp_path: Path) -> None:
     # Not a clash: another protocol, or the port on another address than the hostPort's.
     node.must(*F, "port", "add", "n1", "198.51.100.5", "udp", "8080", "10.0.0.4")
     node.must(*F, "port", "add", "n1", "198.51.100.5", "tcp", "8081", "10.0.0.4")
+    # Not a clash: the wildcard hostPort's port, or a whole address, on an address the node
+    # does not own (a wildcard hostPort never answers there).
+    node.must(*F, "create", "n1", "198.51.100.9")
+    node.must(*F, "port", "add", "n1", "198.51.100.9", "tcp", "8080", "10.0.0.4")
+    node.must(*F, "create", "n1", "198.51.100.10", "target_address=10.0.0.4")
 
 
 @pytest.mark.root
 def test_forward_refuses_hostport(lab: Lab, tmp_path: Path) -> None:
+    """A hostPort is refused when a forward on one of the node's own addresses takes its
+    traffic, not when the forward's listen address is one the node only routes."""
     node = Node(lab, tmp_path)
     node.must("create", *N1)
+    for local in ("198.51.100.6", "198.51.100.8"):
+        lab.exec(lab.node, "ip", "addr", "add", f"{local}/32", "dev", "lo")
+    node.must(*F, "create", "n1", "198.51.100.11")
+    node.must(*F, "port", "add", "n1", "198.51.100.11", "tcp", "9191", "10.0.0.5")
+    node.must(*F, "create", "n1", "198.51.100.12", "target_address=10.0.0.7")
     node.must(*F, "create", "n1", "198.51.100.6")
     node.must(*F, "port", "add", "n1", "198.51.100.6", "tcp", "9090", "10.0.0.5")
     node.must(*F, "create", "n1", "198.51.100.8", "target_address=10.0.0.6")
     cases = [
         ({"hostPort": 9090, "containerPort": 80, "protocol": "tcp"},
-         "hostPort tcp/9090 on 0.0.0.0 is taken by the forward of 198.51.100.6 in network n1"),
+         "hostPort tcp/9090 on 0.0.0.0 is taken by the forward of 198.51.100.6 (an address of "
+         "this node) in network n1"),
         ({"hostPort": 9090, "containerPort": 80, "protocol": "tcp", "hostIP": "198.51.100.6"},
-         "hostPort tcp/9090 on 198.51.100.6 is taken by the forward of 198.51.100.6 in network n1"),
+         "hostPort tcp/9090 on 198.51.100.6 is taken by the forward of 198.51.100.6 (an address "
+         "of this node) in network n1"),
         ({"hostPort": 1234, "containerPort": 80, "protocol": "udp", "hostIP": "198.51.100.8"},
-         "hostPort udp/1234 on 198.51.100.8 is taken by the forward of 198.51.100.8 in network n1"),
+         "hostPort udp/1234 on 198.51.100.8 is taken by the forward of 198.51.100.8 (an address "
+         "of this node) in network n1"),
+        ({"hostPort": 1235, "containerPort": 80, "protocol": "udp"},
+         "hostPort udp/1235 on 0.0.0.0 is taken by the forward of 198.51.100.8 (an address of "
+         "this node) in network n1"),
     ]  # fmt: skip
     for i, (mapping, message) in enumerate(cases):
         pod = lab.pod()
@@ -790,11 +815,16 @@ def test_forward_refuses_hostport(lab: Lab, tmp_path: Path) -> None:
         changed = [k for k in before if before[k] != after.get(k)]
         assert not changed, f"refused ADD {mapping} changed {changed}"
         assert lab.exec(pod, "ip", "link", "show", "eth0", check=False).returncode != 0
-    # Not a clash: udp/9090 on any address, tcp/9090 on another address.
+    # Not a clash once the default target on the node's .8 is gone: udp/9090 on any address,
+    # tcp/9090 on another address, and the ports of the forwards on addresses the node only
+    # routes (.11 with tcp/9191, .12 whole).
+    node.must(*F, "delete", "n1", "198.51.100.8")
     pod = lab.pod()
     rc, res = lab.cni("ADD", ptp_conf(tmp_path,
                                       {"hostPort": 9090, "containerPort": 80, "protocol": "udp"},
                                       {"hostPort": 9090, "containerPort": 80, "protocol": "tcp",
-                                       "hostIP": "198.51.100.9"}),
+                                       "hostIP": "198.51.100.9"},
+                                      {"hostPort": 9191, "containerPort": 80, "protocol": "tcp"},
+                                      {"hostPort": 9192, "containerPort": 80, "protocol": "tcp"}),
                       container_id="ctr-ok", netns=pod)  # fmt: skip
     assert rc == 0, res

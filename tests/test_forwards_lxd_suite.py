@@ -59,7 +59,7 @@ def test_lxd_network_forward_suite(lab: Lab, tmp_path: Path) -> None:
     n = f"lxdt{lab.tag}"  # the suite's N=lxdt$$ (a bridge name, at most 15 characters)
 
     def lxc(*args: str) -> subprocess.CompletedProcess[str]:
-        return lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(tmp_path), *args,
+        return lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(tmp_path), "--init", *args,
                         check=False, input="")  # fmt: skip
 
     def ok(step: str, *args: str) -> None:

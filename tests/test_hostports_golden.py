@@ -33,14 +33,17 @@ BRIDGES = [
 ]
 
 
-def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=()):  # type: ignore[no-untyped-def]
-    return table.script(TableState(ranges, [hostports.dnat_of(m) for m in mappings], forwards, bridges))
+def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=(), drops=(), owner=""):  # type: ignore[no-untyped-def]
+    return table.script(TableState(ranges, [hostports.dnat_of(m) for m in mappings], forwards, bridges,
+                                   drops, owner))
 
 
 CASES = {
     "table_full.nft": lambda: full(),
     "table_empty.nft": lambda: full([], []),
-    "table_networks.nft": lambda: full(forwards=FORWARDS, bridges=BRIDGES),
+    # 2001:db8:f::1 has a port and no default target: its other traffic is dropped (seed 004)
+    "table_networks.nft": lambda: full(forwards=FORWARDS, bridges=BRIDGES, drops=["2001:db8:f::1"],
+                                       owner="podnet:/var/lib/podnet"),
     "add.nft": lambda: hostports.add_script(MAPPINGS),
     "delete.nft": lambda: hostports.delete_script(MAPPINGS),
 }

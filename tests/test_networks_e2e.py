@@ -40,7 +40,7 @@ class Net:
                  "ipv4.nat=true", "ipv6.nat=true")
 
     def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        out = self.lab.exec(self.lab.node, PODNETCTL, "network", "--data-dir", str(self.data), *args,
+        out = self.lab.exec(self.lab.node, PODNETCTL, "network", "--data-dir", str(self.data), "--init", *args,
                             check=False)
         if check:
             assert out.returncode == 0, f"podnetctl network {' '.join(args)}: {out.stderr}"

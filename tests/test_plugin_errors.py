@@ -219,7 +219,7 @@ def test_requested_ips_and_mac(lab: Lab, tmp_path: Path) -> None:
     assert "02:00:00:aa:bb:cc" in lab.exec(pod, "ip", "link", "show", "eth0").stdout
     before = state(lab, tmp_path)
     # Taken, outside the ranges, the gateway: refused, nothing changed.
-    for ips, code in ((["10.244.2.77"], 100), (["10.9.9.9"], 7), (["10.244.2.1"], 7)):
+    for ips, code in ((["10.244.2.77"], 105), (["10.9.9.9"], 7), (["10.244.2.1"], 7)):
         bad = {**netconf(tmp_path), "runtimeConfig": {"ips": ips}}
         rc, out = lab.cni("ADD", bad, container_id="c2", netns=lab.pod())
         assert rc != 0 and out["code"] == code, (ips, out)

@@ -231,7 +231,7 @@ def test_requested_addresses(tmp_path: Path) -> None:
     rc, res = call("ADD", conf, cid="b", args="IgnoreUnknown=1;IP=10.22.0.78")
     assert rc == 0 and res["ips"][0]["address"] == "10.22.0.78/24", res
     rc, out = call("ADD", conf, cid="c", args="IP=10.22.0.78")
-    assert rc == 1 and out["code"] == 100
+    assert rc == 1 and out["code"] == 105 and "held by" in out["msg"], out
     for wanted in ("10.23.0.5", "10.22.0.1", "10.22.0.255"):
         rc, out = call("ADD", conf, cid="d", args=f"IP={wanted}")
         assert rc == 1 and out["code"] == 7, out

@@ -11,7 +11,7 @@ import pytest
 from podnet.cni.errors import CNIError
 from podnet.store import open_store
 from podnet.store.db import PortMapping
-from podnet.store.schema import SEED_SCHEMA
+from podnet.store.schema import MIGRATIONS, SEED_SCHEMA
 
 SEED_PATH = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_f1c294133b789409.txt"
 
@@ -50,9 +50,10 @@ def test_connection_setup_and_migrations(tmp_path: Path) -> None:
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         names = [r[0] for r in store.conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
         assert names == ["0001_seed_schema", "0002_pod_attachments_range_options", "0003_podnet_state",
-                         "0004_pod_owner", "0005_networks", "0006_certificates"]
+                         "0004_pod_owner", "0005_networks", "0006_certificates",
+                         "0007_portmap_claims"]
     with open_store(str(tmp_path)) as again:  # re-open: nothing re-applied
-        assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == 6
+        assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
 
 
 def _pod(store, cid: str, v4: str) -> None:  # type: ignore[no-untyped-def]

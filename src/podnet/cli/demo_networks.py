@@ -6,8 +6,10 @@ node namespace after the hostPort fetches:
 2. pod-c and pod-d on the bridge, through the runtime, each with an HTTP server;
 3. a whole-address forward 198.51.100.10 → pod-c and a port forward 198.51.100.11:8090 →
    pod-d:80 (``podnetctl network forward create`` / ``port add``), fetched from the client
-   namespace, which routes 198.51.100.0/24 through the node; port 8080, pod-a's hostPort, is
-   refused (a forward may not shadow it);
+   namespace, which routes 198.51.100.0/24 through the node; tcp 8080 on 198.51.100.11 →
+   pod-d too (the node only routes that address: pod-a's hostPort 8080 never answers there),
+   while a forward on the node's own 192.0.2.1 is refused (it would take that hostPort's
+   traffic), and 198.51.100.11:9999 — no port, no default target — is dropped (seed 004);
 4. hairpin: pod-c and pod-d → 198.51.100.10 (the target itself and another pod of the bridge);
 5. ``forward list``, then DEL of both pods, the forwards and the network, and a check that
    no bridge and no forward element is left.
@@ -20,12 +22,15 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from podnet import checked
 from podnet.runtime import RuntimeConf, load_conflist
 
 if TYPE_CHECKING:
     from podnet.cli.demo import Demo, Pod
 
 BRIDGE = "demobr"
+#: The node's own address facing the client namespace (the demo's setup gives it).
+NODE_ADDR = "192.0.2.1"
 BRIDGE_NETWORK = "demobr-pods"
 WHOLE, PORTS = "198.51.100.10", "198.51.100.11"
 LISTEN_RANGE = "198.51.100.0/24"
@@ -68,7 +73,7 @@ def run_networks(demo: Demo) -> None:
                 demo._netns(pod.netns)
                 result = cni.add(net, RuntimeConf(pod.container_id, pod.path))
                 for ip in result.get("ips", []):
-                    if ":" in ip["address"]:
+                    if checked.family(ip["address"]) == 6:
                         pod.ipv6 = ip["address"].split("/")[0]
                     else:
                         pod.ipv4 = ip["address"].split("/")[0]
@@ -84,16 +89,27 @@ def run_networks(demo: Demo) -> None:
         with p.step(f"forward {PORTS}: tcp 8090 → pod-d:{POD_PORT}") as detail:
             detail.append(ctl("forward", "create", BRIDGE, PORTS))
             ctl("forward", "port", "add", BRIDGE, PORTS, "tcp", "8090", d.ipv4, str(POD_PORT))
-        with p.step("tcp 8080 refused: pod-a's hostPort holds it on any address") as detail:
+        with p.step(f"forward {PORTS}: tcp 8080 → pod-d:{POD_PORT} (the node only routes "
+                    f"{PORTS}: pod-a's hostPort 8080 never answers there)"):
+            ctl("forward", "port", "add", BRIDGE, PORTS, "tcp", "8080", d.ipv4, str(POD_PORT))
+        with p.step(f"forward on the node's own {NODE_ADDR} refused: pod-a's hostPort 8080 "
+                    "answers there") as detail:
             try:
-                ctl("forward", "port", "add", BRIDGE, PORTS, "tcp", "8080", d.ipv4, str(POD_PORT))
+                ctl("forward", "create", BRIDGE, NODE_ADDR, f"target_address={c.ipv4}")
             except DemoError as err:
                 detail.append(str(err).split("Error: ", 1)[-1])
             else:
-                raise DemoError("a forward port shadowing a hostPort was accepted")
+                raise DemoError("a forward taking a hostPort's traffic was accepted")
+        with p.step(f"{PORTS}:9999 dropped: no port of the forward, no default target "
+                    "(seed 004)") as detail:
+            ok, body = demo.fetch(client, _url(PORTS, 9999), timeout=1.0)
+            if ok:
+                raise DemoError(f"answered: {body!r}")
+            detail.append(body.strip().splitlines()[-1] if body.strip() else "no answer")
         checks = [
             (client, _url(WHOLE, POD_PORT), c, f"client → {WHOLE}:{POD_PORT} → pod-c"),
             (client, _url(PORTS, 8090), d, f"client → {PORTS}:8090 → pod-d"),
+            (client, _url(PORTS, 8080), d, f"client → {PORTS}:8080 → pod-d"),
             (c.netns, _url(WHOLE, POD_PORT), c, f"pod-c → {WHOLE} → pod-c (hairpin, itself)"),
             (d.netns, _url(WHOLE, POD_PORT), c,
              f"pod-d → {WHOLE} → pod-c (hairpin, another pod of the bridge)"),  # fmt: skip

@@ -61,10 +61,45 @@ format_option = click.option("--format", "-f", "fmt", default="table", show_defa
 
 
 def _manager(ctx: click.Context) -> Any:
-    """The :class:`~podnet.networks.ops.Manager` the ``network`` group made for this run."""
+    """The :class:`~podnet.networks.ops.Manager` for this run, made on first use from the
+    store options (``--data-dir``, ``--busy-timeout``, ``--init``) given before or after the
+    subcommand."""
+    from podnet.networks.ops import Manager
+
     obj = ctx.find_object(dict)
     assert obj is not None, "the network group sets ctx.obj"
+    if "manager" not in obj:
+        obj["manager"] = Manager(obj["data_dir"], busy_timeout=obj["busy_timeout"],
+                                 create=obj["init"],
+                                 warn=lambda msg: click.echo(f"Warning: {msg}", err=True))
     return obj["manager"]
+
+
+def _store_option(key: str) -> Any:
+    """A callback keeping a store option's value in ``ctx.obj`` (the last one given wins)."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None and value is not False:
+            ctx.ensure_object(dict)[key] = value
+
+    return keep
+
+
+def _store_options() -> list[click.Option]:
+    """``--data-dir``, ``--busy-timeout`` and ``--init`` for a subcommand, so they may also
+    follow it (``podnetctl network forward list br0 --data-dir …``)."""
+    return [
+        click.Option(["--data-dir"], default=None, expose_value=False, is_eager=True,
+                     callback=_store_option("data_dir"),
+                     help="podnet's state directory (podnet.db) [default: the group's].",
+                     metavar="DIR"),
+        click.Option(["--busy-timeout"], type=float, default=None, expose_value=False,
+                     is_eager=True, callback=_store_option("busy_timeout"),
+                     help="Seconds to wait for the store's write lock."),
+        click.Option(["--init"], is_flag=True, default=False, expose_value=False, is_eager=True,
+                     callback=_store_option("init"),
+                     help="Create the state database if --data-dir holds none."),
+    ]  # fmt: skip
 
 
 def _pairs(args: tuple[str, ...], message: str) -> dict[str, str]:
@@ -119,14 +154,16 @@ def _edit(text: str, template: str, apply: Any) -> None:
               show_envvar=True, help="podnet's state directory (podnet.db).")
 @click.option("--busy-timeout", type=float, default=5.0, show_default=True,
               help="Seconds to wait for the store's write lock.")
+@click.option("--init", is_flag=True,
+              help="Create the state database if --data-dir holds none (else refused: a "
+              "mistyped data dir must not become an empty store).")
 @click.pass_context
-def network(ctx: click.Context, data_dir: str, busy_timeout: float) -> None:
-    """Manage networks (bridge networks pods join; the ptp networks of podnet conflists)."""
-    from podnet.networks.ops import Manager
+def network(ctx: click.Context, data_dir: str, busy_timeout: float, init: bool) -> None:
+    """Manage networks (bridge networks pods join; the ptp networks of podnet conflists).
 
-    ctx.ensure_object(dict)
-    ctx.obj["manager"] = Manager(data_dir, busy_timeout=busy_timeout,
-                                 warn=lambda msg: click.echo(f"Warning: {msg}", err=True))
+    The store options (--data-dir, --busy-timeout, --init) may also follow any subcommand."""
+    obj = ctx.ensure_object(dict)
+    obj.update(data_dir=data_dir, busy_timeout=busy_timeout, init=init)
 
 
 # -- networks ------------------------------------------------------------------------------------
@@ -397,8 +434,9 @@ def forward_put(data: dict[str, Any]) -> dict[str, Any]:
             raise NetworkError(f"yaml: ports[{i}] must be a mapping")
         unknown = [k for k in item if k not in PORT_KEYS]
         if unknown:
-            raise NetworkError(f"yaml: unmarshal errors:\n  field {unknown[0]} not found in "
-                               "type api.NetworkForwardPort")  # fmt: skip
+            raise NetworkError.lines("yaml: unmarshal errors:",
+                                     f"  field {unknown[0]} not found in type "
+                                     "api.NetworkForwardPort")  # fmt: skip
         parsed.append(ForwardPort(**{k: _text(item.get(k)) for k in PORT_KEYS}))
     return {"description": _text(data.get("description")),
             "config": {str(k): _text(v) for k, v in config.items()}, "ports": parsed}  # fmt: skip
@@ -466,3 +504,14 @@ for _group, _aliases in ((network, {"list": "ls", "delete": "rm"}),
                          (forward, {"list": "ls", "delete": "rm"})):  # fmt: skip
     for _name, _alias in _aliases.items():
         _group.add_command(_group.commands[_name], _alias)
+
+
+def _add_store_options(group: click.Group) -> None:
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _add_store_options(command)
+        elif not any(p.name == "data_dir" for p in command.params):
+            command.params.extend(_store_options())
+
+
+_add_store_options(network)

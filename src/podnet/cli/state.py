@@ -8,7 +8,6 @@ commands never create one.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from podnet import checked
 from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
 
 if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net commands skip them)
@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net co
     from rich.table import Table
 
     from podnet.store import Store
+    from podnet.store.db import PortMapping
 
 Record = dict[str, Any]
 
@@ -43,6 +44,7 @@ COLUMNS: dict[str, Sequence[tuple[str, str]]] = {
         ("protocol", "PROTO"),
         ("target", "POD"),
         ("container_id", "CONTAINER"),
+        ("plugin", "PLUGIN"),
     ),
     "ranges": (
         ("id", "ID"),
@@ -56,7 +58,7 @@ COLUMNS: dict[str, Sequence[tuple[str, str]]] = {
 
 
 def _endpoint(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+    return f"[{ip}]:{port}" if checked.family(ip) == 6 else f"{ip}:{port}"
 
 
 def pod_records(store: Store) -> list[Record]:
@@ -70,10 +72,18 @@ def pod_records(store: Store) -> list[Record]:
 
 
 def port_records(store: Store) -> list[Record]:
-    """Every ``portmap_entries`` row plus ``host`` and ``target`` as ``ip:port`` text."""
+    """Every published hostPort — podnet's (``portmap_entries``, ``plugin`` "podnet") and
+    podnet-portmap's (``portmap_claims``, ``plugin`` "podnet-portmap", with its ``network``) —
+    plus ``host`` and ``target`` as ``ip:port`` text."""
     out = []
-    for m in store.portmaps():
+    mappings: list[tuple[str, str | None, PortMapping]] = [
+        ("podnet", None, m) for m in store.portmaps()]
+    mappings += [("podnet-portmap", network, m) for network, m in store.portmap_claims()]
+    for plugin, network, m in mappings:
         rec = m.as_dict()
+        rec["plugin"] = plugin
+        if network is not None:
+            rec["network"] = network
         rec["host"] = _endpoint(m.host_ip, m.host_port)
         rec["target"] = _endpoint(m.container_ip, m.container_port)
         out.append(rec)
@@ -86,8 +96,8 @@ def range_records(store: Store) -> list[Record]:
 
     out = []
     for rid, subnet, description, masq in store.ranges():
-        net = ipaddress.ip_network(subnet)
-        used = sum(1 for a in store.used_addresses(net.version) if ipaddress.ip_address(a) in net)
+        net = checked.network(subnet)
+        used = sum(1 for a in store.used_addresses(net.version) if checked.ip(a) in net)
         out.append(
             {
                 "id": rid,
@@ -120,9 +130,20 @@ def render_text(records: Sequence[Record], output: str) -> str:
     import yaml
 
     if output == "json":
-        return json.dumps(list(records), indent=2, default=str)
+        return json.dumps([_json_safe(r) for r in records], indent=2, default=str)
     text: str = yaml.safe_dump(list(records), sort_keys=False, default_flow_style=False)
     return text
+
+
+#: Integers JSON readers take exactly (IEEE doubles: JavaScript, jq); larger become strings.
+_JSON_INT_MAX = 2**53
+
+
+def _json_safe(record: Record) -> Record:
+    """``record`` with integers beyond ±2^53 (an IPv6 range's address count) as strings, which
+    every JSON reader keeps exact."""
+    return {k: str(v) if isinstance(v, int) and not isinstance(v, bool)
+            and abs(v) > _JSON_INT_MAX else v for k, v in record.items()}  # fmt: skip
 
 
 def console() -> Console:

@@ -28,6 +28,7 @@ HOSTPORT_CONFLICT = 101
 INTERFACE_EXISTS = 102
 CHECK_FAILED = 103
 KERNEL_FAILURE = 104
+ADDRESS_IN_USE = 105
 
 
 class CNIError(Exception):
@@ -49,7 +50,10 @@ class CNIError(Exception):
 
     def to_json(self, cni_version: str) -> dict[str, object]:
         """The spec's error object for ``cni_version``."""
-        out: dict[str, object] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        from podnet.checked import one_line
+
+        out: dict[str, object] = {"cniVersion": cni_version, "code": self.code,
+                                  "msg": one_line(self.msg)}  # fmt: skip
         if self.details:
             out["details"] = self.details
         return out
@@ -92,9 +96,17 @@ class Unavailable(CNIError):
 
 
 class NoFreeAddress(CNIError):
-    """Every configured range of a family is full (code 100)."""
+    """Every configured range of a family is full (code 100). Only that: an address asked for
+    that is held is :class:`AddressInUse`."""
 
     code = NO_FREE_ADDRESS
+
+
+class AddressInUse(CNIError):
+    """An address the runtime asked for (``runtimeConfig.ips``, CNI_ARGS ``IP=``) is already
+    held (code 105); ``msg`` names the holder."""
+
+    code = ADDRESS_IN_USE
 
 
 class HostPortConflict(CNIError):

@@ -57,10 +57,11 @@ def run(script: str, *, die_with_parent: bool = True) -> Outcome:
     return outcome(start(script, die_with_parent=die_with_parent))
 
 
-def list_text(*what: str) -> str | None:
-    """``nft list <what…>`` output; None when the object does not exist; KernelError (104) for
-    any other failure (nft's message in ``details``)."""
-    rc, out, err = proc.spawn(["nft", "list", *what]).wait()
+def list_text(*what: str, terse: bool = False) -> str | None:
+    """``nft list <what…>`` output (``terse``: ``-t``, without set and map elements); None when
+    the object does not exist; KernelError (104) for any other failure (nft's message in
+    ``details``)."""
+    rc, out, err = proc.spawn(["nft", *(["-t"] if terse else []), "list", *what]).wait()
     if rc == 0:
         return out
     if _MISSING in err:
@@ -99,3 +100,16 @@ def map_elements(family: str, table: str, name: str) -> set[str] | None:
         return set()
     body = out[start_at + len("elements = {") : out.find("}", start_at)]
     return {" ".join(e.split()) for e in body.split(",") if e.strip()}
+
+
+def table_comment(family: str, table: str) -> str | None:
+    """The comment of table ``family table`` ("" when it has none), or None when there is no
+    such table. KernelError (104) when nft cannot list it."""
+    text = list_text("table", family, table, terse=True)
+    if text is None:
+        return None
+    for line in text.splitlines()[1:3]:
+        words = line.strip()
+        if words.startswith('comment "') and words.endswith('"'):
+            return words[len('comment "') : -1]
+    return ""

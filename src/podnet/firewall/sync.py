@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni.errors import KernelError
+from podnet.cni.errors import InvalidConfig, KernelError
 from podnet.firewall import FORWARDS, T, hostports, nft
 
 TYPE_CHECKING = False
@@ -65,16 +65,54 @@ def state(store: Store, *, without: Collection[str] = ()) -> TableState:
                 nat[family] = is_true(net.config.get(f"ipv{family}.nat", "false"))
                 nat_address[family] = net.config.get(f"ipv{family}.nat.address") or None
         bridges.append(table.BridgeNat(net.name, subnets, nat, nat_address))
-    return table.TableState(ranges, mappings, store.forward_dnats(), bridges)
+    return table.TableState(ranges, mappings, store.forward_dnats(), bridges,
+                            store.forward_drops())  # fmt: skip
+
+
+class TableOwned(InvalidConfig):
+    """Table ``inet podnet`` of this network namespace belongs to another store (code 7): its
+    comment names that store's data dir, and a database is there. Only the store that owns
+    the node-wide table rebuilds it (issue 13, item 5)."""
+
+
+def claim(store: Store) -> str:
+    """The owner mark this store writes into the table's comment (``podnet:<dataDir>``), once
+    it is sure the table is not another store's: no table, no comment (a table of a podnet
+    that did not mark it yet), this store's mark, or the mark of a data dir whose database is
+    gone.
+    :class:`TableOwned` (7) naming the owner otherwise; KernelError (104) when nft cannot list
+    the table."""
+    from podnet.link.names import owner_alias
+    from podnet.store.db import DB_NAME
+
+    data_dir = os.path.dirname(store.path)
+    mine = owner_alias(data_dir)
+    current = nft.table_comment(hostports.FAMILY, hostports.TABLE)
+    if not current or current == mine:
+        return mine
+    if not current.startswith("podnet:"):
+        raise TableOwned(f"dataDir: table inet podnet of this network namespace was not made "
+                         f"by podnet (its comment is {current!r}); podnet leaves it alone")
+    other = current[len("podnet:") :]
+    if os.path.exists(os.path.join(other, DB_NAME)):
+        raise TableOwned(
+            f"dataDir: table inet podnet of this network namespace belongs to the store in "
+            f"{other}, not {data_dir}: the podnet networks of a node share one dataDir "
+            f"(a mistyped data dir? {other}/{DB_NAME} exists)"
+        )
+    return mine
 
 
 def rebuild(store: Store, *, without: Collection[str] = ()) -> None:
     """Replace the table with one built from the store (atomic), leaving out the hostPorts of
-    the containers in ``without`` (those being deleted: their rows go right after). Records the
-    epoch. KernelError (104) with nft's message."""
+    the containers in ``without`` (those being deleted: their rows go right after), marked as
+    this store's (:func:`claim`: never another store's table). Records the epoch. KernelError
+    (104) with nft's message; :class:`TableOwned` (7)."""
     from podnet.firewall import table
 
-    nft.apply(table.script(state(store, without=without)), "rebuild table inet podnet")
+    content = state(store, without=without)
+    content.owner = claim(store)
+    nft.apply(table.script(content), "rebuild table inet podnet")
     with store.write():
         store.set_state(EPOCH_KEY, epoch())
 
@@ -84,24 +122,39 @@ def current(store: Store) -> bool:
     return store.get_state(EPOCH_KEY) == epoch()
 
 
-def forwards(store: Store, old: Sequence[Dnat], new: Sequence[Dnat],
-             warn: Warn | None = None) -> None:  # fmt: skip
-    """Make the kernel's forward elements go from ``old`` to ``new`` (one forward's, inside the
-    write transaction that records the change): one nft transaction deleting what is gone and
-    adding what is new, so its cost does not depend on how many forwards exist. A stale table,
-    or one missing an element, is rebuilt from the store (which already holds the change)."""
-    new_keys = {(d.kind, d.family, d.key()): d.value() for d in new}
-    old_keys = {(d.kind, d.family, d.key()): d.value() for d in old}
-    gone = [d for d in old if new_keys.get((d.kind, d.family, d.key())) != d.value()]
-    added = [d for d in new if old_keys.get((d.kind, d.family, d.key())) != d.value()]
-    if not gone and not added:
+def forwards(store: Store, listen: str, old: Sequence[Dnat] | None,
+             new: Sequence[Dnat] | None, warn: Warn | None = None) -> None:  # fmt: skip
+    """Make the kernel's elements of the forward on ``listen`` go from ``old`` to ``new``
+    (its translations; None: the forward does not exist), inside the write transaction that
+    records the change: one nft transaction deleting what is gone and adding what is new, so
+    its cost does not depend on how many forwards exist. A forward without a default target
+    has its listen address in the drop set (seed 004). A stale table, or one missing an
+    element, is rebuilt from the store (which already holds the change)."""
+    from podnet import checked
+    from podnet.firewall import dnat
+    from podnet.firewall.table import drop_set
+
+    before, after = old or [], new or []
+    new_keys = {(d.kind, d.family, d.key()): d.value() for d in after}
+    old_keys = {(d.kind, d.family, d.key()): d.value() for d in before}
+    gone = [d for d in before if new_keys.get((d.kind, d.family, d.key())) != d.value()]
+    added = [d for d in after if old_keys.get((d.kind, d.family, d.key())) != d.value()]
+    dropped_before = old is not None and not any(d.kind == dnat.WHOLE for d in before)
+    dropped_after = new is not None and not any(d.kind == dnat.WHOLE for d in after)
+    if not gone and not added and dropped_before == dropped_after:
         return
     if not current(store):
         rebuild(store)
         return
-    from podnet.firewall import dnat
-
-    done = nft.run(dnat.delete_script(T, FORWARDS, gone) + dnat.add_script(T, FORWARDS, added))
+    address = checked.text(listen)
+    drop = f"{T} {drop_set(checked.family(address))} {{ {address} }}\n"
+    script = dnat.delete_script(T, FORWARDS, gone)
+    if dropped_before and not dropped_after:
+        script += f"delete element {drop}"
+    script += dnat.add_script(T, FORWARDS, added)
+    if dropped_after and not dropped_before:
+        script += f"add element {drop}"
+    done = nft.run(script)
     if done.ok:
         return
     if not done.missing and warn is not None:

@@ -10,6 +10,8 @@ Both kinds of DNAT are :class:`~podnet.firewall.dnat.Dnat` entries in hash maps,
     forwards                   hairpin marks, then port DNATs before whole-address DNATs
     hostports                  marks, then DNATs (see below)
     input (filter)             no new connection to 127.0.0.0/8 from outside ``lo``
+    forward_drop_in/_out       (filter, after the DNATs) drop what still goes to the listen
+                               address of a forward without a default target (seed 004)
     postrouting (nat, srcnat)  marked → masquerade; a network's SNAT address; egress masquerade
 
 Forwards are not behind ``fib daddr type local``: a listen address is usually routed to the
@@ -30,6 +32,7 @@ outside every range and subnet is masqueraded, or SNATed to the network's ``ipvN
 
 from __future__ import annotations
 
+from podnet import checked
 from podnet.firewall import FAMILY, FORWARDS, HOSTPORTS, TABLE, T
 from podnet.firewall import dnat as d
 
@@ -62,9 +65,11 @@ class BridgeNat:
 
 class TableState:
     """Everything the table is built from: ``ranges`` ``(cidr, ip_masq)`` of the ptp ranges,
-    ``hostports`` and ``forwards`` (DNAT entries), ``bridges`` (:class:`BridgeNat`)."""
+    ``hostports`` and ``forwards`` (DNAT entries), ``bridges`` (:class:`BridgeNat`), ``drops``
+    (listen addresses of forwards without a default target: the traffic no port takes is
+    dropped), ``owner`` (the mark of the store that owns the table, its comment; "" none)."""
 
-    __slots__ = ("ranges", "hostports", "forwards", "bridges")
+    __slots__ = ("ranges", "hostports", "forwards", "bridges", "drops", "owner")
 
     def __init__(
         self,
@@ -72,23 +77,44 @@ class TableState:
         hostports: Sequence[Dnat] = (),
         forwards: Sequence[Dnat] = (),
         bridges: Sequence[BridgeNat] = (),
+        drops: Sequence[str] = (),
+        owner: str = "",
     ) -> None:
         self.ranges = list(ranges)
         self.hostports = list(hostports)
         self.forwards = list(forwards)
         self.bridges = list(bridges)
+        self.drops = [checked.text(a) for a in drops]
+        self.owner = owner
 
 
 def _collapse(subnets: Iterable[str], family: int) -> list[str]:
     import ipaddress  # only a rebuild needs it; DEL does not pay for the import
 
-    nets = [ipaddress.ip_network(s) for s in subnets]
+    nets = [checked.network(s) for s in subnets]
     same = [n for n in nets if n.version == family]
-    return [str(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
+    return [checked.text(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
 
 
-def _set(name: str, addr_type: str, elements: Sequence[str]) -> str:
-    body = f"type {addr_type}; flags interval;"
+
+
+def _comment(owner: str) -> str:
+    """The table's ``comment`` line (nft takes at most 128 characters); ValueError for text
+    that is not a mark of a checked path."""
+    if not owner:
+        return ""
+    if len(owner) > 120 or not checked.PATH_CHARS.issuperset(owner):
+        raise ValueError(f"refusing to write the table comment {checked.show(owner)}")
+    return f'  comment "{owner}"\n'
+
+
+def drop_set(family: int) -> str:
+    """The set of listen addresses whose unmatched traffic is dropped: ``fwd_drop_v4``/``_v6``."""
+    return f"{FORWARDS}_drop_v{family}"
+
+
+def _set(name: str, addr_type: str, elements: Sequence[str], *, interval: bool = True) -> str:
+    body = f"type {addr_type};" + (" flags interval;" if interval else "")
     if elements:
         body += " elements = { " + ", ".join(elements) + " };"
     return f"  set {name} {{ {body} }}\n"
@@ -107,8 +133,9 @@ def script(state: TableState) -> str:
     for bridge in state.bridges:
         for family, cidr in sorted(bridge.subnets.items()):
             inner.append(cidr)
-            if bridge.nat_address.get(family):
-                snat.append((family, cidr, str(bridge.nat_address[family])))
+            nat_address = bridge.nat_address.get(family)
+            if nat_address:
+                snat.append((family, checked.text(cidr), checked.text(nat_address)))
             elif bridge.nat.get(family):
                 egress.append(cidr)
     mark = f"0x{MASQ_MARK:08x}"
@@ -138,6 +165,7 @@ def script(state: TableState) -> str:
         f"add table {T}\n",
         f"delete table {T}\n",
         f"table {T} {{\n",
+        _comment(state.owner),
         *(d.map_decl(HOSTPORTS, kind, family, state.hostports)
           for kind, family in hostport_kinds),  # fmt: skip
         *(d.map_decl(FORWARDS, kind, family, state.forwards) for kind, family in forward_kinds),
@@ -146,6 +174,8 @@ def script(state: TableState) -> str:
         _set("masq_sources_v4", "ipv4_addr", _collapse([*inner, "127.0.0.0/8"], 4)),
         _set("egress_v4", "ipv4_addr", _collapse(egress, 4)),
         _set("egress_v6", "ipv6_addr", _collapse(egress, 6)),
+        *(_set(drop_set(f), addr_type, [a for a in state.drops if checked.family(a) == f],
+               interval=False) for f, addr_type in ((4, "ipv4_addr"), (6, "ipv6_addr"))),
         _chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;",
                ["jump forwards", "fib daddr type local jump hostports"]),
         _chain("output", "type nat hook output priority -100; policy accept;",
@@ -154,6 +184,12 @@ def script(state: TableState) -> str:
         _chain("hostports", "", hostport_rules),
         _chain("input", "type filter hook input priority filter; policy accept;",
                ['iifname != "lo" ip daddr 127.0.0.0/8 ct state new drop']),
+        # after every DNAT (nat at dstnat / -100): what still goes to the listen address of a
+        # forward without a default target took no port of it — seed 004 drops it
+        _chain("forward_drop_in", "type filter hook prerouting priority -90; policy accept;",
+               ["ip daddr @fwd_drop_v4 drop", "ip6 daddr @fwd_drop_v6 drop"]),
+        _chain("forward_drop_out", "type filter hook output priority -90; policy accept;",
+               ["ip daddr @fwd_drop_v4 drop", "ip6 daddr @fwd_drop_v6 drop"]),
         _chain("postrouting", "type nat hook postrouting priority srcnat; policy accept;",
                postrouting),
         "}\n",

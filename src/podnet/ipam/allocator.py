@@ -13,7 +13,8 @@ from __future__ import annotations
 import ipaddress
 import os
 
-from podnet.cni.errors import InvalidConfig, NoFreeAddress
+from podnet import checked
+from podnet.cni.errors import AddressInUse, InvalidConfig, NoFreeAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def allocate(
 
     ``is_used(family, addr)`` and ``used_counts[family]`` describe current allocations.
     ``requested`` (``{family: address}``, from the ``ips`` capability or CNI_ARGS ``IP=``) must
-    be a usable address of a configured range (else code 7) and free (else code 100).
+    be a usable address of a configured range (else code 7) and free (else
+    :class:`AddressInUse`, code 105).
     ``gateways``: a range's gateway when it is not network + 1 (a bridge network's address);
     it is never handed out either. Raises :class:`NoFreeAddress` (code 100) naming the family's
     ranges when all are full.
@@ -91,17 +93,17 @@ def allocate(
 
     out: dict[int, tuple[str, str, Network]] = {}
     for family, wanted in (requested or {}).items():
-        ip = ipaddress.ip_address(wanted)
+        ip = checked.ip(wanted)
         net = next((n for n in ranges if n.version == family and ip in n), None)
         if net is None:
             raise InvalidConfig(f"requested address {wanted} is in none of the ranges")
         offset = int(ip) - int(net.network_address)
-        if offset < 2 or offset >= net.num_addresses - 1:
+        if offset < 2 or offset >= net.num_addresses - 1 or wanted == gateway(net):
             raise InvalidConfig(
                 f"requested address {wanted} is the network, gateway or last address of {net}"
             )
         if is_used(family, wanted):
-            raise NoFreeAddress(f"requested address {wanted} is already allocated")
+            raise AddressInUse(f"requested address {wanted} is already allocated")
         out[family] = (wanted, gateway(net), net)
     families = []
     for net in ranges:
@@ -140,14 +142,22 @@ def allocate_in(
     transaction. Same result and errors as :func:`allocate` (7, 100).
     """
     used: dict[int, set[str]] = {f: store.used_addresses(f) for f in {n.version for n in ranges}}
-    return allocate(
-        ranges,
-        lambda family, addr: addr in used[family],
-        {f: len(u) for f, u in used.items()},
-        rng,
-        requested,
-        gateways,
-    )
+    try:
+        return allocate(
+            ranges,
+            lambda family, addr: addr in used[family],
+            {f: len(u) for f, u in used.items()},
+            rng,
+            requested,
+            gateways,
+        )
+    except AddressInUse as err:
+        for family, wanted in (requested or {}).items():
+            holder = store.address_holder(family, wanted)
+            if holder is not None:
+                err.msg = f"requested address {wanted} is already held by {holder.container_id}"
+                err.args = (err.msg,)
+        raise
 
 
 def exhausted(ranges: Sequence[Network], used: Callable[[int], Iterable[str]]) -> str | None:
@@ -156,7 +166,7 @@ def exhausted(ranges: Sequence[Network], used: Callable[[int], Iterable[str]]) -
     gives the allocated addresses of that family."""
     for family in sorted({n.version for n in ranges}):
         nets = [n for n in ranges if n.version == family]
-        addrs = [ipaddress.ip_address(a) for a in used(family)]
+        addrs = [checked.ip(a) for a in used(family)]
         if all(sum(1 for a in addrs if a in n) >= usable_count(n) for n in nets):
             return f"no free IPv{family} address left in {', '.join(str(n) for n in nets)}"
     return None

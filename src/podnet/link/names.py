@@ -29,3 +29,11 @@ def random_mac() -> str:
     raw = bytearray(os.urandom(6))
     raw[0] = (raw[0] & 0xFE) | 0x02
     return ":".join(f"{b:02x}" for b in raw)
+
+
+def owner_alias(data_dir: str) -> str:
+    """The alias podnet sets on the links it makes (host veths, bridges): ``podnet:<dataDir>``
+    names the store that owns them, so GC of one ``dataDir`` never touches another's links and
+    no store takes over a link it did not make. ``data_dir`` is a checked path
+    (:func:`podnet.checked.path`)."""
+    return f"podnet:{data_dir}"

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from podnet import checked
 from podnet.firewall import sync
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
@@ -37,6 +39,7 @@ NETWORK_TYPES = ("bridge", "ptp")
 PTP_KEYS = ("ipv4.ranges", "ipv6.ranges")
 
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+Iface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
 def _forward_of(row: ForwardRow) -> Forward:
@@ -63,26 +66,47 @@ def view(row: NetworkRow) -> fwd.NetworkView:
         for key in PTP_KEYS:
             for cidr in row.config.get(key, "").split(","):
                 if cidr.strip():
-                    net = ipaddress.ip_network(cidr.strip())
+                    net = checked.network(cidr.strip())
                     subnets[net.version].append(net)
     return fwd.NetworkView(row.name, row.type, subnets)
 
 
 class Manager:
-    """Networks and forwards of the store in ``data_dir`` (created if needed), on this node
-    (``node``: default the host name, LXD's member name). ``busy_timeout``: seconds to wait for
-    the store's write lock. ``warn``: where failures the operation survives are reported."""
+    """Networks and forwards of the store in ``data_dir`` on this node (``node``: default the
+    host name, LXD's member name). ``busy_timeout``: seconds to wait for the store's write
+    lock. ``warn``: where failures the operation survives are reported. ``create``: make the
+    store when ``data_dir`` holds none; otherwise a missing database is refused (a mistyped
+    data dir must not become an empty store whose rebuild empties the node's table).
+
+    ``data_dir`` is made absolute and must be a path podnet accepts
+    (:func:`podnet.checked.path`): NetworkError (400) otherwise. The links podnet makes for it
+    carry :attr:`owner` (``podnet:<data_dir>``)."""
 
     def __init__(self, data_dir: str, *, busy_timeout: float = 5.0, node: str | None = None,
-                 warn: Any = None) -> None:  # fmt: skip
-        self.data_dir = data_dir
+                 warn: Any = None, create: bool = False) -> None:  # fmt: skip
+        from podnet.link.names import owner_alias
+
+        try:
+            self.data_dir = checked.path(os.path.abspath(data_dir))
+        except checked.BadValue as err:
+            raise NetworkError(f"Invalid data dir: {err}") from None
+        self.owner = owner_alias(self.data_dir)
         self.busy_timeout = busy_timeout
         self.node = node or socket.gethostname()
         self.warn = warn
+        self.create = create
 
     @contextmanager
     def _store(self) -> Iterator[Store]:
-        with open_store(self.data_dir, busy_timeout=self.busy_timeout) as store:
+        try:
+            store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=self.create)
+        except FileNotFoundError:
+            raise NetworkError(
+                f"No podnet database in {self.data_dir}: give the data dir of the node's store "
+                "(--data-dir, PODNET_DATA_DIR), or --init to create a new one there",
+                404,
+            ) from None
+        with store:
             yield store
 
     # -- reading -----------------------------------------------------------------------------
@@ -148,7 +172,7 @@ class Manager:
             for nets in view(row).subnets.values():
                 out += [(n, f'network "{row.name}"') for n in nets]
         for _, cidr, description, _ in store.ranges():
-            out.append((ipaddress.ip_network(cidr), f"range {cidr} ({description or 'podnet'})"))
+            out.append((checked.network(cidr), f"range {cidr} ({description or 'podnet'})"))
         return out
 
     def create_network(self, name: str, *, type: str = "bridge", description: str = "",
@@ -177,15 +201,40 @@ class Manager:
             self._check_overlap(name, valid, taken)
             addresses = _addresses(valid)
             mtu = int(valid.get("bridge.mtu", "0"))
+            mine = self._bridge_is_ours(name)
             with store.write():
                 store.insert_network(name, "bridge", description, valid)
-                bridge.create(name, addresses, mtu)
+                bridge.create(name, addresses, mtu, owner=self.owner)
                 try:
                     sync.rebuild(store)
                 except BaseException:
-                    bridge.delete(name)
+                    if not mine:
+                        bridge.delete(name, owner=self.owner)
                     raise
             return self._as_network(store, self._network(store, name))
+
+    def _unshared(self, store: Store, row: NetworkRow) -> list[str]:
+        """The ranges of ptp network ``row`` that no other network lists and no pod (of any
+        owner: podnet-ipam shares the store) holds an address in."""
+        others = {r for other in store.networks() if other.id != row.id and other.type == "ptp"
+                  for r in _ptp_ranges(other)}  # fmt: skip
+        out = []
+        for cidr in _ptp_ranges(row):
+            net = checked.network(cidr)
+            held = any(checked.ip(a) in net for a in store.used_addresses(net.version))
+            if cidr not in others and not held:
+                out.append(cidr)
+        return out
+
+    def _bridge_is_ours(self, name: str) -> bool:
+        """Whether a bridge ``name`` exists and carries this store's mark (a leftover of a
+        network of this store); NetworkError 409 when a link of that name is not podnet's."""
+        from podnet.link import bridge
+
+        try:
+            return bridge.require_ours(name, self.owner)
+        except bridge.NotOurs as err:
+            raise NetworkError(err.msg, 409) from None
 
     def _check_overlap(self, name: str, config: Mapping[str, str],
                        taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
@@ -239,32 +288,51 @@ class Manager:
             new_description = row.description if (patch and description is None) else \
                 (description or "")  # fmt: skip
             old_addresses, new_addresses = _addresses(row.config), _addresses(valid)
+            if not self._bridge_is_ours(name):
+                raise NetworkError(
+                    f'The bridge of network "{name}" is gone: run podnetctl network restore', 409
+                )
             with store.write():
                 store.update_network(row.id, new_description, valid)
                 bridge.configure(name, old_addresses, new_addresses,
-                                 int(valid.get("bridge.mtu", "0")))  # fmt: skip
+                                 int(valid.get("bridge.mtu", "0")), owner=self.owner)  # fmt: skip
                 try:
                     sync.rebuild(store)
                 except BaseException:
-                    bridge.configure(name, new_addresses, old_addresses)
+                    bridge.configure(name, new_addresses, old_addresses, owner=self.owner)
                     raise
             return self._as_network(store, self._network(store, name))
 
     def delete_network(self, name: str) -> None:
-        """Delete a bridge network with its forwards and its bridge. 400 while pods use it or
-        for a ptp network, 404 unknown."""
+        """Delete a network with its forwards: a bridge network with its bridge (only a bridge
+        podnet made: a link of that name without this store's mark is left alone), a ptp
+        network (a conflist that no longer exists, say) with its ranges, which leave the
+        masquerade sets. 400 while pods use it, 404 unknown."""
         from podnet.link import bridge
 
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
-            if row.type != "bridge":
-                raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
-            if store.network_pods(row.id):
+            if row.type == "bridge":
+                in_use = bool(store.network_pods(row.id))
+            else:
+                in_use = any(p.network_name == name for p in store.pods())
+            if in_use:
                 raise NetworkError("The network is currently in use")
+            mine = False
+            if row.type == "bridge":
+                try:
+                    mine = self._bridge_is_ours(name)
+                except NetworkError as err:  # a link of that name that is not podnet's
+                    if self.warn is not None:
+                        self.warn(f"{err}; left it alone")
             with store.write():
                 store.delete_network(row.id)
-                sync.rebuild(store)  # without its forwards and NAT, before the rows go
-            bridge.delete(name)
+                if row.type == "ptp":
+                    store.delete_ranges(self._unshared(store, row))
+                # without its forwards, NAT and ranges, before the rows go
+                sync.rebuild(store)
+            if mine:
+                bridge.delete(name, owner=self.owner)
 
     def restore(self) -> list[str]:
         """After a reboot or a cleanup behind podnet's back: every bridge with its addresses,
@@ -277,12 +345,17 @@ class Manager:
             for row in store.networks():
                 if row.type != "bridge":
                     continue
-                bridge.create(row.name, _addresses(row.config),
-                              int(row.config.get("bridge.mtu", "0")))  # fmt: skip
+                try:
+                    bridge.create(row.name, _addresses(row.config),
+                                  int(row.config.get("bridge.mtu", "0")),
+                                  owner=self.owner)  # fmt: skip
+                except bridge.NotOurs as err:
+                    done.append(f"nothing for bridge {row.name}: {err.msg}")
+                    continue
                 done.append(f"bridge {row.name}")
                 for _, _, host_if in store.network_pods(row.id):
-                    if bridge.exists(host_if):
-                        bridge.attach(host_if, row.name)
+                    if bridge.alias_of(host_if) == self.owner:
+                        bridge.attach(host_if, row.name, owner=self.owner)
                         done.append(f"  port {host_if}")
             sync.rebuild(store)
             done.append("table inet podnet")
@@ -294,7 +367,7 @@ class Manager:
         holder = store.forward_network_of(listen)
         if holder == row.name:
             raise NetworkError("A forward for that listen address already exists", 409)
-        addr = ipaddress.ip_address(listen)
+        addr = checked.ip(listen)
         suffix = "/32" if addr.version == 4 else "/128"
         if holder is not None:
             raise NetworkError(
@@ -317,22 +390,31 @@ class Manager:
 
     def _check_hostports(self, store: Store, dnats: Sequence[Any]) -> None:
         """A forward may not take traffic a hostPort publishes (and the reverse is refused by
-        the plugin): same protocol and port on the listen address or on any address of its
-        family; a default target on an address a hostPort names."""
+        the plugins). hostPorts answer only on the node's own addresses, so only a forward
+        whose listen address is local can: one listing a hostPort's protocol and port on that
+        address or on any address of its family, or a default target on an address where any
+        hostPort answers. 409 naming the holder (podnet's or podnet-portmap's)."""
+        from podnet.link.local import is_local, local_prefixes
+
+        local = None
         seen = set()
         for d in dnats:
             key = (d.listen, d.protocol, d.port)
             if key in seen:
                 continue
             seen.add(key)
+            if local is None:
+                local = local_prefixes()
+            if not is_local(str(d.listen), local):
+                continue
             held = store.hostport_holder(d.family, str(d.listen), d.protocol, d.port)
             if held:
                 cid, host_ip, host_port, proto = held
                 where = "any address" if host_ip in ("0.0.0.0", "::") else host_ip
                 what = f"{d.protocol}/{d.port}" if d.protocol else "every port"
                 raise NetworkError(
-                    f"Forward {what} on {d.listen} would shadow hostPort {proto}/{host_port} on "
-                    f"{where} held by container {cid}",
+                    f"Forward {what} on {d.listen} (an address of this node) would take the "
+                    f"traffic of hostPort {proto}/{host_port} on {where} held by container {cid}",
                     409,
                 )
 
@@ -360,7 +442,7 @@ class Manager:
                 for d in dnats:
                     d.owner = str(fid)
                 store.set_forward_dnats(fid, dnats)
-                sync.forwards(store, [], dnats, self.warn)
+                sync.forwards(store, new.listen_address, None, dnats, self.warn)
             found = store.forward(row.id, new.listen_address)
             assert found is not None
             return _forward_of(found)
@@ -420,7 +502,7 @@ class Manager:
                 for d in dnats:
                     d.owner = str(found.id)
                 store.set_forward_dnats(found.id, dnats)
-                sync.forwards(store, old, dnats, self.warn)
+                sync.forwards(store, new.listen_address, old, dnats, self.warn)
             again = store.forward(row.id, new.listen_address)
             assert again is not None
             return _forward_of(again)
@@ -471,7 +553,7 @@ class Manager:
             old = store.forward_dnats(found.id)
             with store.write():
                 store.delete_forward(found.id)
-                sync.forwards(store, old, [], self.warn)
+                sync.forwards(store, found.listen_address, old, None, self.warn)
 
 
 def _stale(current: str, sent: str) -> NetworkError:
@@ -485,10 +567,15 @@ def _canonical(text: str) -> str:
     return canonical_address(text)
 
 
-def _addresses(config: Mapping[str, str]) -> list[str]:
-    """The bridge's gateway CIDRs from ``ipv4.address`` / ``ipv6.address``."""
-    return [config[k] for k in ("ipv4.address", "ipv6.address")
-            if config.get(k) not in (None, "", "none", "auto")]  # fmt: skip
+def _addresses(config: Mapping[str, str]) -> list[Iface]:
+    """The bridge's gateway interfaces from ``ipv4.address`` / ``ipv6.address``."""
+    return [a for a in (netconfig.address(config, 4), netconfig.address(config, 6)) if a]
+
+
+def _ptp_ranges(row: NetworkRow) -> list[str]:
+    """The ranges a ptp network recorded (``ipv4.ranges``, ``ipv6.ranges``), canonical."""
+    return [str(checked.network(c.strip())) for key in PTP_KEYS
+            for c in row.config.get(key, "").split(",") if c.strip()]  # fmt: skip
 
 
 def _routes() -> list[Net]:
@@ -507,7 +594,7 @@ def _routes() -> list[Net]:
             dst = route.get("dst") if isinstance(route, dict) else None
             if isinstance(dst, str) and dst != "default":
                 try:
-                    out.append(ipaddress.ip_network(dst, strict=False))
-                except ValueError:
+                    out.append(checked.network(dst, strict=False))
+                except checked.BadValue:
                     pass
     return out

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from podnet.checked import Iface
     from podnet.cni.skel import Call
     from podnet.firewall.sync import Pending
     from podnet.ipam.allocator import Network
@@ -72,39 +73,48 @@ def _mappings_for(
     conf: PodnetConf, container_id: str, addresses: dict[int, str]
 ) -> list[PortMapping]:
     """Requested portMappings → store entries, one per pod family for a wildcard hostIP."""
+    from podnet.checked import FAMILIES
     from podnet.store.db import PortMapping
 
     out = []
     for i, m in enumerate(conf.port_mappings):
-        if m.host_ip:
-            family = 6 if ":" in m.host_ip else 4
+        if m.host_ip is not None:
+            family = m.host_ip.version
             if family not in addresses:
                 raise errors.InvalidConfig(
                     f"runtimeConfig.portMappings[{i}].hostIP: {m.host_ip} is IPv{family} but the "
                     f"pod has no IPv{family} address"
                 )
-            out.append(PortMapping(container_id, m.host_ip, m.host_port, m.protocol,
+            out.append(PortMapping(container_id, str(m.host_ip), m.host_port, m.protocol,
                                    addresses[family], m.container_port))  # fmt: skip
         else:
-            for family, addr in sorted(addresses.items()):
-                wildcard = "::" if family == 6 else "0.0.0.0"
-                out.append(PortMapping(container_id, wildcard, m.host_port, m.protocol, addr,
-                                       m.container_port))  # fmt: skip
+            for version, addr in sorted(addresses.items()):
+                out.append(PortMapping(container_id, FAMILIES[version].wildcard, m.host_port,
+                                       m.protocol, addr, m.container_port))  # fmt: skip
     return out
 
 
 def _check_hostports(store: Store, entries: list[PortMapping]) -> None:
-    """Code 101 naming the holder when a hostPort is held by another container or taken by a
-    network forward (a listed port, or a default target on that hostIP)."""
+    """Code 101 naming the holder when a hostPort's traffic is already taken: by another
+    container's hostPort (podnet's or podnet-portmap's), or by a network forward on one of the
+    node's own addresses — a hostPort answers only there, so a forward on a listen address the
+    node merely routes takes none of its traffic (issue 13, item 6)."""
+    local = None
     for entry in entries:
-        forward = store.forward_port_holder(entry.family, entry.protocol, entry.host_port,
-                                            None if entry.wildcard else entry.host_ip)  # fmt: skip
-        if forward:
-            network, listen = forward
-            raise errors.HostPortConflict(
-                f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is taken by the "
-                f"forward of {listen} in network {network}"
-            )
+        where = None if entry.wildcard else entry.host_ip
+        for network, listen in store.forward_claims(entry.family, entry.protocol,
+                                                    entry.host_port, where):  # fmt: skip
+            if local is None:
+                from podnet.link.local import local_prefixes
+
+                local = local_prefixes()
+            from podnet.link.local import is_local
+
+            if is_local(listen, local):
+                raise errors.HostPortConflict(
+                    f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is taken by "
+                    f"the forward of {listen} (an address of this node) in network {network}"
+                )
         holders = store.hostport_holders(entry)
         if holders:
             h = holders[0]
@@ -119,7 +129,7 @@ class Choice:
     """What ADD's chooser decided inside the write transaction: ``alloc`` (``{family:
     (address, gateway, network)}``), ``ranges_changed`` (the table must be rebuilt), and for a
     pod of a bridge network: ``bridge`` (its name), ``network_id``, ``prefixes`` (family →
-    subnet prefix length), ``bridge_addresses`` (gateway CIDRs) and ``mtu`` (``bridge.mtu``,
+    subnet prefix length), ``bridge_addresses`` (gateway interfaces) and ``mtu`` (``bridge.mtu``,
     0 unset)."""
 
     __slots__ = ("alloc", "ranges_changed", "bridge", "network_id", "prefixes",
@@ -127,7 +137,7 @@ class Choice:
 
     def __init__(self, alloc: Allocation, ranges_changed: bool = False, *, bridge: str = "",
                  network_id: int | None = None, prefixes: dict[int, int] | None = None,
-                 bridge_addresses: list[str] | None = None, mtu: int = 0,
+                 bridge_addresses: list[Iface] | None = None, mtu: int = 0,
                  undo: Callable[[Store], None] | None = None) -> None:  # fmt: skip
         self.alloc = alloc
         self.ranges_changed = ranges_changed
@@ -147,7 +157,7 @@ def _on_bridge(conf: PodnetConf, requested: dict[int, str]) -> Chooser:
 
     def choose(store: Store) -> Choice:
         from podnet.ipam.allocator import allocate_in
-        from podnet.networks.config import gateway, subnet
+        from podnet.networks.config import address, gateway, subnet
 
         net = store.network(conf.network)
         if net is None or net.type != "bridge":
@@ -165,8 +175,7 @@ def _on_bridge(conf: PodnetConf, requested: dict[int, str]) -> Chooser:
         if not subnets:
             raise errors.InvalidConfig(f"network: {conf.network!r} has no IPv4 or IPv6 address")
         alloc = allocate_in(store, subnets, requested, gateways=gateways)
-        addresses = [net.config[k] for k in ("ipv4.address", "ipv6.address")
-                     if subnet(net.config, 4 if k[3] == "4" else 6) is not None]  # fmt: skip
+        addresses = [a for a in (address(net.config, 4), address(net.config, 6)) if a]
         return Choice(alloc, bridge=net.name, network_id=net.id, prefixes=prefixes,
                       bridge_addresses=addresses, mtu=int(net.config.get("bridge.mtu", "0")))
 
@@ -236,9 +245,15 @@ def _ptp_network(store: Store, conf: PodnetConf, changed: bool) -> None:
 
 
 def _require_netns(call: Call) -> None:
-    """Code 4 unless CNI_NETNS is an existing network namespace file."""
+    """Code 4 unless CNI_NETNS is an existing network namespace file at a path ``ip`` can be
+    given (:func:`podnet.checked.path`: it is a word of the node's ``ip -batch``)."""
+    from podnet import checked
     from podnet.link.netns import exists
 
+    try:
+        checked.path(call.netns)
+    except checked.BadValue as err:
+        raise CNIError(f"CNI_NETNS: {err}", code=errors.INVALID_ENV) from None
     if not os.path.exists(call.netns):
         raise CNIError(f"CNI_NETNS {call.netns} does not exist", code=errors.INVALID_ENV)
     if not exists(call.netns):
@@ -330,7 +345,7 @@ def _add_locked(
             configuring: Spawned | None = None
             try:
                 if choice.bridge:  # the bridge (recreated if a reboot removed it) comes first
-                    _ensure_bridge(choice)
+                    _ensure_bridge(store, conf, choice, host_if)
                     creating = veth.start_create_pair(link, host_tool)
                 pending = sync.start_add(store, entries, ranges_changed=choice.ranges_changed)
                 if not pending.rebuild:
@@ -413,13 +428,22 @@ def _default_mtu(bridge_name: str) -> int:
     return mtu.default_mtu()
 
 
-def _ensure_bridge(choice: Choice) -> None:
+def _ensure_bridge(store: Store, conf: StoreConf, choice: Choice, host_if: str) -> None:
     """A pod joins a bridge that a reboot (or a cleanup) removed: bring it back first, with the
-    network's addresses (``podnetctl network restore`` does the same for every network)."""
+    network's addresses, and put the other pods of the network back on it — their host ends
+    were released when the bridge went (``podnetctl network restore`` does the same for every
+    network). KernelError (104) when a link of the bridge's name is not podnet's
+    (:class:`podnet.link.bridge.NotOurs`)."""
     from podnet.link import bridge
 
-    if not bridge.exists(choice.bridge):
-        bridge.create(choice.bridge, choice.bridge_addresses, choice.mtu)
+    owner = link_alias(conf)
+    if bridge.require_ours(choice.bridge, owner):
+        return
+    bridge.create(choice.bridge, choice.bridge_addresses, choice.mtu, owner=owner)
+    assert choice.network_id is not None
+    for _, _, other in store.network_pods(choice.network_id):
+        if other != host_if and bridge.alias_of(other) == owner:
+            bridge.attach(other, choice.bridge, owner=owner)
 
 
 def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping],
@@ -538,9 +562,8 @@ def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) ->
 
 
 def link_alias(conf: StoreConf) -> str:
-    """The alias podnet sets on its host veths: names the database that owns them, so GC of
-    one ``dataDir`` never touches another's links."""
-    return f"podnet:{conf.data_dir}"
+    """The alias podnet sets on its host veths and bridges (:func:`names.owner_alias`)."""
+    return names.owner_alias(conf.data_dir)
 
 
 def _result(link: Any, alloc: dict[int, tuple[str, str, Any]]) -> dict[str, Any]:
@@ -580,7 +603,11 @@ def result_from_pod(pod: Pod) -> dict[str, Any]:
 
 # -- DEL ---------------------------------------------------------------------------------------
 def cmd_del(call: Call) -> None:
-    """DEL (spec "DEL"): release everything of (CNI_CONTAINERID, CNI_IFNAME); idempotent.
+    """DEL (spec "DEL"): release everything of (CNI_CONTAINERID, CNI_IFNAME, network);
+    idempotent. Only that attachment: a DEL naming another ifname or another network ``name``
+    of the same container (an ADD of it was refused with 102) leaves podnet's attachment as it
+    is and succeeds; a host veth of the derived name with no row is deleted only when it
+    carries this store's alias or none (a call killed before its COMMIT left it).
 
     Works with an empty, stale or deleted CNI_NETNS: the host veth name is derived from the
     container ID and ifname, and the address is released from the store regardless. Reads only
@@ -604,12 +631,16 @@ def cmd_del(call: Call) -> None:
     try:
         with _open(conf) as store, store.write():
             # Only once the write lock is ours: a DEL refused with 11 changes nothing.
-            veth.start_delete_host(host_if, deleting)
             pod = store.get_pod(call.container_id)
-            if pod is not None and pod.ifname in (None, call.ifname):
+            if pod is not None and _names_this(pod, call, conf):
+                veth.start_delete_host(host_if, deleting)
                 entries = store.portmaps(call.container_id)
                 sync.delete(store, entries, call.container_id, call.log.warn)
                 store.delete_pod(call.container_id)
+            elif pod is None and veth.alias_of(host_if) in ("", link_alias(conf)):
+                # no row: a call killed before its COMMIT may have left this veth behind —
+                # with this store's alias, or none yet (killed between 'link add' and 'alias')
+                veth.start_delete_host(host_if, deleting)
         if conf.ipam_type:
             from podnet.ipam import delegate
 
@@ -624,6 +655,15 @@ def cmd_del(call: Call) -> None:
             if ipam is not None:
                 delegate.finish(ipam)
     _flush_udp(call, entries)
+
+
+def _names_this(pod: Pod, call: Call, conf: StoreConf) -> bool:
+    """Whether ``pod`` (the row of CNI_CONTAINERID) is the attachment this call names: the
+    same CNI_IFNAME and network ``name`` (rows of an older podnet may lack either)."""
+    from podnet.store.db import OWNER_PODNET
+
+    return (pod.ifname in (None, call.ifname) and pod.network_name in (None, conf.name)
+            and pod.owner in (None, OWNER_PODNET))  # fmt: skip
 
 
 def _flush_udp(call: Call, entries: list[PortMapping]) -> None:
@@ -654,9 +694,10 @@ def cmd_check(call: Call) -> None:
         delegate.run(call, conf.ipam_type)
     with _open(conf) as store:
         pod = store.get_pod(call.container_id)
-        if pod is None or pod.ifname != call.ifname:
+        if pod is None or pod.ifname != call.ifname or not _names_this(pod, call, conf):
             raise CNIError(
-                f"container {call.container_id} has no podnet attachment {call.ifname}",
+                f"container {call.container_id} has no podnet attachment {call.ifname} in "
+                f"network {conf.name}",
                 code=errors.UNKNOWN_CONTAINER,
             )
         bridge, prefixes = "", {}

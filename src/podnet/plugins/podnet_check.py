@@ -105,7 +105,13 @@ def _check_host_side(pod: Pod, bridge: str) -> None:
         raise CheckFailed(f"host interface {host_if} is down")
     if bridge:
         if link.get("master") != bridge:
-            raise CheckFailed(f"host interface {host_if} is not a port of bridge {bridge}")
+            from podnet.link import bridge as bridges
+
+            gone = "is gone" if not bridges.exists(bridge) else "does not hold it"
+            raise CheckFailed(
+                f"host interface {host_if} is not a port of bridge {bridge} (the bridge {gone}): "
+                f"run 'podnetctl network restore' to bring bridges and their pods back"
+            )
         return
     for family, addr, _ in _families(pod):
         routes = _ip_json(f"-{family}", "route", "show", "dev", host_if)

@@ -5,6 +5,12 @@ plugin (podnet, reference ptp or bridge, …). It reads the sandbox addresses of
 
 No portMappings: ADD passes through and DEL does nothing, without running any firewall command
 (CP #510). UDP conntrack entries of the mapped ports are flushed after ADD and DEL (CP #123).
+
+The hostPorts it publishes are recorded in the node's podnet store (``dataDir``, default
+``/var/lib/podnet``; table ``portmap_claims``) before its rules go in, and forgotten after they
+are gone: podnet's hostPorts and network forwards and podnet-portmap's see each other (a clash
+is code 101 naming the holder, either way; issue 13 item 6), and ``podnetctl ports`` lists
+them all. Among podnet-portmap's own containers the reference's behaviour is kept (no check).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ if TYPE_CHECKING:
     from podnet.cni.skel import Call
     from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
     from podnet.firewall.portmapper import PortMapper
+    from podnet.store import Store
+    from podnet.store.db import PortMapping
 
 PLUGIN = "podnet-portmap"
 BACKENDS = ("iptables", "nftables")
@@ -29,13 +37,16 @@ class PortmapConf:
     """A validated podnet-portmap NetConf: ``name``, ``options``, ``backend``, ``port_mappings``,
     ``prev_result`` (dict or None). Code 7 naming the option for conflicting or bad values."""
 
-    __slots__ = ("cni_version", "name", "options", "backend", "port_mappings", "raw")
+    __slots__ = ("cni_version", "name", "options", "backend", "port_mappings", "raw", "data_dir",
+                 "busy_timeout")  # fmt: skip
 
     def __init__(self, raw: dict[str, Any]) -> None:
         from podnet.firewall.portmap_iptables import PortmapOptions
+        from podnet.plugins.podnet_conf import store_keys
 
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_name(raw)
+        self.data_dir, self.busy_timeout = store_keys(raw)
         external = raw.get("externalSetMarkChain")
         if external is not None and (not isinstance(external, str) or not external
                                      or len(external) > 28 or not _word(external)):
@@ -52,8 +63,9 @@ class PortmapConf:
                 value = []
             if not isinstance(value, list) or not all(isinstance(v, str) and _arg(v)
                                                       for v in value):
-                raise InvalidConfig(f"{key}: must be a list of iptables match arguments "
-                                    "(printable, no line breaks)")  # fmt: skip
+                raise InvalidConfig(f"{key}: must be a list of iptables match arguments, each "
+                                    "one printable ASCII word of at most 255 characters without "
+                                    "quotes, '#', ';', braces, '%', '\\', '`' or '$'")
             conditions[key] = value
         backend = raw.get("backend")
         self.backend = "iptables" if backend is None else backend
@@ -95,14 +107,23 @@ class PortmapConf:
         return mapper(self.backend, self.name, self.options)
 
 
+#: Characters of an iptables chain name podnet writes (``externalSetMarkChain``).
+_CHAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+#: Characters that mean something to iptables-restore, nft or a shell, or cannot be one word of
+#: a restore line: refused in ``conditionsV4``/``conditionsV6`` items, never escaped.
+_SYNTAX = frozenset(' \t"\'#;{}%\\`$')
+
+
 def _word(text: str) -> bool:
-    """A chain name: printable ASCII without whitespace or quotes."""
-    return text.isascii() and text.isprintable() and not any(c in ' "\'' for c in text)
+    """A chain name: letters, digits, ``_``, ``.``, ``-``."""
+    return _CHAIN_CHARS.issuperset(text)
 
 
 def _arg(text: str) -> bool:
-    """One iptables argument for a restore script: printable, no line breaks."""
-    return bool(text) and text.isprintable()
+    """One iptables argument of a restore line: printable ASCII, no whitespace, quote, ``#``,
+    ``;``, brace, ``%``, backslash, backquote or ``$``."""
+    return (0 < len(text) <= 255 and text.isascii() and text.isprintable()
+            and not _SYNTAX.intersection(text))  # fmt: skip
 
 
 def container_nets(prev: dict[str, Any], ifname: str) -> list[ContainerNet]:
@@ -146,10 +167,59 @@ def _udp_flush(call: Call, mappings: list[PortMappingArg], families: list[int]) 
         flush_udp_ports(ports, call.log.warn)
 
 
+def _claims(call: Call, nets: list[ContainerNet],
+            mappings: list[PortMappingArg]) -> list[PortMapping]:  # fmt: skip
+    """The hostPorts ``mappings`` publish for the container's addresses ``nets``, one per
+    family for a hostIP of any address (as podnet records its own)."""
+    from podnet.checked import FAMILIES
+    from podnet.store.db import PortMapping
+
+    out = []
+    for net in nets:
+        for m in mappings:
+            if m.host_ip is not None and m.host_ip.version != net.family:
+                continue
+            host_ip = FAMILIES[net.family].wildcard if m.host_ip is None else str(m.host_ip)
+            out.append(PortMapping(call.container_id, host_ip, m.host_port, m.protocol, net.ip,
+                                   m.container_port))  # fmt: skip
+    return out
+
+
+def _claim(store: Store, conf: PortmapConf, call: Call, claims: list[PortMapping]) -> None:
+    """Record ``claims`` in the node's store (one write transaction), after checking no podnet
+    hostPort, nor a forward on one of the node's addresses, takes their traffic: code 101
+    naming the holder."""
+    from podnet.link.local import is_local, local_prefixes
+
+    with store.write():
+        local = None
+        for entry in claims:
+            where = None if entry.wildcard else entry.host_ip
+            for network, listen in store.forward_claims(entry.family, entry.protocol,
+                                                        entry.host_port, where):  # fmt: skip
+                local = local_prefixes() if local is None else local
+                if is_local(listen, local):
+                    raise errors.HostPortConflict(
+                        f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is taken "
+                        f"by the forward of {listen} (an address of this node) in network "
+                        f"{network}"
+                    )
+            held = store.hostport_holders(entry, portmap=False)
+            if held:
+                h = held[0]
+                raise errors.HostPortConflict(
+                    f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is already "
+                    f"held by podnet container {h.container_id} ({h.host_ip}:{h.host_port}/"
+                    f"{h.protocol} -> {h.container_ip}:{h.container_port})"
+                )
+        store.set_portmap_claims(conf.name, call.container_id, claims)
+
+
 def cmd_add(call: Call) -> dict[str, Any]:
     """ADD: install this container's rules for each family it has an address of; returns
     prevResult unchanged. Code 7 without prevResult or for a malformed one (checked before any
-    rule is written); 104 when the firewall fails."""
+    rule is written); 101 when podnet or a forward on a node address holds a hostPort; 104 when
+    the firewall fails; 5/11 when the store cannot record the claim."""
     conf = PortmapConf(call.config)
     prev_result = conf.prev_result
     if prev_result is None:
@@ -164,30 +234,41 @@ def cmd_add(call: Call) -> dict[str, Any]:
             f"prevResult has no address on the sandbox interface {call.ifname}",
             code=errors.INVALID_CONFIG,
         )
+    from podnet.store import open_store
+
     mapper = conf.mapper()
-    mapper.setup(call.container_id, nets, conf.port_mappings)
-    try:
-        for net in nets:
-            if net.family == 4 and conf.options.snat:
-                _route_localnet(net)
-    except BaseException:
+    with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store, store.locked():
+        _claim(store, conf, call, _claims(call, nets, conf.port_mappings))
         try:
-            mapper.teardown(call.container_id)  # a failed ADD undoes its own work
-        except CNIError:
-            pass
-        raise
+            mapper.setup(call.container_id, nets, conf.port_mappings)
+            for net in nets:
+                if net.family == 4 and conf.options.snat:
+                    _route_localnet(net)
+        except BaseException:
+            try:
+                mapper.teardown(call.container_id)  # a failed ADD undoes its own work
+                with store.write():
+                    store.delete_portmap_claims(conf.name, call.container_id)
+            except CNIError:
+                pass
+            raise
     _udp_flush(call, conf.port_mappings, [n.family for n in nets])
     return prev
 
 
 def cmd_del(call: Call) -> None:
-    """DEL: remove this container's chain and entry rules in both families; idempotent. Does
-    nothing (no firewall command) when the runtime passes no portMappings."""
+    """DEL: remove this container's chain and entry rules in both families, then its claims in
+    the store; idempotent. Does nothing (no firewall command, no store) when the runtime passes
+    no portMappings."""
+    from podnet.store import open_store
+
     conf = PortmapConf(call.config)
     _ = conf.prev_result  # validated like every other key: a malformed one changes nothing
     if not conf.port_mappings:
         return
     families = conf.mapper().teardown(call.container_id)
+    with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store, store.write():
+        store.delete_portmap_claims(conf.name, call.container_id)
     _udp_flush(call, conf.port_mappings, families)
 
 
@@ -207,9 +288,13 @@ def cmd_check(call: Call) -> None:
 def cmd_gc(call: Call) -> None:
     """GC (spec 1.1): remove the rules of this network's containers that are not in
     ``cni.dev/valid-attachments``."""
+    from podnet.store import open_store
+
     conf = PortmapConf(call.config)
     valid = {cid for cid, _ in netconf.parse_valid_attachments(call.config)}
     conf.mapper().gc(valid)
+    with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store, store.write():
+        store.delete_portmap_claims(conf.name, keep=valid)
 
 
 def cmd_status(call: Call) -> None:

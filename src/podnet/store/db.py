@@ -132,7 +132,9 @@ class PortMapping:
 
     @property
     def family(self) -> int:
-        return 6 if ":" in self.container_ip else 4
+        from podnet.checked import family
+
+        return family(self.container_ip)
 
     @property
     def wildcard(self) -> bool:
@@ -292,24 +294,68 @@ class Store(NetworkQueries, TrustQueries):
             (cur.lastrowid, int(ip_masq)),
         )
 
+    def known_subnets(self) -> list[tuple[str, str]]:
+        """Every prefix the node's store hands addresses from: ``(CIDR, whose)`` for each range
+        (``range 10.244.0.0/24 (network podnet)``) and each bridge network's subnet
+        (``the subnet of bridge network "br0"``)."""
+        out = [(subnet, f"range {subnet} ({description or 'podnet'})")
+               for _, subnet, description, _ in self.ranges()]  # fmt: skip
+        rows = self.conn.execute(
+            "SELECT n.name, c.value FROM networks n JOIN networks_config c ON c.network_id = n.id "
+            "WHERE n.type = 'bridge' AND c.key IN ('ipv4.address', 'ipv6.address') "
+            "ORDER BY n.name, c.key"
+        ).fetchall()
+        from podnet import checked
+
+        for name, value in rows:
+            try:
+                net = checked.interface(value).network
+            except checked.BadValue:
+                continue  # auto / none
+            out.append((str(net), f'the subnet {net} of bridge network "{name}"'))
+        return out
+
+    def _refuse_overlap(self, subnets: Sequence[str], description: str) -> None:
+        """Code 7 naming both when one of ``subnets`` (new to the store) overlaps a known range
+        or bridge subnet: two allocators would hand out one address, and one's gateway would
+        be the other's pod (issue 13, item 5)."""
+        from podnet import checked
+        from podnet.cni.errors import InvalidConfig
+
+        known = [(checked.network(cidr, strict=False), whose)
+                 for cidr, whose in self.known_subnets()]  # fmt: skip
+        for subnet in subnets:
+            net = checked.network(subnet)
+            for other, whose in known:
+                if other.version == net.version and other != net and net.overlaps(other):
+                    raise InvalidConfig(
+                        f"range {subnet} ({description}) overlaps {whose} in {self.path}: "
+                        "ranges and bridge subnets of one node may not overlap"
+                    )
+
     def add_ranges(self, subnets: Sequence[str], description: str) -> bool:
         """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
         serves them for another main plugin, which owns their egress. Known ranges and their
-        options are left alone. True if anything was added (inside :meth:`write`)."""
+        options are left alone. True if anything was added (inside :meth:`write`). Code 7 when
+        a new range overlaps a known range or bridge subnet (:meth:`_refuse_overlap`)."""
         known = {subnet for _, subnet, _, _ in self.ranges()}
-        added = False
-        for subnet in subnets:
-            if subnet not in known:
-                self._insert_range(subnet, description, ip_masq=False)
-                added = True
-        return added
+        new = [subnet for subnet in subnets if subnet not in known]
+        if new:
+            self._refuse_overlap(new, description)
+        for subnet in new:
+            self._insert_range(subnet, description, ip_masq=False)
+        return bool(new)
 
     def sync_ranges(self, subnets: Sequence[str], ip_masq: bool, description: str) -> bool:
         """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
 
-        Ranges of other configs sharing the database are left alone.
+        Ranges of other configs sharing the database are left alone. Code 7 when a new range
+        overlaps a known range or bridge subnet (:meth:`_refuse_overlap`).
         """
         known = {subnet: (rid, masq) for rid, subnet, _, masq in self.ranges()}
+        new = [subnet for subnet in subnets if subnet not in known]
+        if new:
+            self._refuse_overlap(new, description)
         changed = False
         for subnet in subnets:
             if subnet not in known:
@@ -323,6 +369,11 @@ class Store(NetworkQueries, TrustQueries):
                 )
                 changed = True
         return changed
+
+    def delete_ranges(self, subnets: Sequence[str]) -> None:
+        """Forget the ranges ``subnets`` (canonical CIDRs) and their options (inside
+        :meth:`write`): a ptp network deleted with no pods left in them."""
+        self.conn.executemany("DELETE FROM ipam_ranges WHERE subnet = ?", [(s,) for s in subnets])
 
     def restore_ranges(self, before: Sequence[tuple[int, str, str | None, bool]]) -> None:
         """Put ``ipam_ranges`` back as :meth:`ranges` returned it (inside :meth:`write`): ranges
@@ -444,19 +495,65 @@ class Store(NetworkQueries, TrustQueries):
             cur = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
         return [PortMapping(*r) for r in cur.fetchall()]
 
-    def hostport_holders(self, entry: PortMapping) -> list[PortMapping]:
+    def hostport_holders(self, entry: PortMapping, *, podnet: bool = True,
+                         portmap: bool = True) -> list[PortMapping]:  # fmt: skip
         """Entries that clash with ``entry``: same protocol and hostPort and either the same
-        hostIP, or one side a wildcard of the same family (the overlap cni-kindnet missed)."""
-        wildcard = "::" if entry.family == 6 else "0.0.0.0"
-        rows = self.conn.execute(
-            "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
-            "FROM portmap_entries WHERE host_port = ? AND protocol = ? AND "
-            "(host_ip = ? OR host_ip = ? OR ? = ?) "
-            "AND (instr(host_ip, ':') > 0) = ?",
-            (entry.host_port, entry.protocol, entry.host_ip, wildcard, entry.host_ip, wildcard,
-             entry.family == 6),
-        ).fetchall()  # fmt: skip
+        hostIP, or one side a wildcard of the same family (the overlap cni-kindnet missed) —
+        podnet's (``portmap_entries``, when ``podnet``) and podnet-portmap's
+        (``portmap_claims``, when ``portmap``; their ``container_id`` reads
+        ``podnet-portmap <network>/<container>``)."""
+        from podnet.checked import FAMILIES
+
+        wildcard = FAMILIES[entry.family].wildcard
+        where = ("host_port = ? AND protocol = ? AND (host_ip = ? OR host_ip = ? OR ? = ?) "
+                 "AND (instr(host_ip, ':') > 0) = ?")  # fmt: skip
+        params = (entry.host_port, entry.protocol, entry.host_ip, wildcard, entry.host_ip,
+                  wildcard, entry.family == 6)  # fmt: skip
+        rows = []
+        if podnet:
+            rows += self.conn.execute(
+                "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
+                f"FROM portmap_entries WHERE {where}", params).fetchall()  # fmt: skip
+        if portmap:
+            rows += self.conn.execute(
+                "SELECT 'podnet-portmap ' || network || '/' || container_id, host_ip, host_port, "
+                f"protocol, container_ip, container_port FROM portmap_claims WHERE {where}",
+                params).fetchall()  # fmt: skip
         return [PortMapping(*r) for r in rows]
+
+    # -- podnet-portmap's hostPorts -----------------------------------------------------
+    def portmap_claims(self) -> list[tuple[str, PortMapping]]:
+        """Every hostPort podnet-portmap published: ``(network, PortMapping)``."""
+        rows = self.conn.execute(
+            "SELECT network, container_id, host_ip, host_port, protocol, container_ip, "
+            "container_port FROM portmap_claims ORDER BY id").fetchall()  # fmt: skip
+        return [(r[0], PortMapping(*r[1:])) for r in rows]
+
+    def set_portmap_claims(self, network: str, container_id: str,
+                           entries: Iterable[PortMapping]) -> None:  # fmt: skip
+        """Record the hostPorts podnet-portmap publishes for (network, container), replacing
+        what it recorded before (inside :meth:`write`)."""
+        self.delete_portmap_claims(network, container_id)
+        self.conn.executemany(
+            "INSERT INTO portmap_claims (network, container_id, host_ip, host_port, protocol, "
+            "container_ip, container_port) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(network, container_id, e.host_ip, e.host_port, e.protocol, e.container_ip,
+              e.container_port) for e in entries],
+        )  # fmt: skip
+
+    def delete_portmap_claims(self, network: str, container_id: str | None = None, *,
+                              keep: Iterable[str] = ()) -> None:  # fmt: skip
+        """Forget podnet-portmap's hostPorts of ``network``: one container's, or (GC) every
+        container's but those in ``keep`` (inside :meth:`write`)."""
+        if container_id is not None:
+            self.conn.execute("DELETE FROM portmap_claims WHERE network = ? AND container_id = ?",
+                              (network, container_id))  # fmt: skip
+            return
+        kept = list(keep)
+        marks = ",".join("?" * len(kept))
+        self.conn.execute(
+            f"DELETE FROM portmap_claims WHERE network = ? AND container_id NOT IN ({marks})",
+            (network, *kept))  # fmt: skip
 
     def insert_portmaps(self, entries: Iterable[PortMapping]) -> None:
         """Insert hostPort entries (inside :meth:`write`)."""

@@ -257,44 +257,61 @@ class NetworkQueries:
                                      (forward_id,)).fetchall()  # fmt: skip
         return [Dnat(f, la, p, lp, ta, tp, str(fid)) for fid, f, la, p, lp, ta, tp in rows]
 
-    def forward_port_holder(self, family: int, protocol: str, port: int,
-                            host_ip: str | None) -> tuple[str, str] | None:  # fmt: skip
-        """A forward that a hostPort ``protocol``/``port`` on ``host_ip`` would clash with:
-        one listing that port on ``host_ip`` or — for a hostPort on any address (``host_ip``
-        None) — on any address of ``family``; or one whose default target takes every port of
-        ``host_ip``. ``(network name, listen address)``, or None."""
+    def forward_drops(self) -> list[str]:
+        """Listen addresses of the forwards without a default target (seed 004: the traffic
+        no port takes is dropped)."""
+        rows = self.conn.execute(
+            "SELECT f.listen_address FROM networks_forwards f WHERE NOT EXISTS (SELECT 1 FROM "
+            "forward_dnats d WHERE d.forward_id = f.id AND d.protocol IS NULL) ORDER BY f.id"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def forward_claims(self, family: int, protocol: str, port: int,
+                       host_ip: str | None) -> list[tuple[str, str]]:  # fmt: skip
+        """Forwards that could take the traffic of a hostPort ``protocol``/``port`` on
+        ``host_ip`` (None: any address of ``family``): those listing that port, or taking the
+        whole address (a default target), on ``host_ip`` — or, for any address, on any
+        address of ``family``. ``[(network name, listen address)]``; whether they do depends on
+        which listen addresses are the node's own (the caller decides)."""
         if host_ip is None:
-            where = "d.family = ? AND d.protocol = ? AND d.listen_port = ?"
+            where = ("d.family = ? AND ((d.protocol = ? AND d.listen_port = ?) "
+                     "OR d.protocol IS NULL)")  # fmt: skip
             params: tuple[object, ...] = (family, protocol, port)
         else:
             where = ("d.listen_address = ? AND ((d.protocol = ? AND d.listen_port = ?) "
                      "OR d.protocol IS NULL)")  # fmt: skip
             params = (host_ip, protocol, port)
-        row = self.conn.execute(
-            "SELECT n.name, d.listen_address FROM forward_dnats d "
+        rows = self.conn.execute(
+            "SELECT DISTINCT n.name, d.listen_address FROM forward_dnats d "
             "JOIN networks_forwards f ON f.id = d.forward_id "
-            f"JOIN networks n ON n.id = f.network_id WHERE {where} LIMIT 1",
+            f"JOIN networks n ON n.id = f.network_id WHERE {where}",
             params,
-        ).fetchone()
-        return (row[0], row[1]) if row else None
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     def hostport_holder(self, family: int, listen: str, protocol: str | None,
                         port: int | None) -> tuple[str, str, int, str] | None:  # fmt: skip
-        """A hostPort that a forward on ``listen`` would shadow: same protocol and port (any,
-        for a default target) on ``listen`` itself or on any address of ``family``:
-        ``(container_id, host_ip, host_port, protocol)``."""
-        wildcard = "::" if family == 6 else "0.0.0.0"
-        q = ("SELECT container_id, host_ip, host_port, protocol FROM portmap_entries "
-             "WHERE host_ip IN (?, ?)")  # fmt: skip
+        """A hostPort whose traffic a forward on ``listen`` (an address of the node) would
+        take: same protocol and port — any, for a default target — on ``listen`` itself or on
+        any address of ``family``; podnet's or podnet-portmap's (``container_id`` then reads
+        ``podnet-portmap <network>/<container>``). ``(container_id, host_ip, host_port,
+        protocol)``."""
+        from podnet.checked import FAMILIES
+
+        wildcard = FAMILIES[family].wildcard
+        where = "host_ip IN (?, ?)"
         params: list[object] = [listen, wildcard]
         if protocol is not None:
-            q += " AND protocol = ? AND host_port = ?"
+            where += " AND protocol = ? AND host_port = ?"
             params += [protocol, port]
-        else:
-            q += " AND host_ip = ?"  # a default target shadows every port of its address
-            params.append(listen)
-        row = self.conn.execute(q + " LIMIT 1", params).fetchone()
-        return (row[0], row[1], row[2], row[3]) if row else None
+        for select in ("container_id", "'podnet-portmap ' || network || '/' || container_id"):
+            table = "portmap_entries" if select == "container_id" else "portmap_claims"
+            row = self.conn.execute(
+                f"SELECT {select}, host_ip, host_port, protocol FROM {table} WHERE {where} "
+                "ORDER BY id LIMIT 1", params).fetchone()  # fmt: skip
+            if row:
+                return (row[0], row[1], row[2], row[3])
+        return None
 
 
 class TrustQueries:

@@ -151,6 +151,25 @@ CREATE TABLE certificates (
 )
 """
 
+# hostPorts that podnet-portmap publishes (issue 13, item 6): recorded in the node's store so
+# that podnet's hostPorts, network forwards and podnet-portmap's see each other both ways, and
+# ``podnetctl ports`` lists them all. One row per published mapping and family, as
+# ``portmap_entries`` (host_ip "0.0.0.0" / "::" for any address of that family).
+PORTMAP_CLAIMS = """
+CREATE TABLE portmap_claims (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  network TEXT NOT NULL, -- the podnet-portmap NetConf's name
+  container_id TEXT NOT NULL,
+  host_ip TEXT NOT NULL,
+  host_port INTEGER NOT NULL,
+  protocol TEXT NOT NULL,
+  container_ip TEXT NOT NULL,
+  container_port INTEGER NOT NULL
+);
+CREATE INDEX portmap_claims_port ON portmap_claims (protocol, host_port);
+CREATE INDEX portmap_claims_owner ON portmap_claims (network, container_id)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -159,4 +178,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0004_pod_owner", POD_OWNER),
     ("0005_networks", NETWORKS),
     ("0006_certificates", CERTIFICATES),
+    ("0007_portmap_claims", PORTMAP_CLAIMS),
 )

@@ -1,0 +1,47 @@
+"""Which addresses are the node's own: what ``fib daddr type local`` matches in the node netns
+(the ``local`` routes of the kernel's local table — each address on an interface, and all of
+``127.0.0.0/8``).
+
+hostPorts answer only there (their chains sit behind ``fib daddr type local``), while a network
+forward answers on its listen address wherever the node receives it. Whether a forward and a
+hostPort can take the same traffic therefore depends on whether the forward's listen address
+is local (issue 13, item 6). Read with one ``ip -j route show table all type local``; callers
+ask only when a candidate clash exists.
+"""
+
+from __future__ import annotations
+
+from podnet import checked, proc
+from podnet.cni.errors import KernelError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from podnet.checked import Net
+
+
+def local_prefixes() -> list[Net]:
+    """The node's local prefixes (``127.0.0.0/8``, ``10.0.0.1/32``, ``::1/128``, …).
+    KernelError (104) when ``ip`` fails or prints something unreadable."""
+    from podnet.cni.fastjson import loads
+
+    out = proc.run(["ip", "-j", "route", "show", "table", "all", "type", "local"])
+    try:
+        routes = loads(out) if out.strip() else []
+    except ValueError as err:
+        raise KernelError("ip printed unreadable JSON for the local routes", str(err)) from None
+    found = []
+    for route in routes if isinstance(routes, list) else []:
+        dst = route.get("dst") if isinstance(route, dict) else None
+        try:
+            found.append(checked.network(dst, strict=False))
+        except checked.BadValue:
+            continue
+    return found
+
+
+def is_local(address: str, prefixes: Sequence[Net]) -> bool:
+    """Whether ``address`` (an address's text) is one of the node's own."""
+    ip = checked.ip(address)
+    return any(ip.version == p.version and ip in p for p in prefixes)
