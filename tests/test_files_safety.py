@@ -3,17 +3,21 @@
 - The store: a new data dir is 0750, ``podnet.db`` and its -wal and -shm 0600 (whatever the
   umask), the lock files 0600; a loose database left by an older version is restricted on open;
   opening an existing store costs two system calls before SQLite's (strace).
+- The log (``logFile``, ``CNI_LOG_FILE``): created 0600, appended, never through a symlink
+  planted at its path (the line is dropped, the call succeeds), never blocking on a FIFO.
 
-No root needed.
+Store and log tests need no root; the ADD tests run the real plugin in a node namespace.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +25,9 @@ from pathlib import Path
 import pytest
 
 import podnet
+from netns import Lab
 from podnet.cni.errors import CNIError
+from podnet.cni.skel import Log
 from podnet.store import open_store
 
 REPO_SRC = Path(podnet.__file__).resolve().parents[1]
@@ -38,6 +44,20 @@ def umask(value: int) -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+@contextmanager
+def wal_kept(db: Path) -> Iterator[None]:
+    """Another "connection" to ``db``: a read lock on SQLite's SHARED byte range (os_unix.c:
+    PENDING_BYTE 0x40000000 + 2, 510 bytes), which every WAL-mode connection holds while open.
+    A process closing its connection then cannot take EXCLUSIVE, so it leaves the -wal and -shm
+    it created in place, for the test to look at."""
+    fd = os.open(db, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH, 510, 0x40000002, os.SEEK_SET)
+        yield
+    finally:
+        os.close(fd)
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -135,3 +155,106 @@ def test_opening_an_existing_store_costs_two_system_calls(tmp_path: Path) -> Non
     (data / "podnet.db").chmod(0o644)
     calls = traced(MARKED, str(data))
     assert [c.split("(")[0] for c in calls] == ["mkdir", "newfstatat", "chmod", "chmod", "chmod"]
+
+
+# -- the log ------------------------------------------------------------------------------------
+def test_log_file_is_created_0600_and_appended(tmp_path: Path) -> None:
+    path = tmp_path / "podnet.log"
+    with umask(0):
+        Log(str(path), "podnet[1]")("first")
+        Log(str(path), "podnet[2]")("second")
+    assert mode(path) == 0o600
+    lines = path.read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["podnet[1] first", "podnet[2] second"]
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_log_does_not_follow_a_symlink(tmp_path: Path, dangling: bool) -> None:
+    target = tmp_path / "target"
+    if not dangling:
+        target.write_text("precious\n")
+        target.chmod(0o644)
+    link = tmp_path / "podnet.log"
+    link.symlink_to(target)
+    Log(str(link), "podnet[1]")("through the link?")  # dropped, no exception
+    assert link.is_symlink()
+    if dangling:
+        assert not target.exists()  # O_CREAT would have made it through the link
+    else:
+        assert target.read_text() == "precious\n" and mode(target) == 0o644
+
+
+def test_log_does_not_block_on_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "podnet.log"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (Log(str(fifo), "p")("x"), done.set()), daemon=True)
+    thread.start()
+    if not done.wait(5):
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the thread go, then fail
+        thread.join(5)
+        pytest.fail("Log blocked opening a FIFO planted at the log path")
+
+
+LOGGED = """
+from podnet.cni.skel import Log
+log = Log(sys.argv[1], 'podnet[1]')
+try: os.stat('/begin-mark')
+except OSError: pass
+log('line')
+try: os.stat('/end-mark')
+except OSError: pass
+"""
+
+
+@needs_strace
+def test_a_log_line_costs_three_system_calls(tmp_path: Path) -> None:
+    calls = traced(LOGGED, str(tmp_path / "podnet.log"))
+    assert [c.split("(")[0] for c in calls] == ["openat", "write", "close"], calls
+    opened = next(c for c in calls if c.startswith("openat"))
+    for flag in ("O_WRONLY", "O_CREAT", "O_APPEND", "O_NOFOLLOW", "O_CLOEXEC", "0600"):
+        assert flag in opened, opened
+
+
+# -- a real plugin ADD in a node namespace ------------------------------------------------------
+def netconf(data: Path, **extra: object) -> dict[str, object]:
+    return {"cniVersion": "1.1.0", "name": "kindnet", "type": "podnet",
+            "ranges": ["10.244.2.0/24"], "dataDir": str(data), **extra}
+
+
+@pytest.mark.root
+def test_plugin_add_creates_private_files(lab: Lab, tmp_path: Path) -> None:
+    data, log = tmp_path / "var" / "data", tmp_path / "podnet.log"
+    conf = netconf(data, logFile=str(log))
+    pods = [lab.pod(), lab.pod()]
+    rc, out = lab.cni("ADD", conf, container_id="files-a", netns=pods[0])
+    assert rc == 0, out
+    assert mode(data) == 0o750
+    assert {p.name: mode(p) for p in data.iterdir()} == {
+        "podnet.db": 0o600, "podnet.lock": 0o600, "podnet.lock.d": 0o700}
+    assert mode(log) == 0o600 and "ADD container=files-a" in log.read_text()
+    with wal_kept(data / "podnet.db"):  # the second ADD's -wal and -shm outlive it
+        rc, out = lab.cni("ADD", conf, container_id="files-b", netns=pods[1])
+        assert rc == 0, out
+        assert mode(data / "podnet.db-wal") == 0o600 and mode(data / "podnet.db-shm") == 0o600
+    for cid, ns in (("files-a", pods[0]), ("files-b", pods[1])):
+        assert lab.cni("DEL", conf, container_id=cid, netns=ns)[0] == 0
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("how", ["logFile", "CNI_LOG_FILE"])
+def test_plugin_log_symlink_is_not_followed(lab: Lab, tmp_path: Path, how: str) -> None:
+    target = tmp_path / "shadow"
+    target.write_text("root:x:0:0\n")
+    target.chmod(0o644)
+    link = tmp_path / "podnet.log"
+    link.symlink_to(target)
+    extra = {"logFile": str(link)} if how == "logFile" else {}
+    env = {"CNI_LOG_FILE": str(link)} if how == "CNI_LOG_FILE" else {}
+    conf = netconf(tmp_path / "data", **extra)
+    pod = lab.pod()
+    rc, out = lab.cni("ADD", conf, container_id="files-log", netns=pod, env=env)
+    assert rc == 0 and out["ips"], out
+    rc, out = lab.cni("DEL", conf, container_id="files-log", netns=pod, env=env)
+    assert rc == 0, out
+    assert link.is_symlink() and target.read_text() == "root:x:0:0\n" and mode(target) == 0o644
