@@ -53,7 +53,9 @@ def install(
     """Install the podnet plugins and a conflist for network --name (idempotent).
 
     Plugin files run this Python by absolute path, so a runtime's PATH (pyenv shims, other
-    virtualenvs) cannot change which podnet runs.
+    virtualenvs) cannot change which podnet runs. Runtimes run them as root: the install is
+    refused, and nothing written, when anyone but root could change this Python, its venv or
+    podnet's source tree (one line 'podnetctl install: refusing: PATH …', exit status 1).
     """
     try:
         done = installer.install(
@@ -66,6 +68,9 @@ def install(
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    except installer.UnsafeSource as err:
+        click.echo(f"podnetctl install: {err.msg}", err=True)
+        click.get_current_context().exit(1)
     if systemd:
         units = {installer.RESTORE_UNIT: installer.restore_unit(data_dir)}
         done += installer.install_units(units, unit_dir)

@@ -641,17 +641,16 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
     """Open (creating ``data_dir`` and migrating if needed) ``<data_dir>/podnet.db``.
 
     ``busy_timeout`` in seconds. Raises :class:`CNIError` code 5 when the directory or file
-    cannot be created or opened, TryAgainLater (11) when a migration cannot get the lock.
-    With ``create=False`` a missing database raises FileNotFoundError (for read-only tools).
+    cannot be created, opened or restricted, TryAgainLater (11) when a migration cannot get the
+    lock. With ``create=False`` a missing database raises FileNotFoundError (for read-only
+    tools), and modes are left as they are. Modes: see :func:`_prepare_files`.
     """
     path = os.path.join(data_dir, DB_NAME)
-    if not create and not os.path.exists(path):
-        raise FileNotFoundError(path)
-    try:
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
-    except OSError as err:
-        raise CNIError(f"cannot open state database {path}: {err.strerror or err}",
-                       code=IO_FAILURE) from err  # fmt: skip
+    if not create:
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+    else:
+        _prepare_files(data_dir, path)
     conn = _connect(path, busy_timeout)
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -666,6 +665,64 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
             store.close()
             raise
     return store
+
+
+#: Modes of what :func:`open_store` creates: the data dir (0750: ``podnetctl serve --group``
+#: gives a group access to its socket there) and the database (0600; SQLite creates -wal and
+#: -shm with the database file's mode).
+DIR_MODE, DB_MODE = 0o750, 0o600
+
+
+def _prepare_files(data_dir: str, path: str) -> None:
+    """Make ``data_dir`` (mode :data:`DIR_MODE`) and the database file ``path`` (mode
+    :data:`DB_MODE`, created before SQLite opens it, so no other user ever can) if they are
+    missing, and restrict a database (with its -wal and -shm) whose mode is looser, as older
+    podnet versions left it (0644).
+
+    Two system calls when everything exists (a failing ``mkdir`` and a ``stat`` of the
+    database), one fewer than the ``os.makedirs(exist_ok=True)`` it replaces; the ``chmod``s
+    run only when a file is created or loose. The umask may narrow what ``mkdir`` gives, so a
+    created directory is ``chmod``ed. CNIError 5 naming the path when any of it fails (a loose
+    database on a read-only filesystem too: it cannot be written either).
+    """
+    try:
+        try:
+            os.mkdir(data_dir, DIR_MODE)
+        except FileNotFoundError:
+            os.makedirs(data_dir, mode=DIR_MODE, exist_ok=True)
+        os.chmod(data_dir, DIR_MODE)  # only when created: the umask may have narrowed it
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise _file_error(f"cannot create state directory {data_dir}", err) from err
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            os.close(os.open(path, flags, DB_MODE))
+        except FileExistsError:
+            pass  # another process created it (with this mode) just now
+        except OSError as err:
+            raise _file_error(f"cannot create state database {path}", err) from err
+        return
+    except OSError as err:
+        raise _file_error(f"cannot open state database {path}", err) from err
+    if mode & 0o170000 == 0o100000 and mode & 0o777 & ~DB_MODE:  # a loose regular file
+        try:
+            os.chmod(path, DB_MODE)
+            for suffix in ("-wal", "-shm"):
+                try:
+                    os.chmod(path + suffix, DB_MODE)
+                except FileNotFoundError:
+                    pass
+        except OSError as err:
+            raise _file_error(f"cannot restrict state database {path} to mode 0600", err) from err
+
+
+def _file_error(what: str, err: OSError) -> CNIError:
+    where = f" ({err.filename})" if err.filename and err.filename not in what else ""
+    return CNIError(f"{what}{where}: {err.strerror or err}", code=IO_FAILURE)
 
 
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
