@@ -34,7 +34,7 @@ import pytest
 import podnet
 from netns import VENV_BIN, Lab
 from podnet.cni.errors import CNIError
-from podnet.cni.skel import Log
+from podnet.cni.skel import LOG_HEADER, Log
 from podnet.runtime.installer import PLUGINS, UnsafeSource, _SourceCheck
 from podnet.store import open_store
 
@@ -177,8 +177,22 @@ def test_log_file_is_created_0600_and_appended(tmp_path: Path) -> None:
         Log(str(path), "podnet[1]")("first")
         Log(str(path), "podnet[2]")("second")
     assert mode(path) == 0o600
-    lines = path.read_text().splitlines()
+    header, *lines = path.read_text().splitlines()
+    assert header + "\n" == LOG_HEADER.decode()
     assert [line.split(" ", 1)[1] for line in lines] == ["podnet[1] first", "podnet[2] second"]
+    Log(str(path), "podnet[3]")("a message\nwith a second line")
+    assert path.read_text().splitlines()[-1].endswith("podnet[3] a message\\nwith a second line")
+
+
+@pytest.mark.parametrize("content", ["root ALL=(ALL:ALL) ALL\n", "# podnet log\n", "x"])
+def test_log_appends_only_to_a_log_podnet_made(tmp_path: Path, content: str) -> None:
+    """A logFile naming an existing file that podnet did not make (/etc/sudoers, a crontab) is
+    left alone: the line is dropped, the call is not failed."""
+    path = tmp_path / "sudoers"
+    path.write_text(content)
+    path.chmod(0o440)
+    Log(str(path), "podnet[1]")("ALL ALL=(ALL) NOPASSWD: ALL")
+    assert path.read_text() == content
 
 
 @pytest.mark.parametrize("dangling", [False, True])
@@ -221,11 +235,14 @@ except OSError: pass
 
 
 @needs_strace
-def test_a_log_line_costs_three_system_calls(tmp_path: Path) -> None:
-    calls = traced(LOGGED, str(tmp_path / "podnet.log"))
-    assert [c.split("(")[0] for c in calls] == ["openat", "write", "close"], calls
+def test_a_log_line_costs_five_system_calls(tmp_path: Path) -> None:
+    log = tmp_path / "podnet.log"
+    log.write_bytes(LOG_HEADER)  # an existing log: its first line is read back, then appended
+    calls = traced(LOGGED, str(log))
+    assert [c.split("(")[0] for c in calls] == ["openat", "newfstatat", "pread64", "write", "close"], \
+        calls
     opened = next(c for c in calls if c.startswith("openat"))
-    for flag in ("O_WRONLY", "O_CREAT", "O_APPEND", "O_NOFOLLOW", "O_CLOEXEC", "0600"):
+    for flag in ("O_RDWR", "O_CREAT", "O_APPEND", "O_NOFOLLOW", "O_CLOEXEC", "0600"):
         assert flag in opened, opened
 
 

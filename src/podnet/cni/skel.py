@@ -57,9 +57,14 @@ def version_info(requested: str) -> dict[str, Any]:
 #: How :class:`Log` opens its file: appending, created 0600, never through a symlink planted
 #: at the path (``O_NOFOLLOW``: ELOOP, the line is dropped), never blocking on a FIFO planted
 #: there (``O_NONBLOCK``: ENXIO without a reader; no effect on a regular file).
-_LOG_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOG_FLAGS = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
               | os.O_NONBLOCK)  # fmt: skip
 _LOG_MODE = 0o600
+#: The first line of every log file podnet writes. podnet appends only to a regular file that
+#: is empty (it writes this line first) or begins with it: a NetConf author's ``logFile`` can
+#: name any path, and root must not append to /etc/sudoers or a crontab (issue 13, item 4).
+LOG_HEADER = b"# podnet log: one line per event; podnet appends only to files that begin so\n"
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
 
 
 class Log:
@@ -67,10 +72,12 @@ class Log:
 
     The path comes from the NetConf or the runtime's environment, not from the node's
     administrator, and the plugin runs as root: the file is opened with :data:`_LOG_FLAGS`
-    (mode 0600 when created) and a line that cannot be written is dropped without failing the
-    call. Only the last component is protected: symlinks in the directories above it are
-    followed. Each line is three system calls (open, write, close; ``open(path, "ab")`` made
-    seven), and the logging module would add ~5 ms of imports to every plugin call.
+    (mode 0600 when created), written only when it is a regular file that podnet made (empty,
+    or beginning with :data:`LOG_HEADER`), and a line that cannot be written is dropped without
+    failing the call. Only the last component is protected: symlinks in the directories above
+    it are followed. A line is one line (line breaks in a message are written ``\\n``); five
+    system calls (open, fstat, pread, write, close), and the logging module would add ~5 ms of
+    imports to every plugin call.
     """
 
     def __init__(self, path: str, prefix: str) -> None:
@@ -90,12 +97,20 @@ class Log:
         if not self.path:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-        line = f"{stamp} {self.prefix} {message}\n".encode(errors="backslashreplace")
+        text = "\\n".join(message.splitlines())
+        line = f"{stamp} {self.prefix} {text}\n".encode(errors="backslashreplace")
         try:
             fd = os.open(self.path, _LOG_FLAGS, _LOG_MODE)
         except OSError:
             return  # a broken (or planted) log file must not fail the network setup
         try:
+            st = os.fstat(fd)
+            if st.st_mode & _S_IFMT != _S_IFREG:
+                return
+            if st.st_size == 0:
+                line = LOG_HEADER + line
+            elif os.pread(fd, len(LOG_HEADER), 0) != LOG_HEADER:
+                return  # not a log podnet made
             os.write(fd, line)
         except OSError:
             pass
