@@ -29,6 +29,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,25 +192,35 @@ class World:
 
     # what must not change
     def snapshot(self) -> dict[str, str]:
-        state = {}
+        commands = {}
         for ns in (self.lab.node, self.pod_a, self.pod_b):
-            state[f"{ns} nft"] = sh("ip", "netns", "exec", ns, "nft", "list", "ruleset").stdout
-            state[f"{ns} links"] = sh("ip", "-n", ns, "link", "show").stdout
-            addrs = sh("ip", "-n", ns, "addr", "show").stdout
-            state[f"{ns} addrs"] = "\n".join(line for line in addrs.splitlines()
-                                              if "valid_lft" not in line)  # fmt: skip
+            commands[f"{ns} nft"] = ("ip", "netns", "exec", ns, "nft", "list", "ruleset")
+            commands[f"{ns} links"] = ("ip", "-n", ns, "link", "show")
+            commands[f"{ns} addrs"] = ("ip", "-n", ns, "addr", "show")
             for family in ("-4", "-6"):
-                state[f"{ns} routes{family}"] = sh("ip", "-n", ns, family, "route", "show",
-                                                   "table", "all").stdout  # fmt: skip
-            save = sh("ip", "netns", "exec", ns, "iptables-save", check=False).stdout
-            state[f"{ns} iptables"] = "\n".join(line for line in save.splitlines()
-                                                 if not line.startswith("#"))  # fmt: skip
+                commands[f"{ns} routes{family}"] = ("ip", "-n", ns, family, "route", "show",
+                                                    "table", "all")  # fmt: skip
+            commands[f"{ns} iptables"] = ("ip", "netns", "exec", ns, "iptables-save")
+        with ThreadPoolExecutor(8) as pool:  # independent reads: ~3x faster side by side
+            outputs = dict(zip(commands, pool.map(lambda argv: sh(*argv).stdout,
+                                                  commands.values()), strict=True))
+        state = {key: _stable(key, text) for key, text in outputs.items()}
         with sqlite3.connect(f"file:{self.data / 'podnet.db'}?mode=ro", uri=True) as db:
             for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
                 rows = db.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
                 state[f"db {table}"] = repr(rows)
         state["data dir"] = repr(sorted(p.name for p in self.data.iterdir()))
         return state
+
+
+def _stable(key: str, text: str) -> str:
+    """``text`` without what changes by itself: address lifetimes count down, iptables-save
+    dates its output."""
+    if key.endswith("addrs"):
+        return "\n".join(line for line in text.splitlines() if "valid_lft" not in line)
+    if key.endswith("iptables"):
+        return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return text
 
 
 @pytest.fixture(scope="module")
