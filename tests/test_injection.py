@@ -180,12 +180,14 @@ class World:
                 *[os.fsencode(f"{k}={v}") for k, v in full.items()], PLUGINS[plugin]]
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=60)
 
-    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def ctl(self, *args: str, check: bool = True,
+            stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
         argv = ["ip", "netns", "exec", self.lab.node, "env", f"PATH={self.trace.path}",
-                PODNETCTL, *([] if args and args[0] == "proxy-init" else
+                PODNETCTL, *([] if args and args[0] in ("proxy-init", "net") else
                              ["network", "--data-dir", str(self.data)]),
                 *[os.fsencode(a) for a in args]]  # fmt: skip
-        out = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        out = subprocess.run(argv, capture_output=True, timeout=60,
+                             input=stdin if stdin is not None else b"")  # fmt: skip
         if check:
             assert out.returncode == 0, out.stderr.decode(errors="replace")
         return out
@@ -301,6 +303,9 @@ PLUGIN_FIELDS: list[tuple[str, str, str, tuple[Any, ...], Any, str]] = [
                                             "config.linkerd.io/proxy-uid"), None, "2102"),
     ("podnet-redirect", "ADD", "redirect", ("subnetsToIgnore",), [None], "10.0.0.0/8"),
     ("podnet-redirect", "ADD", "redirect", ("firewall",), None, "nftables"),
+    ("podnet-redirect", "ADD", "redirect", ("linkerd",), {"subnets-to-ignore": [None]},
+     "10.0.0.0/8"),
+    ("podnet-redirect", "ADD", "redirect", ("linkerd",), {"ports-to-redirect": [None]}, "80"),
     ("podnet-ipam", "ADD", "ipam", ("ipam", "ranges", 0), None, "10.78.0.0/24"),
     ("podnet-ipam", "ADD", "ipam", ("ipam", "routes"), [{"dst": None}], "0.0.0.0/0"),
     ("podnet-ipam", "ADD", "ipam", ("ipam", "routes"), [{"dst": "0.0.0.0/0", "gw": None}],
@@ -362,11 +367,13 @@ ARG_LABELS = [label for label, value in hostile(Path("/c")) if "\x00" not in val
 
 
 @pytest.mark.parametrize("label", ARG_LABELS)
-@pytest.mark.parametrize("variable", ["CNI_ARGS IP", "CNI_ARGS MAC", "CNI_NETNS"])
+@pytest.mark.parametrize("variable", ["CNI_ARGS IP", "CNI_ARGS MAC", "CNI_NETNS",
+                                      "CNI_CONTAINERID"])
 def test_plugin_environment(world: World, variable: str, label: str) -> None:
     value = dict(hostile(world.canary))[label]
     env = {"CNI_ARGS": f"IgnoreUnknown=1;{variable.split()[1]}={value}"} if "ARGS" in variable \
-        else {"CNI_NETNS": f"/run/netns/{value}"}
+        else {"CNI_NETNS": f"/run/netns/{value}"} if variable == "CNI_NETNS" \
+        else {"CNI_CONTAINERID": f"c{value}"}
 
     def run() -> str:
         out = world.plugin_raw("podnet", "ADD", world.ptp_conf(), cid="hostile", env=env)
@@ -411,6 +418,7 @@ CLI_FIELDS: list[tuple[str, Callable[[str], list[str]]]] = [
                                       "--subnets-to-ignore", v]),
     ("proxy-init-ports", lambda v: ["proxy-init", "--firewall", "nftables",
                                     "--inbound-ports-to-ignore", v]),
+    ("net-port", lambda v: ["net", "add", "ptpnet", "/run/netns/none", "--port", f"{v}:8080:80"]),
 ]
 
 
@@ -427,6 +435,30 @@ def test_cli_field(world: World, field: str, label: str) -> None:
         assert out.returncode in (1, 2), out
         err = out.stderr.decode(errors="replace")
         assert "Error" in err, err
+        return err + out.stdout.decode(errors="replace")
+
+    refused_safely(world, run)
+
+
+@pytest.mark.parametrize("label", [label for label, _ in hostile(Path("/c"))])
+@pytest.mark.parametrize("target", ["network", "forward"])
+def test_cli_edit_yaml(world: World, target: str, label: str) -> None:
+    """``edit`` reads YAML on stdin: a hostile config value there is refused the same way."""
+    value = dict(hostile(world.canary))[label]
+    if target == "network":
+        args = ["edit", "br0"]
+        body = {"config": {"ipv4.address": "10.0.0.1/24", "ipv6.address": "fd00:1::1/64",
+                           "ipv4.nat": "true", "ipv4.nat.address": value}}
+    else:
+        args = ["forward", "edit", "br0", "198.51.100.8"]
+        body = {"config": {"target_address": value},
+                "ports": [{"protocol": "tcp", "listen_port": "80", "target_address": "10.0.0.5"}]}
+
+    def run() -> str:
+        out = world.ctl(*args, check=False, stdin=json.dumps(body).encode())  # JSON is YAML
+        assert out.returncode == 1, out
+        err = out.stderr.decode(errors="replace")
+        assert err.startswith("Error: "), err
         return err + out.stdout.decode(errors="replace")
 
     refused_safely(world, run)

@@ -7,6 +7,7 @@ Used by the plugin skeleton (every verb is checked before its handler runs) and 
 
 from __future__ import annotations
 
+from podnet import checked
 from podnet.cni.errors import InvalidEnv
 
 TYPE_CHECKING = False
@@ -28,10 +29,16 @@ CNI_VARS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_AR
 IFNAMSIZ = 15  # usable characters of a Linux interface name
 
 
+#: Longest CNI_CONTAINERID accepted (runtimes use 64 hex digits, containerd prefixes its
+#: namespace): the ID goes into rows and rule comments; the spec sets no bound.
+MAX_CONTAINER_ID = 255
+
+
 def valid_container_id(cid: str) -> bool:
-    """Spec: alphanumeric, underscore, dot, hyphen; starts with an alphanumeric character."""
+    """Spec: alphanumeric, underscore, dot, hyphen; starts with an alphanumeric character; at
+    most :data:`MAX_CONTAINER_ID` characters (podnet's bound)."""
     return (
-        bool(cid)
+        0 < len(cid) <= MAX_CONTAINER_ID
         and cid.isascii()
         and cid[0].isalnum()
         and all(c.isalnum() or c in "_.-" for c in cid)
@@ -72,13 +79,14 @@ def check(command: str, env: Mapping[str, str]) -> None:
     cid = env.get("CNI_CONTAINERID", "")
     if not valid_container_id(cid):
         raise InvalidEnv(
-            f"invalid CNI_CONTAINERID {cid!r}: must be alphanumeric, '_', '.', '-' "
-            "and start with an alphanumeric character"
+            f"invalid CNI_CONTAINERID {checked.show(cid)}: must be alphanumeric, '_', '.', '-', "
+            f"start with an alphanumeric character and be at most {MAX_CONTAINER_ID} characters"
         )
     ifname = env.get("CNI_IFNAME", "")
     if not valid_ifname(ifname):
         raise InvalidEnv(
-            f"invalid CNI_IFNAME {ifname!r}: 1-15 characters, no '/', ':' or whitespace"
+            f"invalid CNI_IFNAME {checked.show(ifname)}: 1-15 characters, no '/', ':' or "
+            "whitespace"
         )
     netns = env.get("CNI_NETNS", "")
     if command != "DEL" and not netns.startswith("/"):
