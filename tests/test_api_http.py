@@ -906,10 +906,11 @@ def test_default_group_is_roots_and_socket_of_the_module_server(api: Api) -> Non
     assert (st.st_uid, st.st_gid) == (0, 0)
 
 
-def test_json_bodies_need_no_content_type(api: Api) -> None:
-    """curl -d sends a form content type; LXD reads the body as JSON anyway."""
+def test_json_content_type_with_parameters_is_accepted(api: Api) -> None:
+    """Bodies must be application/json (415 otherwise: test_api_limits.py); parameters such as
+    a UTF-8 charset are fine."""
     r = api.c.post(FWD, content=json.dumps({"listen_address": "198.51.100.45"}).encode(),
-                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+                   headers={"Content-Type": "Application/JSON; charset=UTF-8"})
     try:
         assert_sync(r, 201, None)
     finally:

@@ -3,12 +3,10 @@ response shapes, envelopes, ETags — and what LXD 5.0.2 gets wrong, done right:
 are 400 (not 500), ``If-Match`` is enforced on forwards as on networks (412), a PATCH without
 ``config`` is fine, unknown fields are refused (400).
 
-Envelopes::
-
-    {"type": "sync", "status": "Success", "status_code": 200, "operation": "", "error_code": 0,
-     "error": "", "metadata": ...}
-    {"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": N,
-     "error": "...", "metadata": null}                       (HTTP status N)
+Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
+(``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
+and exception types go to the server's log only. Envelopes: :mod:`podnet.api.envelopes`; what
+may reach the routes at all (trust, content type, size): :mod:`podnet.api.guard`.
 
 POST answers 201 with a ``Location`` and ``metadata: null``; PUT, PATCH and DELETE answer 200
 with ``metadata: {}``. Single-object GETs carry ``ETag: "<sha256 hex>"`` computed as LXD
@@ -18,6 +16,7 @@ computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one 
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import socket
@@ -30,9 +29,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from podnet import __version__
-from podnet.cni.errors import IO_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.api.envelopes import error, sync
+from podnet.api.guard import Guard
+from podnet.cni.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort
 from podnet.networks.ops import Manager
@@ -42,6 +44,17 @@ __all__ = ["API_EXTENSIONS", "create_app"]
 #: The API extensions podnet implements (the ``lxc`` client checks ``network``,
 #: ``network_forward`` and, on its first run, ``projects``).
 API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects"]
+
+log = logging.getLogger("podnet.api")
+
+#: What the client is told when a failure is not its own (code of the CNIError → reason); the
+#: details go to the server's log.
+SERVER_SIDE = {
+    KERNEL_FAILURE: "Failed applying the change to the kernel; see the server log",
+    IO_FAILURE: "Failed reading or writing the state database; see the server log",
+    TRY_AGAIN_LATER: "The state database is busy; try again later",
+}
+INTERNAL = "Internal server error; see the server log"
 
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -102,24 +115,10 @@ class Envelope(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Envelope, "description": text}
     for code, text in ((400, "Invalid request"), (403, "Not authorized"), (404, "Not found"),
-                       (409, "Conflict"), (412, "ETag mismatch"), (500, "Kernel or store failure"),
+                       (409, "Conflict"), (412, "ETag mismatch"), (413, "Body over 1 MiB"),
+                       (415, "Body not application/json"), (500, "Kernel or store failure"),
                        (503, "Store busy"))  # fmt: skip
 }
-
-
-def sync(metadata: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
-    """A sync envelope; HTTP ``status`` (201 for a create) while the body says 200 "Success",
-    as LXD's ``SyncResponseLocation`` does."""
-    body = {"type": "sync", "status": "Success", "status_code": 200, "operation": "",
-            "error_code": 0, "error": "", "metadata": metadata}  # fmt: skip
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def error(status: int, message: str) -> JSONResponse:
-    """An error envelope with HTTP status ``status``."""
-    body = {"type": "error", "status": "", "status_code": 0, "operation": "",
-            "error_code": status, "error": message, "metadata": None}  # fmt: skip
-    return JSONResponse(body, status_code=status, headers={"X-Content-Type-Options": "nosniff"})
 
 
 def _validation_message(err: RequestValidationError) -> str:
@@ -186,10 +185,11 @@ def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
     }
 
 
-def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None = None) -> FastAPI:
-    """The application for ``manager``'s store. ``authorize(request)``: whether the request
-    may go on (the TCP listener's trust check; None: every request is trusted, the unix
-    socket's case); refused requests get 403 (``GET /1.0`` answers the untrusted document)."""
+def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None) -> FastAPI:
+    """The application for ``manager``'s store. ``authorize(scope)``: whether the request may
+    go on (the TLS listener's trust check; None: every request is trusted, the unix socket's
+    case); refused requests get 403 and the connection is closed (``GET /1.0`` answers the
+    untrusted document), see :class:`podnet.api.guard.Guard`."""
     app = FastAPI(
         title="podnet",
         version=__version__,
@@ -198,21 +198,8 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
         redoc_url=None,
     )
 
-    @app.middleware("http")
-    async def json_bodies(request: Request, call_next: Any) -> Any:
-        # LXD reads every body as JSON whatever its Content-Type (curl -d sends a form type)
-        if request.method in ("POST", "PUT", "PATCH"):
-            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
-            request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
-        return await call_next(request)
-
-    @app.middleware("http")
-    async def trust(request: Request, call_next: Any) -> Any:
-        if authorize is not None and not authorize(request):
-            if request.url.path.rstrip("/") == "/1.0" and request.method == "GET":
-                return sync(server_document(False, manager.data_dir))
-            return error(403, "not authorized")
-        return await call_next(request)
+    app.add_middleware(Guard, authorize=authorize, routes=app.router.routes,
+                       untrusted=lambda: server_document(False, manager.data_dir))  # fmt: skip
 
     @app.exception_handler(NetworkError)
     async def network_error(request: Request, err: NetworkError) -> JSONResponse:
@@ -220,11 +207,14 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
 
     @app.exception_handler(CNIError)
     async def cni_error(request: Request, err: CNIError) -> JSONResponse:
-        status = 503 if err.code == TRY_AGAIN_LATER else 500
-        text = f"{err.msg}: {err.details}" if err.details else err.msg
-        if err.code == IO_FAILURE:
-            text = f"{text} (store I/O failure)"
-        return error(status, " ".join(text.split()))
+        # the message and details name tools, their stderr, paths: the log gets them
+        busy = err.code == TRY_AGAIN_LATER
+        log.log(logging.WARNING if busy else logging.ERROR, "%s %s failed: %s (code %d): %s%s",
+                request.method, request.url.path, type(err).__name__, err.code, err.msg,
+                f"\n{err.details}" if err.details else "",
+                exc_info=None if busy else err)  # fmt: skip
+        status = 503 if busy else 500
+        return error(status, SERVER_SIDE.get(err.code, INTERNAL))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -232,10 +222,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
 
     @app.exception_handler(Exception)
     async def internal(request: Request, err: Exception) -> JSONResponse:
-        import traceback
-
-        traceback.print_exception(err)  # to the server's log; the client gets the envelope
-        return error(500, f"internal error: {type(err).__name__}: {err}")
+        # Starlette re-raises the exception after this answer: uvicorn logs its traceback
+        log.error("%s %s failed: %s: %s", request.method, request.url.path,
+                  type(err).__name__, err)  # fmt: skip
+        return error(500, INTERNAL)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
