@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from api_helpers import (
+    PODNETCTL,
     ApiServer,
     assert_error,
     assert_sync,
@@ -875,6 +876,8 @@ def test_socket_mode_owner_group_and_graceful_stop(tmp_path: Path) -> None:
         assert stat.S_ISSOCK(st.st_mode)
         assert stat.S_IMODE(st.st_mode) == 0o660
         assert (st.st_uid, st.st_gid) == (0, gid)
+        st = os.stat(data)  # the data directory: the group may reach the socket, no one else
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, 0, gid)
         probe = ("import socket, sys; s = socket.socket(socket.AF_UNIX); "
                  "s.connect(sys.argv[1]); s.sendall(b'GET /1.0 HTTP/1.0\\r\\n\\r\\n'); "
                  "print(s.recv(100).split(b'\\r\\n')[0].decode())")
@@ -904,6 +907,23 @@ def test_default_group_is_roots_and_socket_of_the_module_server(api: Api) -> Non
     st = os.stat(api.server.socket)
     assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_mode & 0o007 == 0
     assert (st.st_uid, st.st_gid) == (0, 0)
+    st = os.stat(api.server.data)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, 0, 0)
+
+
+def test_a_data_dir_others_may_write_is_refused(tmp_path: Path) -> None:
+    """podnet would make it 0750: a shared directory such as /tmp (sticky, world-writable) is
+    refused instead, and left as it was."""
+    if NEEDS_ROOT:
+        pytest.skip("needs root, iproute2 and nftables")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    out = sh(PODNETCTL, "serve", "--data-dir", str(shared), check=False, timeout=60)
+    assert out.returncode == 1, out
+    assert f"Error: {shared} is writable by others (mode 1777)" in out.stderr, out.stderr
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    assert list(shared.iterdir()) == []  # no store, no socket
 
 
 def test_json_content_type_with_parameters_is_accepted(api: Api) -> None:

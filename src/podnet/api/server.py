@@ -1,5 +1,8 @@
 """Serving the API: the unix socket and the optional TLS listener, on uvicorn.
 
+- **Data directory** (``--data-dir``): mode 0750, owner root, group ``--group`` (default root's),
+  so only that group's members reach the socket in it; a directory others may write to (such
+  as /tmp) is refused.
 - **Unix socket** ``<dataDir>/unix.socket`` (so ``LXD_DIR=<dataDir> lxc …`` talks to podnet):
   created by podnet, not uvicorn (which would make it 0666), mode 0660, owner root, group
   ``--group``. Its clients are trusted.
@@ -34,6 +37,7 @@ import os
 import signal
 import socket
 import ssl
+import stat
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -106,6 +110,28 @@ class _Server(uvicorn.Server):
 def _gid(group: str | None) -> int:
     """The id of ``group`` (KeyError: unknown), default the process's group (root's)."""
     return grp.getgrnam(group).gr_gid if group else os.getegid()
+
+
+def secure_data_dir(path: str, gid: int) -> None:
+    """Make the data directory ``path`` owner root (when running as root), group ``gid``, mode
+    0750: the group's members reach the socket (0660) inside, nobody else reaches anything.
+    OSError when others may write to it (mode o+w or sticky, as /tmp): making such a shared
+    directory 0750 would lock its other users out, and keeping the database in it is unsafe."""
+    refuse_shared(path)
+    os.chown(path, 0 if os.geteuid() == 0 else -1, gid)
+    os.chmod(path, 0o750)
+
+
+def refuse_shared(path: str) -> None:
+    """OSError when others may write to the existing directory ``path`` (see
+    :func:`secure_data_dir`); nothing when it does not exist yet."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if mode & (stat.S_IWOTH | stat.S_ISVTX):
+        raise OSError(f"{path} is writable by others (mode {stat.S_IMODE(mode):04o}): give "
+                      "podnet a data directory of its own")  # fmt: skip
 
 
 def unix_socket(path: str, gid: int) -> socket.socket:
@@ -231,8 +257,10 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
     gid = _gid(group)
     if listen and not (tls_cert and tls_key):
         raise ValueError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")
+    refuse_shared(manager.data_dir)  # before the store is created in it
     with open_store(manager.data_dir, busy_timeout=manager.busy_timeout):
         pass  # create and migrate the store before the first request
+    secure_data_dir(manager.data_dir, gid)
     limits = limits or Limits()
     shares: Budget = budget()
     log_config = _log_config(log_level)
