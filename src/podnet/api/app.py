@@ -3,6 +3,13 @@ response shapes, envelopes, ETags — and what LXD 5.0.2 gets wrong, done right:
 are 400 (not 500), ``If-Match`` is enforced on forwards as on networks (412), a PATCH without
 ``config`` is fine, unknown fields are refused (400).
 
+PUT and PATCH take the whole object as GET returns it (pylxd's ``save()`` sends it back): its
+read-only fields (a network's ``name``, ``type``, ``managed``, ``status``, ``locations``,
+``used_by``; a forward's ``listen_address``, ``location``) are accepted when they equal the
+stored value and refused (400 ``Read-only field "<name>" cannot be changed``) when they differ.
+LXD decodes the body into its ``NetworkPut``/``NetworkForwardPut`` and ignores them silently, so
+it has no message of its own; a field LXD does not define at all is still 400 ``Unknown field``.
+
 Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
 (``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
 and exception types go to the server's log only. Envelopes: :mod:`podnet.api.envelopes`; what
@@ -36,7 +43,7 @@ from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
 from podnet.cni.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
-from podnet.networks.model import ForwardPort
+from podnet.networks.model import ForwardPort, canonical_address
 from podnet.networks.ops import Manager
 
 __all__ = ["API_EXTENSIONS", "create_app"]
@@ -72,28 +79,51 @@ class PortBody(_Strict):
     target_address: str = ""
 
 
-class ForwardPut(_Strict):
-    """``NetworkForwardPut`` (PUT replaces all three; PATCH keeps what is absent)."""
+_READ_ONLY = "Read-only: accepted when it equals the stored value, else 400."
+
+
+class ForwardWritable(_Strict):
+    """``NetworkForwardPut``: what a forward's PUT replaces (PATCH keeps what is absent)."""
 
     description: str | None = None
     config: dict[str, str] | None = None
     ports: list[PortBody] | None = None
 
 
-class ForwardsPost(ForwardPut):
+class ForwardPut(ForwardWritable):
+    """The body of a forward's PUT/PATCH: ``NetworkForwardPut``, or the whole
+    ``NetworkForward`` as GET returns it."""
+
+    listen_address: str | None = Field(None, description=_READ_ONLY)
+    location: str | None = Field(None, description=_READ_ONLY)
+
+
+class ForwardsPost(ForwardWritable):
     """``NetworkForwardsPost``."""
 
     listen_address: str
 
 
-class NetworkPut(_Strict):
-    """``NetworkPut``."""
+class NetworkWritable(_Strict):
+    """``NetworkPut``: what a network's PUT replaces (PATCH merges ``config``)."""
 
     description: str | None = None
     config: dict[str, str] | None = None
 
 
-class NetworksPost(NetworkPut):
+class NetworkPut(NetworkWritable):
+    """The body of a network's PUT/PATCH: ``NetworkPut``, or the whole ``Network`` as GET
+    returns it."""
+
+    name: str | None = Field(None, description=_READ_ONLY)
+    type: str | None = Field(None, description=_READ_ONLY)
+    managed: bool | None = Field(None, description=_READ_ONLY)
+    status: str | None = Field(None, description=_READ_ONLY)
+    locations: list[str] | None = Field(None, description=_READ_ONLY)
+    used_by: list[str] | None = Field(None, description=_READ_ONLY)
+
+
+class NetworksPost(NetworkWritable):
     """``NetworksPost`` (``type`` "" means bridge)."""
 
     name: str
@@ -140,6 +170,23 @@ def _ports(items: list[PortBody] | None) -> list[ForwardPort] | None:
     return None if items is None else [ForwardPort(**p.model_dump()) for p in items]
 
 
+def _same(field: str, sent: Any, stored: Any) -> bool:
+    if field in ("locations", "used_by"):
+        return sorted(sent) == sorted(stored)
+    if field == "listen_address":
+        return bool(canonical_address(sent) == stored)
+    return bool(sent == stored)
+
+
+def check_read_only(body: BaseModel, current: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """400 ``Read-only field "<name>" cannot be changed`` for the first of ``fields`` that the
+    body carries with a value other than ``current`` (the object as GET returns it)."""
+    for name in fields:
+        sent = getattr(body, name)
+        if sent is not None and not _same(name, sent, current[name]):
+            raise NetworkError(f'Read-only field "{name}" cannot be changed')
+
+
 def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
     """``GET /1.0``: the fields the ``lxc`` client reads, podnet's name and version."""
     if not trusted:
@@ -183,6 +230,10 @@ def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
             "data_dir": data_dir,
         },
     }
+
+
+NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by")
+FORWARD_READ_ONLY = ("listen_address", "location")
 
 
 def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None) -> FastAPI:
@@ -279,6 +330,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         return sync(net.to_api(), headers={"ETag": f'"{net.etag()}"'})
 
     def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None) -> Any:
+        if any(getattr(body, f) is not None for f in NETWORK_READ_ONLY):
+            # name, type, managed, status and locations never change; used_by may, but it is
+            # only compared, never applied, so a check outside the write lock suffices
+            check_read_only(body, manager.get_network(name).to_api(), NETWORK_READ_ONLY)
         manager.update_network(name, description=body.description, config=body.config,
                                patch=patch, etag=if_match or None)  # fmt: skip
         return sync({})
@@ -333,6 +388,12 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     def _update_forward(name: str, listen: str, body: ForwardPut, patch: bool,
                         if_match: str | None) -> JSONResponse:  # fmt: skip
+        if any(getattr(body, f) is not None for f in FORWARD_READ_ONLY):
+            current = manager.get_forward(name, listen).to_api()  # both fields never change
+            try:
+                check_read_only(body, current, FORWARD_READ_ONLY)
+            except NetworkError as err:
+                raise NetworkError(f"Failed updating forward: {err}") from None
         manager.update_forward(name, listen, description=body.description, config=body.config,
                                ports=_ports(body.ports), patch=patch,
                                etag=if_match or None)  # fmt: skip
