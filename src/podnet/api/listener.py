@@ -15,11 +15,11 @@ received cancels it). About 250 cert-less TLS connections that send nothing exha
   kernel's backlog). The caps come from :func:`budget`, below RLIMIT_NOFILE, so the other
   listener, the store and the tools always find descriptors.
 - :class:`GuardedProtocol` — uvicorn's h11 protocol with a head timer (a request's head must
-  be complete ``header_timeout`` seconds after the connection is ready or the previous answer
-  was sent, however slowly its bytes trickle in) and a body timer, closing the connection
-  when either runs out; it hands the connection's own client certificate to the application
-  as the ASGI TLS extension (``scope["extensions"]["tls"]["client_cert_chain"]``), so identity
-  comes from the TLS connection itself, never from an address or a header.
+  be complete :attr:`Limits.header` seconds after the connection is ready or the previous
+  answer was sent, however slowly its bytes trickle in) and a body timer, closing the
+  connection when either runs out; it hands the connection's own client certificate to the
+  application as the ASGI TLS extension (``scope["extensions"]["tls"]["client_cert_chain"]``),
+  so identity comes from the TLS connection itself, never from an address or a header.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import logging
 import resource
 import socket
@@ -41,7 +42,16 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-__all__ = ["Budget", "GuardedProtocol", "Limits", "Listener", "budget"]
+__all__ = [
+    "Budget",
+    "Connection",
+    "GuardedProtocol",
+    "Limits",
+    "Listener",
+    "budget",
+    "fingerprint",
+    "with_tls",
+]
 
 log = logging.getLogger("podnet.api")
 
@@ -358,8 +368,8 @@ class GuardedProtocol(H11Protocol):
         self._head_timer = self._body_timer = None
         if self.closing:
             return
-        log.debug("%s: closing a connection whose request %s did not arrive in time", self.client,
-                 what)  # fmt: skip
+        log.debug("%s: closing a connection whose request %s did not arrive in time",
+                  self.client, what)  # fmt: skip
         self.abort()
 
     def _cancel_head(self) -> None:
@@ -375,8 +385,6 @@ class GuardedProtocol(H11Protocol):
 
 def fingerprint(der: bytes) -> str:
     """A certificate's fingerprint as LXD writes it: sha256 of the DER bytes, lowercase hex."""
-    import hashlib
-
     return hashlib.sha256(der).hexdigest()
 
 
