@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -40,7 +41,9 @@ class ApiServer:
     go to files under ``logs``. :meth:`stop` sends SIGTERM and returns the exit status;
     :meth:`kill` is the teardown of last resort."""
 
-    def __init__(self, ns: str, data: Path, logs: Path, *extra: str) -> None:
+    def __init__(self, ns: str, data: Path, logs: Path, *extra: str, nofile: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``nofile``: the server's RLIMIT_NOFILE (soft and hard); ``env``: its environment."""
         self.ns, self.data = ns, data
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
@@ -49,9 +52,14 @@ class ApiServer:
         self.stdout_path = self.stderr_path.with_suffix(".out")
         self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()/kill()
         self._out = open(self.stdout_path, "w")  # noqa: SIM115
+        def limit() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, PODNETCTL, "serve", "--data-dir", str(data), *extra],
-            stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+            stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env,
+            preexec_fn=limit if nofile is not None else None,
         )
         try:
             self.wait_ready()
@@ -309,11 +317,12 @@ def in_ns_python(ns: str, code: str, **kwargs: Any) -> subprocess.Popen[str]:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **kwargs)
 
 
-def tls_repl(base_url: str, ca: str, certs: dict[str, list[str]]) -> None:
+def tls_repl(base_url: str, ca: str, certs: dict[str, list[str]], timeout: float = 10) -> None:
     """A TLS client reading one JSON request a line on stdin (``cert``: a key of ``certs`` or
     null, ``method``, ``path``, optional ``json``, ``fresh``: a new connection) and printing one
-    JSON answer a line: ``{"status", "body"}`` or ``{"error": "<exception type>: …"}``. One
-    keep-alive connection per client certificate unless ``fresh``."""
+    JSON answer a line: ``{"status", "body", "seconds"}`` or ``{"error": "<exception type>: …"}``.
+    One keep-alive connection per client certificate unless ``fresh``; ``timeout``: seconds
+    for each of connecting, writing and reading."""
     import ssl
 
     clients: dict[str | None, httpx.Client] = {}
@@ -325,19 +334,201 @@ def tls_repl(base_url: str, ca: str, certs: dict[str, list[str]]) -> None:
             context = ssl.create_default_context(cafile=ca)
             if name is not None:
                 context.load_cert_chain(*certs[name])
-            clients[name] = httpx.Client(base_url=base_url, verify=context, timeout=10)
+            clients[name] = httpx.Client(base_url=base_url, verify=context, timeout=timeout)
         return clients[name]
 
     for line in sys.stdin:
         req = json.loads(line)
+        start = time.monotonic()
         try:
             c = client(req.get("cert"), bool(req.get("fresh")))
             r = c.request(req["method"], req["path"], json=req.get("json"))
-            answer: dict[str, Any] = {"status": r.status_code, "body": r.json()}
+            answer: dict[str, Any] = {"status": r.status_code, "body": r.json(),
+                                      "seconds": time.monotonic() - start}
         except Exception as err:  # noqa: BLE001 - reported to the test
             clients.pop(req.get("cert"), None)
             answer = {"error": f"{type(err).__name__}: {err}"}
         print(json.dumps(answer), flush=True)
+
+
+#: A request head sent one byte at a time by :func:`flood`'s ``trickle`` clients: longer than
+#: any head timeout at one byte a second.
+TRICKLED_HEAD = (b"GET /1.0/networks HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow\r\n"
+                 b"X-Padding: " + b"p" * 200 + b"\r\n\r\n")
+
+
+def flood(host: str, port: int, counts: dict[str, int], trickle_every: float = 1.0,
+          connecting: int = 200) -> None:
+    """Idle and slow clients against ``host:port`` (run in the server's namespace), until told
+    to stop. ``counts`` per kind: ``tcp`` connects and sends nothing; ``tls`` completes a TLS
+    handshake without a client certificate and sends nothing; ``trickle`` does the same, then
+    sends :data:`TRICKLED_HEAD` one byte every ``trickle_every`` seconds. Each client reconnects
+    as soon as the server closes it (or refuses it), so the pressure stays on; at most
+    ``connecting`` connection attempts are under way at once.
+
+    Commands on stdin, one a line; each is answered with one JSON line on stdout:
+    ``status`` → ``{kind: {"clients", "attempts", "held", "closed", "failed", "longest"}}``
+    (``held``: connections open now; ``closed``: ones the server closed after they were set up;
+    ``failed``: attempts refused, reset or timed out while being set up; ``longest``: seconds
+    the longest-held one lasted); ``stop`` → no more reconnecting (``{"stopped": true}``);
+    ``quit`` → exit."""
+    import asyncio
+    import ssl
+    from dataclasses import asdict, dataclass
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    @dataclass
+    class Stats:
+        clients: int = 0
+        attempts: int = 0
+        held: int = 0
+        closed: int = 0
+        failed: int = 0
+        longest: float = 0.0
+
+    stats = {kind: Stats(clients=n) for kind, n in counts.items()}
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # an attacker does not care who answers
+    stopping = False
+
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        for i in range(len(TRICKLED_HEAD)):
+            writer.write(TRICKLED_HEAD[i:i + 1])
+            await asyncio.sleep(trickle_every)
+
+    async def client(kind: str, gate: asyncio.Semaphore) -> None:
+        st = stats[kind]
+        while not stopping:
+            st.attempts += 1
+            try:
+                async with gate:
+                    reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                        host, port, ssl=None if kind == "tcp" else context), timeout=120)
+            except (TimeoutError, OSError, ssl.SSLError, EOFError):
+                st.failed += 1
+                await asyncio.sleep(0.1)
+                continue
+            st.held += 1
+            start = time.monotonic()
+            sender = asyncio.ensure_future(trickle(writer)) if kind == "trickle" else None
+            try:
+                while await reader.read(65536):
+                    pass
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                st.held -= 1
+                st.closed += 1
+                st.longest = max(st.longest, time.monotonic() - start)
+                if sender is not None:
+                    sender.cancel()
+                writer.transport.abort()
+
+    async def main() -> None:
+        nonlocal stopping
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Semaphore(connecting)
+        tasks = [asyncio.ensure_future(client(kind, gate))
+                 for kind, n in counts.items() for _ in range(n)]
+        while True:
+            line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+            if line in ("quit", ""):
+                break
+            if line == "stop":
+                stopping = True
+                print(json.dumps({"stopped": True}), flush=True)
+            else:
+                print(json.dumps({k: asdict(v) for k, v in stats.items()}), flush=True)
+        for task in tasks:
+            task.cancel()
+
+    asyncio.run(main())
+
+
+def tls_exchange(host: str, port: int, request: bytes, cert: list[str] | None = None,
+                 timeout: float = 30) -> dict[str, Any]:
+    """Send ``request`` (raw bytes) on one new TLS connection (client certificate ``cert``:
+    [certfile, keyfile], or none), then read until the server closes the connection or
+    ``timeout`` seconds pass. ``{"response": text received, "closed": whether the server
+    closed}``."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if cert:
+        context.load_cert_chain(*cert)
+    raw = socket.create_connection((host, port), timeout=timeout)
+    with context.wrap_socket(raw) as conn:
+        conn.sendall(request)
+        received = b""
+        closed = False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                break
+            except (ssl.SSLError, OSError):
+                closed = True  # an unclean end is still the server closing
+                break
+            if not chunk:
+                closed = True
+                break
+            received += chunk
+    return {"response": received.decode("latin-1"), "closed": closed}
+
+
+def _answer(conn: Any) -> tuple[int, dict[str, str], bytes]:
+    """Read one HTTP/1.1 response (with a Content-Length) from ``conn``: status, headers
+    (lowercase names), body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"connection closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = conn.recv(65536)
+        assert chunk, "connection closed in the body"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def trusted_then_forged(host: str, port: int, cert: list[str]) -> dict[str, Any]:
+    """Impersonation through proxy headers: a trusted client (certificate ``cert``) keeps its
+    connection open after one request; a client without a certificate then names that
+    connection's address and port in ``X-Forwarded-For``, ``Forwarded`` and ``X-Real-IP``;
+    then the trusted client asks again on its connection. Returns both trusted statuses, the
+    trusted connection's ``address:port``, and the forged request's :func:`tls_exchange`."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(*cert)
+    ask = f"GET /1.0/networks HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    raw = socket.create_connection((host, port), timeout=30)
+    with context.wrap_socket(raw) as trusted:
+        trusted.sendall(ask)
+        first, _, _ = _answer(trusted)
+        address, local_port = trusted.getsockname()[:2]
+        who = f"{address}:{local_port}"
+        forged = (f"GET /1.0/networks HTTP/1.1\r\nHost: {host}\r\nX-Forwarded-For: {who}\r\n"
+                  f'Forwarded: for="{who}"\r\nX-Real-IP: {address}\r\nX-Forwarded-Proto: https'
+                  "\r\n\r\n").encode()
+        out = tls_exchange(host, port, forged)
+        try:
+            trusted.sendall(ask)
+            again: int | None = _answer(trusted)[0]
+        except (AssertionError, OSError):
+            again = None  # the trusted connection was closed meanwhile
+    return {"trusted": first, "again": again, "who": who, **out}
 
 
 def schema_run(data_dir: str, max_examples: int, seed: int) -> None:

@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from api_helpers import (
+    PODNETCTL,
     ApiServer,
     assert_error,
     assert_sync,
@@ -302,6 +303,36 @@ def test_network_patch_and_put_semantics(api: Api, brn: str) -> None:
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_network_put_patch_take_the_object_as_get_returns_it(api: Api, brn: str,
+                                                             method: str) -> None:
+    """pylxd's save() and other clients send back the whole object: its read-only fields are
+    accepted when unchanged (LXD ignores them), refused with a message naming them otherwise,
+    and nothing is applied; a stale If-Match is still 412."""
+    meta, tag = api.network(brn)
+    url = f"/1.0/networks/{brn}"
+    body = {**meta, "description": f"{method} whole", "config": {**meta["config"], "user.w": "1"},
+            "used_by": list(reversed(meta["used_by"]))}
+    assert_sync(api.c.request(method, url, headers={"If-Match": tag}, json=body), 200, {})
+    meta2, tag2 = api.network(brn)
+    assert meta2 == {**meta, "description": f"{method} whole",
+                     "config": {**meta["config"], "user.w": "1"}}
+    for field, value in (("name", "brz"), ("type", "ptp"), ("managed", False),
+                         ("status", "Pending"), ("locations", ["elsewhere"]),
+                         ("used_by", ["/1.0/instances/x"])):
+        changed = {**meta2, "description": "not applied", field: value}
+        assert_error(api.c.request(method, url, json=changed), 400,
+                     f'Read-only field "{field}" cannot be changed')
+        assert api.network(brn) == (meta2, tag2)
+    assert_error(api.c.request(method, url, json={**meta2, "status": 1}), 400)
+    assert_error(api.c.request(method, url, json={**meta2, "bogus": 1}), 400,
+                 'Unknown field "bogus" in request body')
+    stale = api.c.request(method, url, headers={"If-Match": tag},
+                          json={**meta2, "description": "stale"})
+    assert_error(stale, 412, f"ETag doesn't match: {tag2} vs {tag}")
+    assert api.network(brn) == (meta2, tag2)
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
 def test_network_update_validation_is_400(api: Api, brn: str, method: str) -> None:
     before = api.network(brn)
     base = before[0]["config"]
@@ -537,6 +568,34 @@ def test_forward_put_replaces_everything(api: Api, forward: str) -> None:
     assert "198.51.100.50 : 10.0.0.7" in api.kernel()["fwd_whole_v4"]
 
 
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_forward_put_patch_take_the_object_as_get_returns_it(api: Api, forward: str,
+                                                             method: str) -> None:
+    """The whole forward as GET returns it (pylxd's save()): ``listen_address`` (in any
+    spelling of the address) and ``location`` accepted when unchanged, refused otherwise."""
+    url = f"{FWD}/{forward}"
+    meta, tag = api.forward(forward)
+    ports = [*meta["ports"], {"description": "dns", "protocol": "udp", "listen_port": "53",
+                              "target_port": "", "target_address": "10.0.0.5"}]
+    body = {**meta, "description": "whole", "ports": ports,
+            "listen_address": "::ffff:198.51.100.50"}
+    assert_sync(api.c.request(method, url, headers={"If-Match": tag}, json=body), 200, {})
+    meta2, tag2 = api.forward(forward)
+    assert meta2 == {**meta, "description": "whole", "ports": ports}
+    assert "198.51.100.50 . udp . 53 : 10.0.0.5 . 53" in api.kernel()["fwd_v4"]
+    kernel = api.kernel()
+    for field, value in (("listen_address", "198.51.100.51"), ("location", "elsewhere")):
+        changed = {**meta2, "description": "not applied", field: value}
+        assert_error(api.c.request(method, url, json=changed), 400,
+                     f'Failed updating forward: Read-only field "{field}" cannot be changed')
+        assert api.forward(forward) == (meta2, tag2)
+        assert api.kernel() == kernel
+    stale = api.c.request(method, url, headers={"If-Match": tag}, json={**meta2, "ports": []})
+    assert_error(stale, 412, f"ETag doesn't match: {tag2} vs {tag}")
+    assert api.forward(forward) == (meta2, tag2)
+    assert api.kernel() == kernel
+
+
 # -- bad bodies ---------------------------------------------------------------------------------
 
 BAD_POST_BODIES = [
@@ -595,7 +654,9 @@ def test_bad_forward_post_body_is_400(api: Api, body: Any, names: str | None) ->
      "listen_port"),
     ({"ports": [{"protocol": "tcp", "listen_port": "80", "target_address": "10.0.0.3",
                  "target_port": 8080}]}, "target_port"),
-    ({"listen_address": "198.51.100.50"}, "listen_address"),  # not a field of a PUT
+    ({"listen_address": "198.51.100.51"}, "listen_address"),  # read-only: another address
+    ({"location": "elsewhere"}, "location"),  # read-only: another member
+    ({"name": "198.51.100.50"}, "name"),  # not a field of a forward at all
     ({"bogus": "x"}, "bogus"),
 ])
 def test_bad_forward_put_patch_body_is_400_and_changes_nothing(
@@ -875,6 +936,8 @@ def test_socket_mode_owner_group_and_graceful_stop(tmp_path: Path) -> None:
         assert stat.S_ISSOCK(st.st_mode)
         assert stat.S_IMODE(st.st_mode) == 0o660
         assert (st.st_uid, st.st_gid) == (0, gid)
+        st = os.stat(data)  # the data directory: the group may reach the socket, no one else
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, 0, gid)
         probe = ("import socket, sys; s = socket.socket(socket.AF_UNIX); "
                  "s.connect(sys.argv[1]); s.sendall(b'GET /1.0 HTTP/1.0\\r\\n\\r\\n'); "
                  "print(s.recv(100).split(b'\\r\\n')[0].decode())")
@@ -904,12 +967,30 @@ def test_default_group_is_roots_and_socket_of_the_module_server(api: Api) -> Non
     st = os.stat(api.server.socket)
     assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_mode & 0o007 == 0
     assert (st.st_uid, st.st_gid) == (0, 0)
+    st = os.stat(api.server.data)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, 0, 0)
 
 
-def test_json_bodies_need_no_content_type(api: Api) -> None:
-    """curl -d sends a form content type; LXD reads the body as JSON anyway."""
+def test_a_data_dir_others_may_write_is_refused(tmp_path: Path) -> None:
+    """podnet would make it 0750: a shared directory such as /tmp (sticky, world-writable) is
+    refused instead, and left as it was."""
+    if NEEDS_ROOT:
+        pytest.skip("needs root, iproute2 and nftables")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    out = sh(PODNETCTL, "serve", "--data-dir", str(shared), check=False, timeout=60)
+    assert out.returncode == 1, out
+    assert f"Error: {shared} is writable by others (mode 1777)" in out.stderr, out.stderr
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    assert list(shared.iterdir()) == []  # no store, no socket
+
+
+def test_json_content_type_with_parameters_is_accepted(api: Api) -> None:
+    """Bodies must be application/json (415 otherwise: test_api_limits.py); parameters such as
+    a UTF-8 charset are fine."""
     r = api.c.post(FWD, content=json.dumps({"listen_address": "198.51.100.45"}).encode(),
-                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+                   headers={"Content-Type": "Application/JSON; charset=UTF-8"})
     try:
         assert_sync(r, 201, None)
     finally:

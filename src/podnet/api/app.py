@@ -3,12 +3,17 @@ response shapes, envelopes, ETags — and what LXD 5.0.2 gets wrong, done right:
 are 400 (not 500), ``If-Match`` is enforced on forwards as on networks (412), a PATCH without
 ``config`` is fine, unknown fields are refused (400).
 
-Envelopes::
+PUT and PATCH take the whole object as GET returns it (pylxd's ``save()`` sends it back): its
+read-only fields (a network's ``name``, ``type``, ``managed``, ``status``, ``locations``,
+``used_by``; a forward's ``listen_address``, ``location``) are accepted when they equal the
+stored value and refused (400 ``Read-only field "<name>" cannot be changed``) when they differ.
+LXD decodes the body into its ``NetworkPut``/``NetworkForwardPut`` and ignores them silently, so
+it has no message of its own; a field LXD does not define at all is still 400 ``Unknown field``.
 
-    {"type": "sync", "status": "Success", "status_code": 200, "operation": "", "error_code": 0,
-     "error": "", "metadata": ...}
-    {"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": N,
-     "error": "...", "metadata": null}                       (HTTP status N)
+Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
+(``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
+and exception types go to the server's log only. Envelopes: :mod:`podnet.api.envelopes`; what
+may reach the routes at all (trust, content type, size): :mod:`podnet.api.guard`.
 
 POST answers 201 with a ``Location`` and ``metadata: null``; PUT, PATCH and DELETE answer 200
 with ``metadata: {}``. Single-object GETs carry ``ETag: "<sha256 hex>"`` computed as LXD
@@ -18,6 +23,7 @@ computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one 
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import socket
@@ -30,11 +36,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from podnet import __version__
-from podnet.cni.errors import IO_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.api.envelopes import error, sync
+from podnet.api.guard import Guard
+from podnet.cni.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
-from podnet.networks.model import ForwardPort
+from podnet.networks.model import ForwardPort, canonical_address
 from podnet.networks.ops import Manager
 
 __all__ = ["API_EXTENSIONS", "create_app"]
@@ -42,6 +51,17 @@ __all__ = ["API_EXTENSIONS", "create_app"]
 #: The API extensions podnet implements (the ``lxc`` client checks ``network``,
 #: ``network_forward`` and, on its first run, ``projects``).
 API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects"]
+
+log = logging.getLogger("podnet.api")
+
+#: What the client is told when a failure is not its own (code of the CNIError → reason); the
+#: details go to the server's log.
+SERVER_SIDE = {
+    KERNEL_FAILURE: "Failed applying the change to the kernel; see the server log",
+    IO_FAILURE: "Failed reading or writing the state database; see the server log",
+    TRY_AGAIN_LATER: "The state database is busy; try again later",
+}
+INTERNAL = "Internal server error; see the server log"
 
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -59,28 +79,51 @@ class PortBody(_Strict):
     target_address: str = ""
 
 
-class ForwardPut(_Strict):
-    """``NetworkForwardPut`` (PUT replaces all three; PATCH keeps what is absent)."""
+_READ_ONLY = "Read-only: accepted when it equals the stored value, else 400."
+
+
+class ForwardWritable(_Strict):
+    """``NetworkForwardPut``: what a forward's PUT replaces (PATCH keeps what is absent)."""
 
     description: str | None = None
     config: dict[str, str] | None = None
     ports: list[PortBody] | None = None
 
 
-class ForwardsPost(ForwardPut):
+class ForwardPut(ForwardWritable):
+    """The body of a forward's PUT/PATCH: ``NetworkForwardPut``, or the whole
+    ``NetworkForward`` as GET returns it."""
+
+    listen_address: str | None = Field(None, description=_READ_ONLY)
+    location: str | None = Field(None, description=_READ_ONLY)
+
+
+class ForwardsPost(ForwardWritable):
     """``NetworkForwardsPost``."""
 
     listen_address: str
 
 
-class NetworkPut(_Strict):
-    """``NetworkPut``."""
+class NetworkWritable(_Strict):
+    """``NetworkPut``: what a network's PUT replaces (PATCH merges ``config``)."""
 
     description: str | None = None
     config: dict[str, str] | None = None
 
 
-class NetworksPost(NetworkPut):
+class NetworkPut(NetworkWritable):
+    """The body of a network's PUT/PATCH: ``NetworkPut``, or the whole ``Network`` as GET
+    returns it."""
+
+    name: str | None = Field(None, description=_READ_ONLY)
+    type: str | None = Field(None, description=_READ_ONLY)
+    managed: bool | None = Field(None, description=_READ_ONLY)
+    status: str | None = Field(None, description=_READ_ONLY)
+    locations: list[str] | None = Field(None, description=_READ_ONLY)
+    used_by: list[str] | None = Field(None, description=_READ_ONLY)
+
+
+class NetworksPost(NetworkWritable):
     """``NetworksPost`` (``type`` "" means bridge)."""
 
     name: str
@@ -102,24 +145,10 @@ class Envelope(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Envelope, "description": text}
     for code, text in ((400, "Invalid request"), (403, "Not authorized"), (404, "Not found"),
-                       (409, "Conflict"), (412, "ETag mismatch"), (500, "Kernel or store failure"),
+                       (409, "Conflict"), (412, "ETag mismatch"), (413, "Body over 1 MiB"),
+                       (415, "Body not application/json"), (500, "Kernel or store failure"),
                        (503, "Store busy"))  # fmt: skip
 }
-
-
-def sync(metadata: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
-    """A sync envelope; HTTP ``status`` (201 for a create) while the body says 200 "Success",
-    as LXD's ``SyncResponseLocation`` does."""
-    body = {"type": "sync", "status": "Success", "status_code": 200, "operation": "",
-            "error_code": 0, "error": "", "metadata": metadata}  # fmt: skip
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def error(status: int, message: str) -> JSONResponse:
-    """An error envelope with HTTP status ``status``."""
-    body = {"type": "error", "status": "", "status_code": 0, "operation": "",
-            "error_code": status, "error": message, "metadata": None}  # fmt: skip
-    return JSONResponse(body, status_code=status, headers={"X-Content-Type-Options": "nosniff"})
 
 
 def _validation_message(err: RequestValidationError) -> str:
@@ -139,6 +168,23 @@ def _validation_message(err: RequestValidationError) -> str:
 
 def _ports(items: list[PortBody] | None) -> list[ForwardPort] | None:
     return None if items is None else [ForwardPort(**p.model_dump()) for p in items]
+
+
+def _same(field: str, sent: Any, stored: Any) -> bool:
+    if field in ("locations", "used_by"):
+        return sorted(sent) == sorted(stored)
+    if field == "listen_address":
+        return bool(canonical_address(sent) == stored)
+    return bool(sent == stored)
+
+
+def check_read_only(body: BaseModel, current: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """400 ``Read-only field "<name>" cannot be changed`` for the first of ``fields`` that the
+    body carries with a value other than ``current`` (the object as GET returns it)."""
+    for name in fields:
+        sent = getattr(body, name)
+        if sent is not None and not _same(name, sent, current[name]):
+            raise NetworkError(f'Read-only field "{name}" cannot be changed')
 
 
 def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
@@ -186,10 +232,15 @@ def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
     }
 
 
-def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None = None) -> FastAPI:
-    """The application for ``manager``'s store. ``authorize(request)``: whether the request
-    may go on (the TCP listener's trust check; None: every request is trusted, the unix
-    socket's case); refused requests get 403 (``GET /1.0`` answers the untrusted document)."""
+NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by")
+FORWARD_READ_ONLY = ("listen_address", "location")
+
+
+def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None) -> FastAPI:
+    """The application for ``manager``'s store. ``authorize(scope)``: whether the request may
+    go on (the TLS listener's trust check; None: every request is trusted, the unix socket's
+    case); refused requests get 403 and the connection is closed (``GET /1.0`` answers the
+    untrusted document), see :class:`podnet.api.guard.Guard`."""
     app = FastAPI(
         title="podnet",
         version=__version__,
@@ -198,21 +249,8 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
         redoc_url=None,
     )
 
-    @app.middleware("http")
-    async def json_bodies(request: Request, call_next: Any) -> Any:
-        # LXD reads every body as JSON whatever its Content-Type (curl -d sends a form type)
-        if request.method in ("POST", "PUT", "PATCH"):
-            headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
-            request.scope["headers"] = [*headers, (b"content-type", b"application/json")]
-        return await call_next(request)
-
-    @app.middleware("http")
-    async def trust(request: Request, call_next: Any) -> Any:
-        if authorize is not None and not authorize(request):
-            if request.url.path.rstrip("/") == "/1.0" and request.method == "GET":
-                return sync(server_document(False, manager.data_dir))
-            return error(403, "not authorized")
-        return await call_next(request)
+    app.add_middleware(Guard, authorize=authorize, routes=app.router.routes,
+                       untrusted=lambda: server_document(False, manager.data_dir))  # fmt: skip
 
     @app.exception_handler(NetworkError)
     async def network_error(request: Request, err: NetworkError) -> JSONResponse:
@@ -220,11 +258,14 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
 
     @app.exception_handler(CNIError)
     async def cni_error(request: Request, err: CNIError) -> JSONResponse:
-        status = 503 if err.code == TRY_AGAIN_LATER else 500
-        text = f"{err.msg}: {err.details}" if err.details else err.msg
-        if err.code == IO_FAILURE:
-            text = f"{text} (store I/O failure)"
-        return error(status, " ".join(text.split()))
+        # the message and details name tools, their stderr, paths: the log gets them
+        busy = err.code == TRY_AGAIN_LATER
+        log.log(logging.WARNING if busy else logging.ERROR, "%s %s failed: %s (code %d): %s%s",
+                request.method, request.url.path, type(err).__name__, err.code, err.msg,
+                f"\n{err.details}" if err.details else "",
+                exc_info=None if busy else err)  # fmt: skip
+        status = 503 if busy else 500
+        return error(status, SERVER_SIDE.get(err.code, INTERNAL))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -232,10 +273,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
 
     @app.exception_handler(Exception)
     async def internal(request: Request, err: Exception) -> JSONResponse:
-        import traceback
-
-        traceback.print_exception(err)  # to the server's log; the client gets the envelope
-        return error(500, f"internal error: {type(err).__name__}: {err}")
+        # Starlette re-raises the exception after this answer: uvicorn logs its traceback
+        log.error("%s %s failed: %s: %s", request.method, request.url.path,
+                  type(err).__name__, err)  # fmt: skip
+        return error(500, INTERNAL)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -289,6 +330,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
         return sync(net.to_api(), headers={"ETag": f'"{net.etag()}"'})
 
     def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None) -> Any:
+        if any(getattr(body, f) is not None for f in NETWORK_READ_ONLY):
+            # name, type, managed, status and locations never change; used_by may, but it is
+            # only compared, never applied, so a check outside the write lock suffices
+            check_read_only(body, manager.get_network(name).to_api(), NETWORK_READ_ONLY)
         manager.update_network(name, description=body.description, config=body.config,
                                patch=patch, etag=if_match or None)  # fmt: skip
         return sync({})
@@ -343,6 +388,12 @@ def create_app(manager: Manager, *, authorize: Callable[[Request], bool] | None 
 
     def _update_forward(name: str, listen: str, body: ForwardPut, patch: bool,
                         if_match: str | None) -> JSONResponse:  # fmt: skip
+        if any(getattr(body, f) is not None for f in FORWARD_READ_ONLY):
+            current = manager.get_forward(name, listen).to_api()  # both fields never change
+            try:
+                check_read_only(body, current, FORWARD_READ_ONLY)
+            except NetworkError as err:
+                raise NetworkError(f"Failed updating forward: {err}") from None
         manager.update_forward(name, listen, description=body.description, config=body.config,
                                ports=_ports(body.ports), patch=patch,
                                etag=if_match or None)  # fmt: skip

@@ -1,36 +1,57 @@
 """Serving the API: the unix socket and the optional TLS listener, on uvicorn.
 
+- **Data directory** (``--data-dir``): mode 0750, owner root, group ``--group`` (default root's),
+  so only that group's members reach the socket in it; a directory others may write to (such
+  as /tmp) is refused.
 - **Unix socket** ``<dataDir>/unix.socket`` (so ``LXD_DIR=<dataDir> lxc …`` talks to podnet):
   created by podnet, not uvicorn (which would make it 0666), mode 0660, owner root, group
-  ``--group`` (default root's). Its clients are trusted.
+  ``--group``. Its clients are trusted.
 - **TCP** (``--listen ADDR:PORT``) with TLS (``--tls-cert``, ``--tls-key``): a client is let in
   only with a certificate whose SHA-256 fingerprint is in the trust store (``podnetctl trust
   add``, kept in the store). Python's ``ssl`` cannot request a client certificate without
   verifying it, so the trusted certificates are the verification store (re-read from the store
   every second): an untrusted certificate fails the TLS handshake; a connection without one
-  gets 403; a certificate removed from the trust store gets 403 (the fingerprint is checked on
-  every request).
+  gets 403 and is closed; a certificate removed from the trust store gets 403 (checked on every
+  request). Identity is the connection's own certificate, handed to the application by the
+  connection's protocol (:mod:`podnet.api.listener`); proxy headers are off, so
+  ``X-Forwarded-For`` and the like are headers like any other.
+- **Limits**: connections per listener are capped below RLIMIT_NOFILE, worker threads too
+  (:func:`podnet.api.listener.budget`); at the cap idle and untrusted connections are closed
+  for new ones; a TLS handshake gets 10 s, a request's head 10 s, its body 30 s, an idle
+  keep-alive connection 5 s (:class:`~podnet.api.listener.Limits`); a head at most
+  ``HEAD_LIMIT`` bytes, a body 1 MiB of JSON (:mod:`podnet.api.guard`).
 
-Both listeners share one application and one event loop; SIGTERM or SIGINT stops both
-gracefully (requests in flight finish). One log line per request (uvicorn's access log).
+Both listeners share one event loop; SIGTERM or SIGINT stops both gracefully (requests in flight
+finish). One log line per request (uvicorn's access log); failures are logged in full, while
+clients get a short reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import grp
-import hashlib
+import logging
 import os
 import signal
 import socket
 import ssl
-from collections.abc import Generator
+import stat
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from podnet.api.listener import (
+    Budget,
+    Connection,
+    GuardedProtocol,
+    Limits,
+    Listener,
+    budget,
+    fingerprint,
+)
 from podnet.networks.ops import Manager
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
@@ -39,53 +60,83 @@ SOCKET_NAME = "unix.socket"
 TRUST_REFRESH_SECONDS = 1.0
 #: Seconds requests in flight get to finish after SIGTERM before connections are cut.
 SHUTDOWN_GRACE_SECONDS = 3.0
+#: Largest request head (request line and headers) in bytes; larger: 400 and closed.
+HEAD_LIMIT = 16 * 1024
+#: Below this RLIMIT_NOFILE the minimum connection caps may not leave the store descriptors.
+LOW_NOFILE = 160
+#: Seconds an idle keep-alive connection is kept (uvicorn's timer, reset by any byte received;
+#: the head timer of Limits is not).
+KEEP_ALIVE_SECONDS = 5
 
-
-def fingerprint(der: bytes) -> str:
-    """A certificate's fingerprint as LXD writes it: sha256 of the DER bytes, lowercase hex."""
-    return hashlib.sha256(der).hexdigest()
-
-
-class PeerCertificates:
-    """The fingerprint of each TLS connection's client certificate, by client address (the
-    ASGI scope carries no TLS details; the protocol records them on connection)."""
-
-    def __init__(self) -> None:
-        self.by_peer: dict[tuple[str, int], str | None] = {}
-
-    def protocol_class(self) -> type[H11Protocol]:
-        peers = self
-
-        class Protocol(H11Protocol):
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                ssl_object = transport.get_extra_info("ssl_object")
-                der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
-                if self.client:
-                    peers.by_peer[(str(self.client[0]), int(self.client[1]))] = (
-                        fingerprint(der) if der else None
-                    )
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                if self.client:
-                    peers.by_peer.pop((str(self.client[0]), int(self.client[1])), None)
-                super().connection_lost(exc)
-
-        return Protocol
+log = logging.getLogger("podnet.api")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handling (two run side by side)."""
+    """uvicorn's server accepting through :class:`Listener` (capped, evicting, with TLS
+    handshake, head and body timeouts) instead of asyncio's own accept loop, which has none of
+    these, and without uvicorn's signal handling (two servers run side by side)."""
+
+    def __init__(self, config: uvicorn.Config, *, cap: int, limits: Limits,
+                 context: ssl.SSLContext | None = None,
+                 trusted: Callable[[str | None], bool] = lambda fp: True) -> None:  # fmt: skip
+        super().__init__(config)
+        self.cap, self.limits, self.context, self.trusted = cap, limits, context, trusted
+        self.listeners: list[Listener] = []
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup for listening ``sockets``, with a :class:`Listener` each in place
+        of ``loop.create_server`` (the only change)."""
+        await self.lifespan.startup()  # lifespan "off": nothing to start
+        config, state = self.config, self.server_state
 
-def unix_socket(path: str, group: str | None) -> socket.socket:
+        def protocol(conn: Connection, listener: Listener) -> GuardedProtocol:
+            return GuardedProtocol(config, state, self.lifespan.state, connection=conn,
+                                   listener=listener)  # fmt: skip
+
+        for sock in sockets or []:
+            listener = Listener(sock, protocol, cap=self.cap, limits=self.limits,
+                                context=self.context, trusted=self.trusted)  # fmt: skip
+            listener.start()
+            self.listeners.append(listener)
+        # uvicorn's shutdown closes and awaits these as asyncio servers; a Listener does both
+        self.servers = self.listeners  # type: ignore[assignment]
+        self.started = True
+
+
+def _gid(group: str | None) -> int:
+    """The id of ``group`` (KeyError: unknown), default the process's group (root's)."""
+    return grp.getgrnam(group).gr_gid if group else os.getegid()
+
+
+def secure_data_dir(path: str, gid: int) -> None:
+    """Make the data directory ``path`` owner root (when running as root), group ``gid``, mode
+    0750: the group's members reach the socket (0660) inside, nobody else reaches anything.
+    OSError when others may write to it (mode o+w or sticky, as /tmp): making such a shared
+    directory 0750 would lock its other users out, and keeping the database in it is unsafe."""
+    refuse_shared(path)
+    os.chown(path, 0 if os.geteuid() == 0 else -1, gid)
+    os.chmod(path, 0o750)
+
+
+def refuse_shared(path: str) -> None:
+    """OSError when others may write to the existing directory ``path`` (see
+    :func:`secure_data_dir`); nothing when it does not exist yet."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if mode & (stat.S_IWOTH | stat.S_ISVTX):
+        raise OSError(f"{path} is writable by others (mode {stat.S_IMODE(mode):04o}): give "
+                      "podnet a data directory of its own")  # fmt: skip
+
+
+def unix_socket(path: str, gid: int) -> socket.socket:
     """A listening unix socket at ``path`` (a stale one is replaced), mode 0660, group
-    ``group``. OSError / KeyError (unknown group) otherwise."""
-    gid = grp.getgrnam(group).gr_gid if group else os.getegid()
+    ``gid``. OSError otherwise."""
     if os.path.exists(path):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -144,13 +195,23 @@ class Trust:
                 self.context.load_verify_locations(cadata=pem)
                 self.loaded.add(fp)
 
+    def trusted(self, fp: str | None) -> bool:
+        return fp is not None and fp in self.fingerprints
+
+    def authorize(self, scope: Mapping[str, Any]) -> bool:
+        """Whether the request's own connection presented a trusted certificate (the ASGI TLS
+        extension :class:`~podnet.api.listener.GuardedProtocol` puts into its scope)."""
+        tls = (scope.get("extensions") or {}).get("tls") or {}
+        chain = tls.get("client_cert_chain") or []
+        return bool(chain) and self.trusted(fingerprint(ssl.PEM_cert_to_DER_cert(chain[0])))
+
     async def keep_fresh(self) -> None:
         while True:
             await asyncio.sleep(TRUST_REFRESH_SECONDS)
             try:
                 self.refresh()
-            except Exception:  # noqa: BLE001 - a busy store must not stop the server
-                pass
+            except Exception as err:  # noqa: BLE001 - a busy store must not stop the server
+                log.warning("cannot re-read the trust store: %s", err)
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -163,54 +224,69 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+def _config(app: Any, log_level: str, log_config: dict[str, Any]) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=True, lifespan="off", log_config=log_config,
+        http="h11", ws="none", proxy_headers=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        h11_max_incomplete_event_size=HEAD_LIMIT,
+    )  # fmt: skip
+    config.load()
+    return config
+
+
+def _log_config(log_level: str) -> dict[str, Any]:
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # every log line on stderr
+    config["loggers"]["podnet"] = {"handlers": ["default"], "level": log_level.upper(),
+                                   "propagate": False}  # fmt: skip
+    return config
+
+
 def serve(manager: Manager, *, group: str | None = None, listen: str | None = None,
           tls_cert: str | None = None, tls_key: str | None = None, log_level: str = "info",
-          ready: Any = None) -> None:  # fmt: skip
-    """Serve until SIGTERM/SIGINT. ``ready(paths)``: called once listening (for tests)."""
-    from fastapi import Request
-
+          ready: Any = None, limits: Limits | None = None) -> None:  # fmt: skip
+    """Serve until SIGTERM/SIGINT. ``ready(paths)``: called once listening (for tests);
+    ``limits``: timeouts (default :class:`Limits`). Raises KeyError (unknown ``group``),
+    OSError (data directory or sockets), ValueError (``listen`` without ``tls_cert`` and
+    ``tls_key``)."""
     from podnet.api.app import create_app
     from podnet.store import open_store
 
+    gid = _gid(group)
+    if listen and not (tls_cert and tls_key):
+        raise ValueError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")
+    refuse_shared(manager.data_dir)  # before the store is created in it
     with open_store(manager.data_dir, busy_timeout=manager.busy_timeout):
         pass  # create and migrate the store before the first request
-    import copy
-
-    from uvicorn.config import LOGGING_CONFIG
-
-    logging = copy.deepcopy(LOGGING_CONFIG)
-    logging["handlers"]["access"]["stream"] = "ext://sys.stderr"  # every log line on stderr
+    secure_data_dir(manager.data_dir, gid)
+    limits = limits or Limits()
+    shares: Budget = budget()
+    log_config = _log_config(log_level)
     socket_path = os.path.join(manager.data_dir, SOCKET_NAME)
-    unix = unix_socket(socket_path, group)
-    servers: list[tuple[_Server, list[socket.socket]]] = []
-    peers = PeerCertificates()
-    local_app = create_app(manager)
-    config = uvicorn.Config(local_app, log_level=log_level, access_log=True, lifespan="off",
-                            log_config=logging)  # fmt: skip
-    servers.append((_Server(config), [unix]))
+    unix = unix_socket(socket_path, gid)
+    servers: list[tuple[_Server, list[socket.socket]]] = [
+        (_Server(_config(create_app(manager), log_level, log_config), cap=shares.unix,
+                 limits=limits), [unix]),
+    ]  # fmt: skip
     trust: Trust | None = None
     if listen:
-        if not (tls_cert and tls_key):
-            raise ValueError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")
+        assert tls_cert and tls_key
         context = tls_context(tls_cert, tls_key)
         trust = Trust(manager, context)
         trust.refresh()
-
-        def authorize(request: Request) -> bool:
-            client = request.client
-            fp = peers.by_peer.get((client.host, client.port)) if client else None
-            return fp is not None and fp in trust.fingerprints
-
-        remote_app = create_app(manager, authorize=authorize)
-        tcp_config = uvicorn.Config(remote_app, log_level=log_level, access_log=True,
-                                    lifespan="off", http=peers.protocol_class(),
-                                    log_config=logging)  # fmt: skip
-        tcp_config.load()
-        tcp_config.ssl = context
-        servers.append((_Server(tcp_config), [tcp_socket(listen)]))
+        remote_app = create_app(manager, authorize=trust.authorize)
+        servers.append((_Server(_config(remote_app, log_level, log_config), cap=shares.tcp,
+                                limits=limits, context=context, trusted=trust.trusted),
+                        [tcp_socket(listen)]))  # fmt: skip
 
     async def main() -> None:
+        from anyio import to_thread
+
         loop = asyncio.get_running_loop()
+        # each request's operation runs in a worker thread holding the store's descriptors
+        to_thread.current_default_thread_limiter().total_tokens = shares.threads
 
         def stop() -> None:
             for server, _ in servers:
@@ -218,8 +294,8 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
             loop.call_later(SHUTDOWN_GRACE_SECONDS, drop_idle)
 
         def drop_idle() -> None:
-            # asyncio waits up to 30 s for a TLS client to answer close_notify: connections
-            # still open after the grace period are cut
+            # asyncio waits up to ssl_shutdown_timeout for a TLS client to answer
+            # close_notify: connections still open after the grace period are cut
             for server, _ in servers:
                 for connection in list(server.server_state.connections):
                     transport = getattr(connection, "transport", None)
@@ -234,6 +310,13 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
             if any(t.done() for t in tasks):
                 break
             await asyncio.sleep(0.01)
+        log.info("serving %s%s (nofile %d: at most %d unix and %d TCP connections, %d worker "
+                 "threads)", socket_path, f" and {listen}" if listen else "", shares.nofile,
+                 shares.unix, shares.tcp, shares.threads)  # fmt: skip
+        if shares.nofile < LOW_NOFILE:
+            log.warning("nofile %d is too low to keep descriptors free for every listener and "
+                        "the store under load; give the server at least %d", shares.nofile,
+                        LOW_NOFILE)  # fmt: skip
         if ready is not None:
             ready([socket_path, *([listen] if listen else [])])
         await asyncio.gather(*tasks)

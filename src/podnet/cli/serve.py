@@ -18,7 +18,8 @@ data_dir_option = click.option(
 @click.command()
 @data_dir_option
 @click.option("--group", default=None,
-              help="Group owning the unix socket (mode 0660) [default: root's group].")
+              help="Group owning the data directory (mode 0750) and the unix socket (mode "
+                   "0660): its members may use the API [default: root's group].")
 @click.option("--listen", default=None, metavar="ADDR:PORT",
               help="Also listen on TCP with TLS ([::]:8443); needs --tls-cert and --tls-key.")
 @click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False),
@@ -45,6 +46,8 @@ def serve(data_dir: str, group: str | None, listen: str | None, tls_cert: str | 
             log_level=log_level)  # fmt: skip
     except KeyError as err:
         raise click.ClickException(f"unknown group {err}") from None
+    except OSError as err:
+        raise click.ClickException(str(err)) from None
 
 
 @click.group()

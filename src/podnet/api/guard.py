@@ -1,0 +1,124 @@
+"""The request guard in front of the API application: who may ask, and what may be sent. A pure
+ASGI middleware (no per-request task or copy of the response), in this order:
+
+1. **Trust** — ``authorize(scope)`` (the TLS listener's check of the connection's own client
+   certificate, see :mod:`podnet.api.listener`): a refused request gets 403 ``not authorized``
+   (``GET /1.0``: the untrusted server document, as LXD answers it), always with
+   ``Connection: close``, so an untrusted client is answered once and never kept.
+2. **Content type** — POST, PUT and PATCH need ``Content-Type: application/json`` (parameters
+   allowed, a ``charset`` must be UTF-8, the only encoding of JSON, RFC 8259 §8.1): 415 naming
+   the header and what was sent. LXD and its clients (``lxc``, pylxd) send exactly that. A
+   write to a URL without that method is left to the router (404, 501).
+3. **Size** — a body over :data:`MAX_BODY` bytes is 413: refused before reading when
+   ``Content-Length`` says so, else as soon as the bytes received pass it (a chunked body);
+   with ``Connection: close``, so the rest is never read.
+
+The body is read here (at most ``MAX_BODY`` bytes held per request) and handed on whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from podnet.api.envelopes import error, sync
+
+__all__ = ["MAX_BODY", "Guard"]
+
+#: Largest request body in bytes (1 MiB: a forward with thousands of port specifications fits).
+MAX_BODY = 1 << 20
+WRITES = frozenset({"POST", "PUT", "PATCH"})
+_SHOWN = 80  # characters of a refused header value repeated in the error
+
+
+def content_type_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Why the ``Content-Type`` of a write is refused (the 415 message), None when it is
+    ``application/json`` (any parameters, a ``charset`` only UTF-8)."""
+    values = [v.decode("latin-1") for k, v in headers if k == b"content-type"]
+    if not values:
+        return "Missing Content-Type: the request body must be application/json"
+    if len(values) > 1:
+        return "Several Content-Type headers: send one, application/json"
+    media, _, params = values[0].partition(";")
+    if media.strip().lower() != "application/json":
+        return (f'Unsupported Content-Type "{values[0][:_SHOWN]}": the request body must be '
+                "application/json")  # fmt: skip
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            return f'Unsupported Content-Type charset "{value.strip()[:_SHOWN]}": JSON is UTF-8'
+    return None
+
+
+def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    for k, v in headers:
+        if k == b"content-length":
+            try:
+                return int(v)
+            except ValueError:
+                return None  # h11 refuses it before the application sees the request
+    return None
+
+
+class Guard:
+    """The guard around ``app``. ``authorize(scope) -> bool``: may this request go on (None:
+    every request may, the unix socket's case); ``untrusted() -> dict``: the server document
+    an untrusted ``GET /1.0`` gets; ``routes``: the application's (a write matching none is
+    not checked for its content type); ``max_body``: bytes."""
+
+    def __init__(self, app: ASGIApp, *, authorize: Callable[[Scope], bool] | None = None,
+                 untrusted: Callable[[], Any] | None = None,
+                 routes: Iterable[BaseRoute] = (), max_body: int = MAX_BODY) -> None:  # fmt: skip
+        self.app = app
+        self.authorize = authorize
+        self.untrusted = untrusted
+        self.routes = routes
+        self.max_body = max_body
+
+    def _routed(self, scope: Scope) -> bool:
+        return any(route.matches(scope)[0] is Match.FULL for route in self.routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.authorize is not None and not self.authorize(scope):
+            if scope["method"] == "GET" and scope["path"].rstrip("/") == "/1.0" and \
+                    self.untrusted is not None:  # fmt: skip
+                refusal = sync(self.untrusted(), headers={"Connection": "close"})
+            else:
+                refusal = error(403, "not authorized", close=True)
+            await refusal(scope, receive, send)
+            return
+        headers = scope["headers"]
+        if scope["method"] in WRITES and self._routed(scope):
+            problem = content_type_problem(headers)
+            if problem is not None:
+                await error(415, problem, close=True)(scope, receive, send)
+                return
+        too_large = error(413, f"Request body is larger than {self.max_body} bytes", close=True)
+        declared = _declared_length(headers)
+        if declared is not None and declared > self.max_body:
+            await too_large(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left: nobody to answer
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        whole: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+
+        async def replay() -> Message:
+            return whole.pop() if whole else await receive()
+
+        await self.app(scope, replay, send)
