@@ -401,3 +401,30 @@ def test_bridge_brought_back_by_an_add_brings_its_pods_and_forwards_back(lab: La
     assert probe(lab, client, "tcp", "198.51.100.30", 80).startswith("answer a")
     assert probe(lab, netns["b"], "tcp", "10.0.0.5", 80).startswith("answer a")
     assert probe(lab, netns["c"], "tcp", "198.51.100.30", 80).startswith("answer a")
+
+
+def test_api_of_a_second_store_never_rebuilds_the_table(lab: Lab, tmp_path: Path) -> None:
+    """``podnetctl serve`` started on a mistyped data dir makes an empty store (serve creates
+    its store), but creating a network there is refused with 409 while the node's table, owned
+    by the real store, stays as it is."""
+    from api_helpers import ApiServer
+
+    node = Node(lab, tmp_path / "data")
+    rc, res = node.add(ptp(node.data, "podnet", ("10.244.2.0/24",),
+                           {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}),
+                       "c1", lab.pod())  # fmt: skip
+    assert rc == 0, res
+    table = node.table()
+    server = ApiServer(lab.node, tmp_path / "dta", tmp_path / "logs")
+    try:
+        with server.client() as api:
+            r = api.post("/1.0/networks", json={"name": "br0",
+                                                "config": {"ipv4.address": "10.0.0.1/24"}})
+            assert r.status_code == 409, r.text
+            assert "belongs to another podnet store" in r.json()["error"]
+            assert str(tmp_path) not in r.text  # paths go to the server's log only
+    finally:
+        server.stop()
+    assert str(node.data) in server.stderr()
+    assert node.table() == table
+    assert lab.exec(lab.node, "ip", "link", "show", "br0", check=False).returncode != 0

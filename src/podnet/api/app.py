@@ -42,6 +42,7 @@ from podnet import __version__
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
 from podnet.cni.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.firewall.sync import TableOwned
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address
 from podnet.networks.ops import Manager
@@ -264,6 +265,9 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
                 request.method, request.url.path, type(err).__name__, err.code, err.msg,
                 f"\n{err.details}" if err.details else "",
                 exc_info=None if busy else err)  # fmt: skip
+        if isinstance(err, TableOwned):  # this server's data dir is not the node's store
+            return error(409, "Table inet podnet of this node belongs to another podnet store; "
+                         "see the server log")  # fmt: skip
         status = 503 if busy else 500
         return error(status, SERVER_SIDE.get(err.code, INTERNAL))
 
