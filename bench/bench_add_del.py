@@ -116,7 +116,9 @@ def portmap_suite_conflist(side: str, data_dir: str) -> dict[str, Any]:
         last: dict[str, Any] = {"type": "portmap"}
     else:
         plugin = VARIANT_PLUGIN if side.startswith("var-") else "podnet-portmap"
-        last = {"type": plugin, "backend": PORTMAP_BACKENDS[side]}
+        # its hostPort claims go to a store of the bench's own, not the machine's default
+        last = {"type": plugin, "backend": PORTMAP_BACKENDS[side],
+                "dataDir": os.path.join(data_dir, "podnet-portmap")}
     last.update({"capabilities": {"portMappings": True}, "snat": True})
     return {"cniVersion": CNI_VERSION, "name": "bench-portmap",
             "plugins": [ptp_plugin(data_dir), last]}  # fmt: skip

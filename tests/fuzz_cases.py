@@ -105,7 +105,7 @@ def base_call(plugin: str, verb: str, version: str, backend: str, firewall: str)
             conf["cni.dev/valid-attachments"] = [{"containerID": SEED_IPAM, "ifname": "eth0"}]
     elif plugin == "podnet-portmap":
         conf = {"cniVersion": version, "name": PM_NETWORK, "type": "podnet-portmap",
-                "capabilities": {"portMappings": True}, "backend": backend}
+                "capabilities": {"portMappings": True}, "backend": backend, "dataDir": DATA}
         if verb in ("ADD", "DEL", "CHECK"):
             conf["runtimeConfig"] = {"portMappings": [{"hostPort": 9095, "containerPort": 80, "protocol": "tcp"}]}
             conf["prevResult"] = prev_result()
@@ -142,7 +142,7 @@ def _not(*valid_types: type) -> list[Any]:
 NAME_BAD = [MISSING, "", 7, [], {}, True]
 DATADIR_BAD = ["relative/dir", "", 7, [], True, {"a": 1}, raw("1e400")]
 TIMEOUT_BAD = [-1, -0.5, "5", True, [], {}, *HUGE, *NOT_JSON_NUMBERS]
-LOGFILE_BAD = [7, [], {}, True, 1.5]
+LOGFILE_BAD = [7, [], {}, True, 1.5, "/tmp/podnet.log", "rel.log"]
 RANGES_BAD = [MISSING, [], V4, 7, [7], ["nope"], ["10.244.300.0/24"], ["10.244.0.1/24"], ["10.244.0.0/31"],
               ["fd00::/127"], [V4, V4], [V4, None], {}, [[V4]], True, [V4, 10**400]]
 MTU_BAD = [-1, 65536, "1500", 1500.5, True, [], {}, 67, 1279, *HUGE, *NOT_JSON_NUMBERS]

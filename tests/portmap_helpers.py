@@ -12,15 +12,22 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from netns import VENV_BIN, Lab, sh
 
 PODNET_PORTMAP = str(VENV_BIN / "podnet-portmap")
+#: The store podnet-portmap records its hostPorts in during the tests — never the machine's
+#: /var/lib/podnet: one private directory for the session, removed at its end.
+PORTMAP_DATA = tempfile.mkdtemp(prefix="podnet-portmap-test-")
+atexit.register(shutil.rmtree, PORTMAP_DATA, True)
 REF_DIR = Path("/usr/lib/cni")
 REF_PORTMAP = str(REF_DIR / "portmap")
 REF_PTP = str(REF_DIR / "ptp")
@@ -155,6 +162,8 @@ def portmap_conf(kind: str, prev: dict[str, Any] | None, mappings: list[dict[str
     """A chained portmap config: ``kind`` "portmap" (reference) or "podnet-portmap"."""
     conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": name, "type": kind,
                             "capabilities": {"portMappings": True}, **options}
+    if kind == "podnet-portmap":
+        conf.setdefault("dataDir", PORTMAP_DATA)
     if prev is not None:
         conf["prevResult"] = prev
     if mappings is not None:

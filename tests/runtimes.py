@@ -274,7 +274,9 @@ passes it through to the real plugin {target} unchanged."""
 import json, os, subprocess, sys, time
 stdin = sys.stdin.buffer.read()
 started = time.monotonic()
-proc = subprocess.run([{target!r}], input=stdin, capture_output=True)
+# the plugin's own log, given as the runtime would (a NetConf's logFile must lie in /var/log)
+env = {{**os.environ, "CNI_LOG_FILE": {plugin_log!r}}}
+proc = subprocess.run([{target!r}], input=stdin, capture_output=True, env=env)
 record = {{
     "verb": os.environ.get("CNI_COMMAND", ""),
     "env": {{k: v for k, v in os.environ.items() if k.startswith("CNI_")}},
@@ -341,7 +343,8 @@ class CniSetup:
         recorder = self.bin_dir / "podnet"
         recorder.write_text(
             RECORDER.format(
-                python=VENV_PYTHON, log=str(self.calls_log), target=str(self.real_plugin)
+                python=VENV_PYTHON, log=str(self.calls_log), target=str(self.real_plugin),
+                plugin_log=str(self.plugin_log),
             )
         )
         recorder.chmod(0o755)
@@ -356,7 +359,6 @@ class CniSetup:
                     "type": "podnet",
                     "ranges": ranges,
                     "dataDir": str(self.data_dir),
-                    "logFile": str(self.plugin_log),
                     "capabilities": capabilities or {"portMappings": True},
                 }
             ],

@@ -188,3 +188,23 @@ def test_no_other_way_in() -> None:
             colons += [f"{rel}:{line}" for line in _colon_tests(tree)]
     assert parsing == [], parsing
     assert colons == [], colons
+
+
+@pytest.mark.parametrize("condition", [["-M", "/tmp/x"], ["--modprobe=/tmp/x"],
+                                       ["--modprobe", "/tmp/x"], ["-d", "10.0.0.1;x"]])
+def test_iptables_conditions_cannot_run_programs(condition: list[str]) -> None:
+    """``-M``/``--modprobe`` makes iptables run a program of the caller's choice."""
+    from podnet.plugins.podnet_portmap import PortmapConf
+
+    with pytest.raises(InvalidConfig, match="conditionsV4"):
+        PortmapConf({"cniVersion": "1.0.0", "name": "n", "type": "podnet-portmap",
+                     "conditionsV4": condition})
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("\x1b[2J", "\\x1b[2J"), ("a\u2028b", "a\\u2028b"),
+                                           ("a\x85b", "a\\x85b"), ("\u202etxt", "\\u202etxt"),
+                                           ("plain é", "plain é")])
+def test_printable_and_one_line(raw: str, shown: str) -> None:
+    assert checked.printable(raw) == shown
+    assert checked.one_line(raw + "\n" + raw) == shown + "\\n" + shown
+    assert len(checked.one_line("x" * 5000)) == checked.MAX_MESSAGE

@@ -322,7 +322,7 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
         assert ptp.rc == 0, f"reference ptp ADD: {ptp.describe()}"
         conf = {"cniVersion": "1.0.0", "name": "pmnet", "type": "podnet-portmap", "backend": backend,
                 "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": ports(i)},
-                "prevResult": ptp.answer}
+                "prevResult": ptp.answer, "dataDir": str(ptp_dir.parent / "portmap-data")}
         delay = rng.uniform(0, MAX_DELAY)
         mentions = (f"dport {20000 + i}", f"--orig-port-dst {20000 + i}")
         if i % 2 == 0:

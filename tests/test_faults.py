@@ -25,6 +25,7 @@ import pytest
 
 import faults
 from netns import Lab
+from portmap_helpers import PORTMAP_DATA
 from test_plugin_e2e import RANGES, netconf
 
 pytestmark = pytest.mark.root
@@ -147,7 +148,8 @@ def ptp_conf(data: Path) -> dict[str, Any]:
 
 def portmap_conf(backend: str, prev: Any, mappings: list[dict[str, Any]]) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "pmnet", "type": "podnet-portmap", "backend": backend,
-            "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": mappings}, "prevResult": prev}
+            "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": mappings}, "prevResult": prev,
+            "dataDir": PORTMAP_DATA}
 
 
 def portmap_leftovers(node_ns: str) -> list[str]:
@@ -397,7 +399,8 @@ def test_portmap_nft_failure_is_not_an_empty_table(node: Node, ptp_pod: tuple[st
 
 def test_portmap_status_nftables_needs_no_iptables(node: Node) -> None:
     """STATUS of the nftables backend does not depend on iptables; without nft it is 50."""
-    conf = {"cniVersion": "1.1.0", "name": "pmnet", "type": "podnet-portmap", "backend": "nftables"}
+    conf = {"cniVersion": "1.1.0", "name": "pmnet", "type": "podnet-portmap", "backend": "nftables",
+            "dataDir": PORTMAP_DATA}
     f = Findings("podnet-portmap STATUS, nftables backend")
     out = node.call("podnet-portmap", "STATUS", conf, hide=("iptables-save", "ip6tables-save", "iptables", "ip6tables"))
     f.expect(out.rc == 0, f"without iptables (nft works): {out.describe()}")

@@ -23,6 +23,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,7 +123,7 @@ def test_loose_database_of_an_older_version_is_restricted(tmp_path: Path) -> Non
 
 def test_store_in_an_unusable_place_names_it(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(CNIError, match=r"cannot create state directory .*file/data: Not a dir") as err:
+    with pytest.raises(CNIError, match=r"cannot (create|examine) state directory .*file/data: Not a dir") as err:
         open_store(str(tmp_path / "file" / "data"))
     assert err.value.code == 5
 
@@ -239,10 +240,15 @@ def test_a_log_line_costs_five_system_calls(tmp_path: Path) -> None:
     log = tmp_path / "podnet.log"
     log.write_bytes(LOG_HEADER)  # an existing log: its first line is read back, then appended
     calls = traced(LOGGED, str(log))
-    assert [c.split("(")[0] for c in calls] == ["openat", "newfstatat", "pread64", "write", "close"], \
-        calls
+    assert [c.split("(")[0] for c in calls] == ["newfstatat", "openat", "pread64", "write",
+                                                "close"], calls  # fmt: skip
     opened = next(c for c in calls if c.startswith("openat"))
-    for flag in ("O_RDWR", "O_CREAT", "O_APPEND", "O_NOFOLLOW", "O_CLOEXEC", "0600"):
+    for flag in ("O_RDWR", "O_APPEND", "O_NOFOLLOW", "O_CLOEXEC"):
+        assert flag in opened, opened
+    assert "O_CREAT" not in opened  # an existing file is never created over
+    fresh = traced(LOGGED, str(tmp_path / "new.log"))
+    opened = next(c for c in fresh if c.startswith("openat"))
+    for flag in ("O_CREAT", "O_EXCL", "0600"):
         assert flag in opened, opened
 
 
@@ -255,9 +261,10 @@ def netconf(data: Path, **extra: object) -> dict[str, object]:
 @pytest.mark.root
 def test_plugin_add_creates_private_files(lab: Lab, tmp_path: Path) -> None:
     data, log = tmp_path / "var" / "data", tmp_path / "podnet.log"
-    conf = netconf(data, logFile=str(log))
+    conf = netconf(data)
     pods = [lab.pod(), lab.pod()]
-    rc, out = lab.cni("ADD", conf, container_id="files-a", netns=pods[0])
+    rc, out = lab.cni("ADD", conf, container_id="files-a", netns=pods[0],
+                      env={"CNI_LOG_FILE": str(log)})
     assert rc == 0, out
     assert mode(data) == 0o750
     assert {p.name: mode(p) for p in data.iterdir()} == {
@@ -271,13 +278,25 @@ def test_plugin_add_creates_private_files(lab: Lab, tmp_path: Path) -> None:
         assert lab.cni("DEL", conf, container_id=cid, netns=ns)[0] == 0
 
 
+@pytest.fixture
+def var_log_dir() -> Iterator[Path]:
+    """A directory of this test's under /var/log (where a NetConf's logFile must lie), removed
+    afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="podnet-test-", dir="/var/log"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("how", ["logFile", "CNI_LOG_FILE"])
-def test_plugin_log_symlink_is_not_followed(lab: Lab, tmp_path: Path, how: str) -> None:
+def test_plugin_log_symlink_is_not_followed(lab: Lab, tmp_path: Path, how: str,
+                                            var_log_dir: Path) -> None:  # fmt: skip
     target = tmp_path / "shadow"
     target.write_text("root:x:0:0\n")
     target.chmod(0o644)
-    link = tmp_path / "podnet.log"
+    link = (var_log_dir if how == "logFile" else tmp_path) / "podnet.log"
     link.symlink_to(target)
     extra = {"logFile": str(link)} if how == "logFile" else {}
     env = {"CNI_LOG_FILE": str(link)} if how == "CNI_LOG_FILE" else {}
@@ -496,3 +515,28 @@ def test_symlink_loop_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "b").symlink_to(tmp_path / "a")
     with pytest.raises(CNIError, match="too many symlinks"):
         _SourceCheck().resolve(str(tmp_path / "a"), "role")
+
+
+@pytest.mark.root
+def test_netconf_log_file_lies_under_var_log(lab: Lab, tmp_path: Path, var_log_dir: Path) -> None:
+    """A NetConf's logFile outside /var/log is refused (code 7) and nothing is created there —
+    an author who is not the administrator must not make root write /etc/profile.d/x.sh; under
+    /var/log the log is created 0600 with podnet's header. A device node at the path is never
+    opened."""
+    planted = tmp_path / "profile.d" / "zz-podnet.sh"
+    planted.parent.mkdir()
+    rc, out = lab.cni("ADD", netconf(tmp_path / "data", logFile=str(planted)),
+                      container_id="files-log", netns=lab.pod())  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and out["msg"].startswith("logFile:"), out
+    assert not planted.exists()
+    log = var_log_dir / "podnet.log"
+    pod = lab.pod()
+    conf = netconf(tmp_path / "data", logFile=str(log))
+    rc, out = lab.cni("ADD", conf, container_id="files-log", netns=pod)
+    assert rc == 0, out
+    assert mode(log) == 0o600 and log.read_bytes().startswith(LOG_HEADER)
+    assert lab.cni("DEL", conf, container_id="files-log", netns=pod)[0] == 0
+    device = var_log_dir / "null"
+    os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    calls = traced(LOGGED, str(device))
+    assert not any(c.startswith("openat") for c in calls), calls

@@ -199,9 +199,10 @@ def test_locked_database_is_code_11(lab: Lab, tmp_path: Path) -> None:
 def test_log_file_gets_lines_stdout_only_result(lab: Lab, tmp_path: Path) -> None:
     log = tmp_path / "podnet.log"
     pod = lab.pod()
-    rc, res = lab.cni("ADD", netconf(tmp_path, logFile=str(log)), container_id="c1", netns=pod)
+    env = {"CNI_LOG_FILE": str(log)}  # a NetConf's logFile must lie under /var/log
+    rc, res = lab.cni("ADD", netconf(tmp_path), container_id="c1", netns=pod, env=env)
     assert rc == 0 and "ips" in res
-    rc, out = lab.cni("ADD", netconf(tmp_path, logFile=str(log), ranges=["bad"]), container_id="c2", netns=pod)
+    rc, out = lab.cni("ADD", netconf(tmp_path, ranges=["bad"]), container_id="c2", netns=pod, env=env)
     lines = log.read_text().splitlines()
     assert any("ADD container=c1 ifname=eth0 ok" in line for line in lines)
     assert any("error 7" in line and "ranges[0]" in line for line in lines)

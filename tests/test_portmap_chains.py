@@ -103,7 +103,8 @@ def test_reference_bridge_then_podnet_portmap(lab: Lab, tmp_path: Path, backend:
     conflist = {"cniVersion": "1.0.0", "name": "chain", "plugins": [
         {"type": "bridge", "bridge": "pnbr0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
          "ipam": IPAMS[ipam](str(tmp_path / "data"))},
-        {"type": "podnet-portmap", "capabilities": {"portMappings": True}, "backend": backend},
+        {"type": "podnet-portmap", "capabilities": {"portMappings": True}, "backend": backend,
+         "dataDir": str(tmp_path / "portmap-data")},
     ]}
     lifecycle(lab, tmp_path, conflist)
     if backend == "iptables":

@@ -17,6 +17,7 @@ from netns import NODE_ADDR4, NODE_ADDR6, Lab
 from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
 from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+from portmap_helpers import PORTMAP_DATA
 
 REF = "/usr/lib/cni"
 PORTMAP = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "podnet-portmap")
@@ -74,7 +75,8 @@ def _ptp(lab: Lab, cid: str, pod: str, data: Path, v6: bool) -> dict[str, Any]:
 
 def _portmap_conf(prev: dict[str, Any] | None, maps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": "pmnet", "type": "podnet-portmap", "backend": "nftables",
-                            "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": maps}, **extra}
+                            "capabilities": {"portMappings": True}, "runtimeConfig": {"portMappings": maps},
+                            "dataDir": PORTMAP_DATA, **extra}
     if prev is not None:
         conf["prevResult"] = prev
     return conf

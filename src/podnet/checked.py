@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     Iface = IPv4Interface | IPv6Interface
 
 __all__ = ["FAMILIES", "PATH_CHARS", "BadValue", "Family", "ScopedAddress", "batch_line",
-           "family", "interface", "ip", "name", "network", "one_line", "path", "show",
-           "text"]  # fmt: skip
+           "family", "interface", "ip", "name", "network", "one_line", "path", "printable",
+           "show", "text"]  # fmt: skip
 
 
 class BadValue(ValueError):
@@ -61,20 +61,37 @@ def show(value: object, limit: int = 64) -> str:
 MAX_MESSAGE = 1000
 
 
-def one_line(text: str) -> str:
-    """``text`` on one line: control characters (line breaks, NUL, …) and lone surrogates
-    written as escapes (``\\n``, ``\\x00``, ``\\udcff``), cut to :data:`MAX_MESSAGE`
-    characters. LXD's messages quote the refused value as given; a hostile value must not make
-    the CLI's ``Error:`` line or the API's ``error`` field more than one line."""
+def _inert(code: int) -> bool:
+    """Whether a character is safe to print as it is: not a C0 or C1 control (line breaks,
+    escapes a terminal obeys, NEL U+0085), DEL, a line or paragraph separator (U+2028/9), a
+    bidirectional override (U+202A-E, U+2066-9) or a lone surrogate."""
+    return not (code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029)
+                or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069
+                or 0xD800 <= code <= 0xDFFF)  # fmt: skip
+
+
+def printable(text: str) -> str:
+    """``text`` with every character :func:`_inert` refuses written as an escape (``\\n``,
+    ``\\x1b``, ``\\u2028``, ``\\udcff``): for values people stored (descriptions,
+    ``user.*`` keys) shown on a terminal, where an escape sequence would be obeyed."""
+    if text.isascii() and text.isprintable():
+        return text
     out = []
     for ch in text:
         code = ord(ch)
-        if code < 0x20 or code == 0x7F or 0xD800 <= code <= 0xDFFF:
+        if _inert(code):
+            out.append(ch)
+        else:
             out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or
                        (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"))
-        else:
-            out.append(ch)
-    line = "".join(out)
+    return "".join(out)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (:func:`printable`), cut to :data:`MAX_MESSAGE` characters. LXD's
+    messages quote the refused value as given; a hostile value must not make the CLI's
+    ``Error:`` line or the API's ``error`` field more than one line, nor drive a terminal."""
+    line = printable(text)
     return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"
 
 
@@ -133,6 +150,21 @@ def interface(value: object, *, prefix: bool = True) -> Iface:
         return ipaddress.ip_interface(text)
     except ValueError:
         raise BadValue(f"{show(text)} is not an address in CIDR form") from None
+
+
+def pod_range_problem(net: Net) -> str | None:
+    """Why ``net`` cannot be a pod range, or None. A range is node-wide: every pod's egress
+    masquerade takes the destinations inside any range as internal, so a public range — up to
+    ``0.0.0.0/1`` — would turn off the masquerade of every pod towards it. Pod ranges are
+    therefore non-global (RFC 1918, 100.64.0.0/10, ULA, the documentation ranges …) and never
+    loopback, link-local, multicast or unspecified."""
+    for what, flag in (("a loopback", net.is_loopback), ("a link-local", net.is_link_local),
+                       ("a multicast", net.is_multicast), ("an unspecified", net.is_unspecified),
+                       ("a public", net.is_global)):  # fmt: skip
+        if flag:
+            return (f"{net} is {what} range: pod ranges are private (RFC 1918, 100.64.0.0/10, "
+                    "fc00::/7, …), since every range is internal to every pod's egress NAT")
+    return None
 
 
 class Family:

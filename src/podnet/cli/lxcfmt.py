@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from podnet.checked import printable
 from podnet.networks.errors import NetworkError
 
 __all__ = ["FORMATS", "dump_yaml", "load_yaml", "natural_key", "render_list"]
@@ -41,7 +42,8 @@ def render_list(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str,
         return json.dumps(raw, separators=(",", ":")) + "\n"
     if fmt == "yaml":
         return dump_yaml(raw)
-    rows = sorted(rows, key=natural_key)
+    # values people stored (descriptions, user.* keys) are shown inert on a terminal
+    rows = sorted([[printable(cell) for cell in row] for row in rows], key=natural_key)
     if fmt == "csv":
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(rows)

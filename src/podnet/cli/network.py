@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from podnet.checked import printable
 from podnet.cli.lxcfmt import FORMATS, dump_yaml, load_yaml, render_list
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import FORWARD_KEYS, PORT_KEYS, Forward, ForwardPort
@@ -219,7 +220,7 @@ def network_get(ctx: click.Context, name: str, key: str) -> None:
     """Get values for network configuration keys (a key that is not set prints nothing)."""
     value = _manager(ctx).get_network(name).config.get(key)
     if value is not None:
-        click.echo(value)
+        click.echo(printable(value))
 
 
 @network.command("set")
@@ -364,7 +365,7 @@ def forward_get(ctx: click.Context, network_name: str, listen_address: str, key:
     if key != "target_address" and not key.startswith("user."):
         raise NetworkError(f'Invalid option "{key}"')
     if key in found.config:
-        click.echo(found.config[key])
+        click.echo(printable(found.config[key]))
 
 
 @forward.command("set")

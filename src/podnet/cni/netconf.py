@@ -90,16 +90,29 @@ def require_name(raw: dict[str, Any]) -> str:
     return name
 
 
+#: Where a NetConf's ``logFile`` may lie. Its author is not the node's administrator and the
+#: plugin runs as root: a log created in /etc/profile.d or a crontab directory would be read
+#: as code. Nothing under /var/log is run or sourced; CNI_LOG_FILE (the runtime's environment,
+#: the administrator's) may name any path.
+LOG_ROOT = "/var/log/"
+
+
 def log_file(raw: dict[str, Any]) -> str:
     """``logFile``: "" (no log) or an absolute, normal path of safe characters
-    (:func:`podnet.checked.path`). Code 7 naming the key."""
+    (:func:`podnet.checked.path`) under :data:`LOG_ROOT`. Code 7 naming the key."""
     value = raw.get("logFile")
     if value is None or value == "":
         return ""
     try:
-        return checked.path(value)
+        path = checked.path(value)
     except checked.BadValue as err:
         raise InvalidConfig(f"logFile: {err}") from None
+    if not path.startswith(LOG_ROOT):
+        raise InvalidConfig(
+            f"logFile: {checked.show(path)} is not under {LOG_ROOT} (a NetConf's log goes "
+            "there; CNI_LOG_FILE in the runtime's environment may name any path)"
+        )
+    return path
 
 
 def opt_bool(raw: dict[str, Any], key: str, default: bool) -> bool:
@@ -192,27 +205,32 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
             except checked.BadValue as err:
                 raise InvalidConfig(f"{where}.hostIP: {err}") from None
         out.append(PortMappingArg(host_port, container_port, protocol.lower(), host_ip))
+    # (hostPort, protocol) → what holds it: "any" (both families), "any4"/"any6" (one family's
+    # wildcard), "4"/"6" (the first specific address of the family), each address: linear time
+    seen: dict[tuple[int, str], dict[object, int]] = {}
     for i, m in enumerate(out):
-        for j, other in enumerate(out[:i]):
-            if (other.host_port, other.protocol) == (m.host_port, m.protocol) and _overlap(
-                other.host_ip, m.host_ip
-            ):
-                raise InvalidConfig(
-                    f"runtimeConfig.portMappings[{i}]: {m.protocol} hostPort {m.host_port} on "
-                    f"{m.host_ip or 'any address'} overlaps portMappings[{j}] "
-                    f"({other.host_ip or 'any address'})"
-                )
+        held = seen.setdefault((m.host_port, m.protocol), {})
+        if m.host_ip is None:
+            clash = next(iter(held.values()), None)
+            keys: list[object] = ["any", "any4", "any6", "4", "6"]
+        elif m.host_ip.is_unspecified:
+            v = m.host_ip.version
+            clash = next((held[k] for k in ("any", f"any{v}", str(v)) if k in held), None)
+            keys = [f"any{v}", str(v)]
+        else:
+            v = m.host_ip.version
+            clash = next((held[k] for k in ("any", f"any{v}", m.host_ip) if k in held), None)
+            keys = [str(v), m.host_ip]
+        if clash is not None:
+            other = out[clash]
+            raise InvalidConfig(
+                f"runtimeConfig.portMappings[{i}]: {m.protocol} hostPort {m.host_port} on "
+                f"{m.host_ip or 'any address'} overlaps portMappings[{clash}] "
+                f"({other.host_ip or 'any address'})"
+            )
+        for k in keys:
+            held.setdefault(k, i)
     return out
-
-
-def _overlap(a: IP | None, b: IP | None) -> bool:
-    """Whether two hostIPs (None any, ``0.0.0.0``/``::`` any of a family) can receive the same
-    packet."""
-    if a is None or b is None or a == b:
-        return True
-    if a.version != b.version:
-        return False
-    return a.is_unspecified or b.is_unspecified
 
 
 def parse_cni_args(value: str) -> dict[str, str]:

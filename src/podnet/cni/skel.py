@@ -54,11 +54,10 @@ def version_info(requested: str) -> dict[str, Any]:
     return {"cniVersion": shown, "supportedVersions": list(version.SUPPORTED_VERSIONS)}
 
 
-#: How :class:`Log` opens its file: appending, created 0600, never through a symlink planted
-#: at the path (``O_NOFOLLOW``: ELOOP, the line is dropped), never blocking on a FIFO planted
-#: there (``O_NONBLOCK``: ENXIO without a reader; no effect on a regular file).
-_LOG_FLAGS = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-              | os.O_NONBLOCK)  # fmt: skip
+#: How :class:`Log` opens its file: appending, never through a symlink planted at the path
+#: (``O_NOFOLLOW``: ELOOP, the line is dropped), never blocking (``O_NONBLOCK``: no effect on
+#: a regular file); created 0600 with ``O_CREAT | O_EXCL``.
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _LOG_MODE = 0o600
 #: The first line of every log file podnet writes. podnet appends only to a regular file that
 #: is empty (it writes this line first) or begins with it: a NetConf author's ``logFile`` can
@@ -72,12 +71,14 @@ class Log:
 
     The path comes from the NetConf or the runtime's environment, not from the node's
     administrator, and the plugin runs as root: the file is opened with :data:`_LOG_FLAGS`
-    (mode 0600 when created), written only when it is a regular file that podnet made (empty,
-    or beginning with :data:`LOG_HEADER`), and a line that cannot be written is dropped without
-    failing the call. Only the last component is protected: symlinks in the directories above
-    it are followed. A line is one line (line breaks in a message are written ``\\n``); five
-    system calls (open, fstat, pread, write, close), and the logging module would add ~5 ms of
-    imports to every plugin call.
+    (mode 0600, ``O_EXCL``, when it is created), written only when it is a regular file that
+    podnet made (created now, or beginning with :data:`LOG_HEADER`; anything else at the path —
+    a device, a FIFO, a symlink — is never opened), and a line that cannot be written is
+    dropped without failing the call. Only the last component is protected: symlinks in the
+    directories above it are followed (a NetConf's ``logFile`` lies under /var/log, see
+    :func:`podnet.cni.netconf.log_file`). A line is one line (line breaks in a message are
+    written ``\\n``); five system calls for an existing log (lstat, open, pread, write,
+    close), and the logging module would add ~5 ms of imports to every plugin call.
     """
 
     def __init__(self, path: str, prefix: str) -> None:
@@ -99,15 +100,24 @@ class Log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         text = "\\n".join(message.splitlines())
         line = f"{stamp} {self.prefix} {text}\n".encode(errors="backslashreplace")
+        # what is at the path decides before anything is opened: a device node is never
+        # opened (opening /dev/watchdog arms it), a missing file is created, never taken over
         try:
-            fd = os.open(self.path, _LOG_FLAGS, _LOG_MODE)
+            mode: int | None = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            mode = None
         except OSError:
             return  # a broken (or planted) log file must not fail the network setup
+        if mode is not None and mode & _S_IFMT != _S_IFREG:
+            return
+        new = mode is None
         try:
-            st = os.fstat(fd)
-            if st.st_mode & _S_IFMT != _S_IFREG:
-                return
-            if st.st_size == 0:
+            fd = os.open(self.path, _LOG_FLAGS | (os.O_CREAT | os.O_EXCL if new else 0),
+                         _LOG_MODE)  # fmt: skip
+        except OSError:
+            return
+        try:
+            if new:
                 line = LOG_HEADER + line
             elif os.pread(fd, len(LOG_HEADER), 0) != LOG_HEADER:
                 return  # not a log podnet made

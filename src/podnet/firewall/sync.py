@@ -45,28 +45,74 @@ def epoch() -> str:
     return f"{boot}:{os.stat('/proc/thread-self/ns/net').st_ino}"
 
 
-def state(store: Store, *, without: Collection[str] = ()) -> TableState:
+def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = None) -> TableState:
     """The table's content from the store: ranges, hostPorts (leaving out the containers in
-    ``without``), forwards and bridge networks' NAT."""
+    ``without``), forwards and bridge networks' NAT. A row whose values podnet would refuse
+    today (written by an older podnet: a scoped address, say) is left out and reported to
+    ``warn``: it cannot be rendered, and one such row must not keep the table from being
+    rebuilt for all the others."""
+    from podnet import checked
     from podnet.firewall import table
     from podnet.networks.config import is_true, subnet
 
-    ranges = [(subnet_, masq) for _, subnet_, _, masq in store.ranges()]
-    mappings = [hostports.dnat_of(m) for m in store.portmaps() if m.container_id not in without]
+    def skip(what: str, err: Exception) -> None:
+        if warn is not None:
+            warn(f"left out of table inet podnet: {what}: {err}")
+
+    ranges = []
+    for _, cidr, _, masq in store.ranges():
+        try:
+            ranges.append((checked.text(checked.network(cidr)), masq))
+        except ValueError as err:
+            skip(f"range {checked.show(cidr)}", err)
+    mappings = []
+    for m in store.portmaps():
+        if m.container_id in without:
+            continue
+        try:
+            mappings.append(hostports.dnat_of(m))
+        except ValueError as err:
+            skip(f"a hostPort of {m.container_id}", err)
     bridges = []
     for net in store.networks():
         if net.type != "bridge":
             continue
         subnets, nat, nat_address = {}, {}, {}
-        for family in (4, 6):
-            cidr = subnet(net.config, family)
-            if cidr is not None:
-                subnets[family] = str(cidr)
-                nat[family] = is_true(net.config.get(f"ipv{family}.nat", "false"))
-                nat_address[family] = net.config.get(f"ipv{family}.nat.address") or None
+        try:
+            for family in (4, 6):
+                prefix = subnet(net.config, family)
+                if prefix is not None:
+                    subnets[family] = checked.text(prefix)
+                    nat[family] = is_true(net.config.get(f"ipv{family}.nat", "false"))
+                    address = net.config.get(f"ipv{family}.nat.address") or None
+                    nat_address[family] = None if address is None else \
+                        checked.text(checked.ip(address))  # fmt: skip
+        except ValueError as err:
+            skip(f"network {net.name}", err)
+            continue
         bridges.append(table.BridgeNat(net.name, subnets, nat, nat_address))
-    return table.TableState(ranges, mappings, store.forward_dnats(), bridges,
-                            store.forward_drops())  # fmt: skip
+    drops = []
+    for address in store.forward_drops():
+        try:
+            drops.append(checked.text(checked.ip(address)))
+        except ValueError as err:
+            skip(f"the drop of forward {checked.show(address)}", err)
+    return table.TableState(ranges, mappings, store.forward_dnats(), bridges, drops)
+
+
+def renderable(entries: Sequence[PortMapping], warn: Warn | None) -> list[PortMapping]:
+    """The ``entries`` podnet can render into an nft script; the others (rows of an older
+    podnet that today's checks refuse) are reported to ``warn`` — nft never took them either."""
+    out = []
+    for entry in entries:
+        try:
+            hostports.dnat_of(entry)
+        except ValueError as err:
+            if warn is not None:
+                warn(f"hostPort row of {entry.container_id} cannot be rendered: {err}")
+            continue
+        out.append(entry)
+    return out
 
 
 class TableOwned(InvalidConfig):
@@ -75,42 +121,100 @@ class TableOwned(InvalidConfig):
     the node-wide table rebuilds it (issue 13, item 5)."""
 
 
+#: Where the node records which store owns each network namespace's table, for this boot
+#: (/run is a tmpfs): a table removed behind podnet's back (``nft flush ruleset``, a firewall
+#: reload) must not go to whichever store rebuilds first.
+CLAIMS_DIR = "/run/podnet/tables"
+#: ``getsockopt(SOL_SOCKET, SO_NETNS_COOKIE)``: a network namespace's number, never reused
+#: within a boot (Linux 5.14).
+_SO_NETNS_COOKIE = 71
+
+
+def _claim_path() -> str | None:
+    """The registry file of the current network namespace (boot ID and netns cookie), or
+    None when the kernel has no netns cookies."""
+    import socket  # only a rebuild asks
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            cookie = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, 8),
+                                    "little")  # fmt: skip
+    except OSError:
+        return None
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{CLAIMS_DIR}/{boot}-{cookie}"
+
+
+def _registered(path: str | None) -> str:
+    if path is None:
+        return ""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _register(path: str | None, mark: str) -> None:
+    """Record ``mark`` as the owner (write and rename, so readers never see half a file)."""
+    if path is None:
+        return
+    try:
+        os.makedirs(CLAIMS_DIR, mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, mark.encode() + b"\n")
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as err:
+        raise KernelError(f"cannot record the owner of table inet podnet in {CLAIMS_DIR}",
+                          str(err)) from err  # fmt: skip
+
+
 def claim(store: Store) -> str:
     """The owner mark this store writes into the table's comment (``podnet:<dataDir>``), once
-    it is sure the table is not another store's: no table, no comment (a table of a podnet
-    that did not mark it yet), this store's mark, or the mark of a data dir whose database is
-    gone.
-    :class:`TableOwned` (7) naming the owner otherwise; KernelError (104) when nft cannot list
-    the table."""
+    it is sure the table is not another store's, and recorded in :data:`CLAIMS_DIR` for this
+    network namespace. Neither the table's comment nor the record may name another store whose
+    database exists: so a store that is not the node's (a mistyped or a hostile ``dataDir``)
+    cannot take the table, not even while it is gone after ``nft flush ruleset``. A table with
+    no comment (made by a podnet that did not mark it yet), or marked by a store whose database
+    is gone, is taken over. :class:`TableOwned` (7) naming the owner otherwise; KernelError
+    (104) when nft cannot list the table or the record cannot be written."""
     from podnet.link.names import owner_alias
     from podnet.store.db import DB_NAME
 
     data_dir = os.path.dirname(store.path)
     mine = owner_alias(data_dir)
-    current = nft.table_comment(hostports.FAMILY, hostports.TABLE)
-    if not current or current == mine:
-        return mine
-    if not current.startswith("podnet:"):
-        raise TableOwned(f"dataDir: table inet podnet of this network namespace was not made "
-                         f"by podnet (its comment is {current!r}); podnet leaves it alone")
-    other = current[len("podnet:") :]
-    if os.path.exists(os.path.join(other, DB_NAME)):
-        raise TableOwned(
-            f"dataDir: table inet podnet of this network namespace belongs to the store in "
-            f"{other}, not {data_dir}: the podnet networks of a node share one dataDir "
-            f"(a mistyped data dir? {other}/{DB_NAME} exists)"
-        )
+    record = _claim_path()
+    for current in (nft.table_comment(hostports.FAMILY, hostports.TABLE), _registered(record)):
+        if not current or current == mine:
+            continue
+        if not current.startswith("podnet:"):
+            raise TableOwned(f"dataDir: table inet podnet of this network namespace was not made "
+                             f"by podnet (its comment is {current!r}); podnet leaves it alone")
+        other = current[len("podnet:") :]
+        if os.path.exists(os.path.join(other, DB_NAME)):
+            raise TableOwned(
+                f"dataDir: table inet podnet of this network namespace belongs to the store in "
+                f"{other}, not {data_dir}: the podnet networks of a node share one dataDir "
+                f"(a mistyped data dir? {other}/{DB_NAME} exists)"
+            )
+    if _registered(record) != mine:
+        _register(record, mine)
     return mine
 
 
-def rebuild(store: Store, *, without: Collection[str] = ()) -> None:
+def rebuild(store: Store, *, without: Collection[str] = (), warn: Warn | None = None) -> None:
     """Replace the table with one built from the store (atomic), leaving out the hostPorts of
     the containers in ``without`` (those being deleted: their rows go right after), marked as
     this store's (:func:`claim`: never another store's table). Records the epoch. KernelError
     (104) with nft's message; :class:`TableOwned` (7)."""
     from podnet.firewall import table
 
-    content = state(store, without=without)
+    content = state(store, without=without, warn=warn)
     content.owner = claim(store)
     nft.apply(table.script(content), "rebuild table inet podnet")
     with store.write():
@@ -144,7 +248,7 @@ def forwards(store: Store, listen: str, old: Sequence[Dnat] | None,
     if not gone and not added and dropped_before == dropped_after:
         return
     if not current(store):
-        rebuild(store)
+        rebuild(store, warn=warn)
         return
     address = checked.text(listen)
     drop = f"{T} {drop_set(checked.family(address))} {{ {address} }}\n"
@@ -160,7 +264,7 @@ def forwards(store: Store, listen: str, old: Sequence[Dnat] | None,
     if not done.missing and warn is not None:
         warn(f"incremental nft update failed, rebuilding table inet podnet: {done.stderr}")
     try:
-        rebuild(store)
+        rebuild(store, warn=warn)
     except KernelError as err:
         err.details = f"{err.details}; before that, the incremental update: {done.stderr}"
         raise
@@ -205,7 +309,7 @@ def finish_add(store: Store, pending: Pending, warn: Warn | None = None) -> None
         if first and not done.missing and warn is not None:
             warn(f"incremental nft update failed, rebuilding table inet podnet: {first}")
     try:
-        rebuild(store)
+        rebuild(store, warn=warn)
     except KernelError as err:
         if first:
             err.details = f"{err.details}; before that, the incremental update: {first}"
@@ -217,6 +321,7 @@ def delete(
 ) -> None:
     """Remove ``owner``'s ``entries`` from the kernel before their rows are deleted: element by
     element, or — when one is missing or the update fails — by a rebuild without ``owner``."""
+    entries = renderable(entries, warn)
     if not entries:
         return
     done = nft.run(hostports.delete_script(entries), die_with_parent=False)  # racing nothing
@@ -225,7 +330,11 @@ def delete(
     if not done.missing and warn is not None:
         warn(f"incremental nft delete failed, rebuilding table inet podnet: {done.stderr}")
     try:
-        rebuild(store, without=(owner,))
+        rebuild(store, without=(owner,), warn=warn)
+    except TableOwned as err:
+        # another store's table holds none of this store's elements: nothing left to remove
+        if warn is not None:
+            warn(f"{err.msg}; deleting {owner}'s rows without touching it")
     except KernelError as err:
         err.details = f"{err.details}; before that, the incremental delete: {done.stderr}"
         raise

@@ -127,9 +127,12 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
                     f"{checked.show(gw_text)}",
                     code=errors.DECODE_FAILURE,
                 ) from None
-            if gw.version != family or gw == addr:
+            if gw.version != family or gw == addr or gw not in net:
+                # podnet puts the gateway on the node side of the pod's veth: one outside the
+                # pod's subnet could be any address (another pod's, the node's router)
                 raise InvalidConfig(
-                    f"IPAM plugin {plugin_type}: gateway {gw} cannot serve address {iface}"
+                    f"IPAM plugin {plugin_type}: gateway {gw} cannot serve address {iface} "
+                    f"(it must be another address of {net})"
                 )
         else:
             gw = net.network_address + 1

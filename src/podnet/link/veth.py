@@ -20,7 +20,7 @@ from podnet.link import sysctl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 class PodLink:
@@ -103,10 +103,9 @@ def host_batch(link: PodLink) -> list[str]:
         plen = 32 if family == 4 else 128
         nodad = " nodad" if family == 6 else ""
         lines.append(f"addr add {gateway}/{plen} dev {link.host_if}{nodad}")
-        # replace, not add: a veth left by a killed call for an address the store has since
-        # freed may still hold this route; the new pod takes it over (its DEL or GC removes
-        # the stale link)
-        lines.append(f"route replace {pod_ip}/{plen} dev {link.host_if}")
+        # add, not replace: a route to the address that is not this store's stale veth's is
+        # never taken over (finish_create_pair sorts out which it is)
+        lines.append(f"route add {pod_ip}/{plen} dev {link.host_if}")
     return lines
 
 
@@ -174,22 +173,84 @@ def start_create_pair(link: PodLink, spawned: proc.Spawned | None = None) -> pro
     return spawned
 
 
-def finish_create_pair(link: PodLink, spawned: proc.Spawned) -> None:
+def _failed_line(err: str) -> int:
+    """The 1-based line of the batch ``ip -batch`` stopped at (``Command failed -:N``), or 0."""
+    marker = "Command failed -:"
+    at = err.rfind(marker)
+    digits = ""
+    for ch in err[at + len(marker) :] if at >= 0 else "":
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
+
+
+def _route_holder(address: str) -> str | None:
+    """The device of the route to exactly ``address`` (``/32``, ``/128``) in the node netns."""
+    from podnet.cni.fastjson import loads
+
+    rc, out, _ = proc.spawn(["ip", "-j", "route", "show", "exact", address]).wait()
+    try:
+        routes = loads(out) if rc == 0 and out.strip() else []
+    except ValueError:
+        return None
+    for route in routes if isinstance(routes, list) else []:
+        if isinstance(route, dict) and isinstance(route.get("dev"), str):
+            return str(route["dev"])
+    return None
+
+
+def finish_create_pair(link: PodLink, spawned: proc.Spawned,
+                       stale: Callable[[str], bool] | None = None) -> None:  # fmt: skip
     """Wait for :func:`start_create_pair` and set the host-side sysctls.
 
     Raises :class:`InterfaceExists` (102) when ``ifname`` already exists in the pod netns, and
     :class:`KernelError` (104) with ``ip``'s message otherwise; nothing is left on failure.
-    A host end left behind by an attachment whose DEL never ran (same name, no row: the caller
-    found none) is replaced once.
+    What a call killed before its COMMIT may have left is cleared once, then the pair made
+    again — only when it is this store's (its alias is ``link.alias``, or none yet) and no row
+    holds it (``stale(name)``, the caller's store):
+
+    - a host end of this very name (an attachment whose DEL never ran);
+    - a host veth of another name holding the route to the pod's address (freed since).
+
+    A link or route that is not this store's is never deleted or taken over (104, naming it).
     """
     rc, _, err = spawned.wait()
-    if rc != 0 and "File exists" in err and sysctl.interface_exists(link.host_if):
-        delete_host(link.host_if)
-        rc, _, err = start_create_pair(link).wait()
+    if rc != 0 and "File exists" in err:
+        line = _failed_line(err)
+        batch = host_batch(link)
+        failed = batch[line - 1] if 0 < line <= len(batch) else ""
+        leftover = None
+        if failed.startswith("link add") and sysctl.interface_exists(link.host_if):
+            leftover = link.host_if
+        elif failed.startswith("route add"):
+            delete_host(link.host_if)  # ours, half configured
+            address = failed.split()[2]
+            holder = _route_holder(address)
+            if holder is None or not holder.startswith("pn") or \
+                    alias_of(holder) not in ("", link.alias) or \
+                    (stale is not None and not stale(holder)):  # fmt: skip
+                raise KernelError(
+                    f"failed to create veth {link.host_if}: a route to {address} exists "
+                    f"(dev {holder or '?'}) that is not a stale veth of this store's; podnet "
+                    "does not take it over", err.strip())  # fmt: skip
+            leftover = holder
+        if leftover is not None:
+            mine = alias_of(leftover) in ("", link.alias) and (stale is None or stale(leftover))
+            if not mine:
+                raise KernelError(
+                    f"failed to create veth {link.host_if}: a link named {leftover} exists that "
+                    f"is not this store's (alias {alias_of(leftover)!r}); podnet leaves it alone",
+                    err.strip(),
+                )
+            delete_host(leftover)
+            rc, _, err = start_create_pair(link).wait()
     if rc != 0:
-        if "File exists" in err and not sysctl.interface_exists(link.host_if):
+        if "File exists" in err and _failed_line(err) == 1 and \
+                not sysctl.interface_exists(link.host_if):  # fmt: skip
             raise InterfaceExists(f"interface {link.ifname} already exists in netns {link.netns}")
-        delete_host(link.host_if)
+        if _failed_line(err) != 1 and alias_of(link.host_if) in ("", link.alias):
+            delete_host(link.host_if)  # made by this batch (a failed 'link add' made nothing)
         raise KernelError(
             f"failed to create veth {link.host_if} (peer {link.ifname} in {link.netns})",
             err.strip(),
@@ -311,8 +372,12 @@ def finish_delete(spawned: proc.Spawned, host_if: str) -> None:
         raise KernelError(f"failed to delete {host_if}", err.strip())
 
 
-def delete_host(host_if: str) -> None:
-    """Delete the host end now; gone already is success. Raises :class:`KernelError`."""
+def delete_host(host_if: str, owner: str | None = None) -> None:
+    """Delete the host end now; gone already is success. With ``owner`` (a store's alias), a
+    link carrying another alias is left alone: it is not this store's. Raises
+    :class:`KernelError`."""
+    if owner is not None and alias_of(host_if) not in (None, "", owner):
+        return
     finish_delete(start_delete_host(host_if), host_if)
 
 

@@ -339,7 +339,7 @@ def _add_locked(
                         creating = veth.start_create_pair(link, host_tool)
             except BaseException:
                 if creating is not None:  # the COMMIT failed: the veth goes too
-                    _fail_veth(creating, host_if)
+                    _fail_veth(creating, host_if, link_alias(conf))
                 raise
             pending: sync.Pending | None = None
             configuring: Spawned | None = None
@@ -352,7 +352,8 @@ def _add_locked(
                     store.detach()  # its WAL checkpoint overlaps ip and nft (the lock stays)
                 created, creating = creating, None  # reaped by finish_create_pair
                 assert created is not None
-                veth.finish_create_pair(link, created)
+                veth.finish_create_pair(link, created,
+                                        stale=lambda dev: not store.interface_used(dev))
                 configuring = veth.start_configure_pod(link)
                 done, pending = pending, None
                 sync.finish_add(store, done, call.log.warn)
@@ -373,14 +374,14 @@ def _add_locked(
     return _result(link, alloc)
 
 
-def _fail_veth(creating: Spawned, host_if: str) -> None:
+def _fail_veth(creating: Spawned, host_if: str, alias: str) -> None:
     """Remove the veth of an ADD whose COMMIT failed, once its ``ip`` is done; failures here
     are not reported (the COMMIT's error is the answer; a GC removes a veth left over)."""
     from podnet.link import veth
 
     try:
         creating.wait()
-        veth.delete_host(host_if)
+        veth.delete_host(host_if, owner=alias)
     except CNIError:
         pass
 
@@ -464,7 +465,7 @@ def _fail_add(store: Store, call: Call, host_if: str, entries: list[PortMapping]
         except CNIError:
             pass
     try:
-        veth.delete_host(host_if)
+        veth.delete_host(host_if, owner=names.owner_alias(os.path.dirname(store.path)))
     except CNIError as failed:
         notes.append(f"deleting {host_if}: {failed.msg} {failed.details}".strip())
     try:
@@ -546,6 +547,13 @@ def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) ->
     from podnet.store.db import OWNER_IPAM, ipam_key
 
     mine = ipam_key(call.container_id, call.ifname, conf.name)
+    for family, (_, gateway, _) in sorted(alloc.items()):
+        held = store.address_holder(family, gateway)
+        if held is not None:  # it would go on the node side of this pod's veth
+            raise errors.InvalidConfig(
+                f"gateway {gateway} from IPAM plugin {conf.ipam_type} is the address of "
+                f"{held.container_id} in {store.path}"
+            )
     for family, (addr, _, _) in sorted(alloc.items()):
         holder = store.address_holder(family, addr)
         if holder is None:
@@ -634,7 +642,7 @@ def cmd_del(call: Call) -> None:
             pod = store.get_pod(call.container_id)
             if pod is not None and _names_this(pod, call, conf):
                 veth.start_delete_host(host_if, deleting)
-                entries = store.portmaps(call.container_id)
+                entries = sync.renderable(store.portmaps(call.container_id), call.log.warn)
                 sync.delete(store, entries, call.container_id, call.log.warn)
                 store.delete_pod(call.container_id)
             elif pod is None and veth.alias_of(host_if) in ("", link_alias(conf)):
@@ -717,8 +725,9 @@ def cmd_check(call: Call) -> None:
 # -- GC and STATUS -------------------------------------------------------------------------------
 def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment not in ``cni.dev/valid-attachments`` — rows,
-    host veths (also podnet veths with no row) and hostPort rules. Rows of other networks and of
-    podnet-ipam sharing the database are kept. With ``ipam``, the IPAM plugin's GC runs too.
+    host veths (also podnet veths with no row) and hostPort rules. Rows of other networks, of an
+    unknown network (seed 001's, without an attachment row) and of podnet-ipam sharing the
+    database are kept. With ``ipam``, the IPAM plugin's GC runs too.
     Keeps going on errors and reports them together at the end."""
     from podnet.link import veth
     from podnet.plugins.podnet_conf import StoreConf
@@ -737,12 +746,15 @@ def cmd_gc(call: Call) -> None:
         for pod in store.pods():
             if pod.owner not in (None, OWNER_PODNET):
                 continue
-            if (pod.container_id, pod.ifname) in valid or pod.network_name not in (None, conf.name):
+            # only this network's rows: one of unknown network (a seed-001 row without an
+            # attachment) is never another network's GC to release; its DEL does
+            if (pod.container_id, pod.ifname) in valid or pod.network_name != conf.name:
                 keep.add(str(pod.interface_name))
             else:
                 stale.append(str(pod.container_id))
         try:
-            sync.rebuild(store, without=stale)  # the kernel lets go first, then the rows
+            # the kernel lets go first, then the rows
+            sync.rebuild(store, without=stale, warn=call.log.warn)
         except CNIError as err:
             failures.append(f"{err.msg}: {err.details}")
             # rows whose map elements could not be removed stay, with their elements

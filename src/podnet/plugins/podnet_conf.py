@@ -153,6 +153,9 @@ def parse_ranges(value: object, key: str = "ranges") -> list[Network]:
             raise InvalidConfig(
                 f"{key}[{i}]: {item} is too small (needs network, gateway, one pod, last)"
             )
+        problem = checked.pod_range_problem(net)
+        if problem:
+            raise InvalidConfig(f"{key}[{i}]: {problem}")
         if net in out:
             raise InvalidConfig(f"{key}[{i}]: {item} is listed twice")
         for j, other in enumerate(out):

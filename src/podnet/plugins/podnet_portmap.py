@@ -65,7 +65,8 @@ class PortmapConf:
                                                       for v in value):
                 raise InvalidConfig(f"{key}: must be a list of iptables match arguments, each "
                                     "one printable ASCII word of at most 255 characters without "
-                                    "quotes, '#', ';', braces, '%', '\\', '`' or '$'")
+                                    "quotes, '#', ';', braces, '%', '\\', '`' or '$', and not "
+                                    "-M/--modprobe")
             conditions[key] = value
         backend = raw.get("backend")
         self.backend = "iptables" if backend is None else backend
@@ -121,9 +122,11 @@ def _word(text: str) -> bool:
 
 def _arg(text: str) -> bool:
     """One iptables argument of a restore line: printable ASCII, no whitespace, quote, ``#``,
-    ``;``, brace, ``%``, backslash, backquote or ``$``."""
+    ``;``, brace, ``%``, backslash, backquote or ``$`` — and not ``-M``/``--modprobe``, which
+    makes iptables run a program of the caller's choice to load a module."""
     return (0 < len(text) <= 255 and text.isascii() and text.isprintable()
-            and not _SYNTAX.intersection(text))  # fmt: skip
+            and not _SYNTAX.intersection(text) and text != "-M"
+            and not text.startswith("--modprobe"))  # fmt: skip
 
 
 def container_nets(prev: dict[str, Any], ifname: str) -> list[ContainerNet]:

@@ -41,7 +41,7 @@ __all__ = [
 DEFAULT_IFNAME = "eth0"
 PORT_PROTOCOLS = ("tcp", "udp", "sctp")
 
-_CONTAINER_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+_CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class RuntimeConf:
 
 def validate_container_id(container_id: str) -> None:
     """The spec's container ID rule (alphanumeric first, then ``[a-zA-Z0-9_.-]``); ArgsError."""
-    if not _CONTAINER_ID.match(container_id):
+    if not _CONTAINER_ID.fullmatch(container_id):
         raise ArgsError(
             f"invalid container ID {container_id!r}: must start with a letter or digit and "
             "contain only letters, digits, '_', '.', '-'"

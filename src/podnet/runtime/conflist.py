@@ -37,12 +37,12 @@ DEFAULT_CONF_DIR = "/etc/cni/net.d"
 LIST_EXTENSIONS = (".conflist",)
 SINGLE_EXTENSIONS = (".conf", ".json")
 
-_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 
 def validate_network_name(name: str) -> None:
     """libcni's ValidateNetworkName: alphanumeric first, then ``[a-zA-Z0-9_.-]``; ArgsError."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ArgsError(
             f"invalid network name {name!r}: must start with a letter or digit and contain "
             "only letters, digits, '_', '.', '-'"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
+from podnet.cni.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.networks import NetworkQueries, TrustQueries
 from podnet.store.schema import MIGRATIONS
 
@@ -326,8 +326,12 @@ class Store(NetworkQueries, TrustQueries):
                  for cidr, whose in self.known_subnets()]  # fmt: skip
         for subnet in subnets:
             net = checked.network(subnet)
+            problem = checked.pod_range_problem(net)
+            if problem:
+                raise InvalidConfig(f"range {subnet} ({description}): {problem}")
             for other, whose in known:
-                if other.version == net.version and other != net and net.overlaps(other):
+                shared = other == net and whose.startswith("range ")  # the same range, shared
+                if other.version == net.version and not shared and net.overlaps(other):
                     raise InvalidConfig(
                         f"range {subnet} ({description}) overlaps {whose} in {self.path}: "
                         "ranges and bridge subnets of one node may not overlap"
@@ -356,6 +360,21 @@ class Store(NetworkQueries, TrustQueries):
         new = [subnet for subnet in subnets if subnet not in known]
         if new:
             self._refuse_overlap(new, description)
+        owners = {subnet: whose for _, subnet, whose, _ in self.ranges()}
+
+        def network(whose: str | None) -> str | None:  # "network n (ipam x)" → "network n"
+            return whose.split(" (")[0] if whose else None
+
+        for subnet in subnets:
+            if subnet in known and known[subnet][1] != ip_masq and \
+                    network(owners.get(subnet)) not in (None, network(description)):  # fmt: skip
+                from podnet.cni.errors import InvalidConfig
+
+                raise InvalidConfig(
+                    f"range {subnet} is {owners[subnet]}'s with ipMasq "
+                    f"{str(known[subnet][1]).lower()}: {description} may share it only with the "
+                    "same ipMasq"
+                )
         changed = False
         for subnet in subnets:
             if subnet not in known:
@@ -436,6 +455,11 @@ class Store(NetworkQueries, TrustQueries):
         col = "ip_address_v4" if family == 4 else "ip_address_v6"
         rows = self.conn.execute(f"SELECT {col} FROM pods WHERE {col} IS NOT NULL")
         return {r[0] for r in rows}
+
+    def interface_used(self, interface_name: str) -> bool:
+        """True when a pod row holds the host interface ``interface_name``."""
+        q = "SELECT 1 FROM pods WHERE interface_name = ? LIMIT 1"
+        return self.conn.execute(q, (interface_name,)).fetchone() is not None
 
     def address_used(self, family: int, address: str) -> bool:
         """True when ``address`` is allocated (an index lookup on the UNIQUE column)."""
@@ -640,17 +664,22 @@ class _WriteTxn:
 def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True) -> Store:
     """Open (creating ``data_dir`` and migrating if needed) ``<data_dir>/podnet.db``.
 
-    ``busy_timeout`` in seconds. Raises :class:`CNIError` code 5 when the directory or file
-    cannot be created, opened or restricted, TryAgainLater (11) when a migration cannot get the
-    lock. With ``create=False`` a missing database raises FileNotFoundError (for read-only
-    tools), and modes are left as they are. Modes: see :func:`_prepare_files`.
+    ``busy_timeout`` in seconds. Raises :class:`UntrustedDataDir` (7) when someone other than
+    root could change the data dir (:func:`_require_trusted`), :class:`CNIError` code 5 when the
+    directory or file cannot be created, opened or restricted, TryAgainLater (11) when a
+    migration cannot get the lock. With ``create=False`` a missing database raises
+    FileNotFoundError (for read-only tools), and modes are left as they are. Modes: see
+    :func:`_prepare_files`.
     """
     path = os.path.join(data_dir, DB_NAME)
+    missing = _require_trusted(data_dir)
     if not create:
-        if not os.path.exists(path):
+        if missing or not os.path.exists(path):
             raise FileNotFoundError(path)
     else:
         _prepare_files(data_dir, path)
+        if missing:
+            _require_trusted(data_dir, created=True)
     conn = _connect(path, busy_timeout)
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -667,10 +696,116 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
     return store
 
 
+_S_IFMT, _S_IFDIR, _S_IFLNK, _S_ISVTX = 0o170000, 0o040000, 0o120000, 0o1000
+
+
+class UntrustedDataDir(CNIError):
+    """The data dir, or a directory on the way to it, can be changed by someone other than root
+    (code 7): podnet, running as root, would open, create and chmod files there — through
+    symlinks planted by that someone."""
+
+    code = INVALID_CONFIG
+
+
+def _untrusted(st: os.stat_result) -> str | None:
+    """Why someone other than root (or this process's user) can change the inode, or None."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"is owned by uid {st.st_uid}"
+    if st.st_mode & 0o002:
+        return "is world-writable"
+    if st.st_mode & 0o020 and st.st_gid != 0:
+        return f"is group-writable by gid {st.st_gid}"
+    return None
+
+
+def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
+    """Refuse (:class:`UntrustedDataDir`, 7) a data dir that someone other than root could
+    change, before anything is opened or created in it. Walked from ``/`` as the kernel
+    resolves it (``lstat`` per component; symlinks followed, at most 40): every directory passed
+    through must be root's and writable by no one else — except a root-owned sticky directory
+    (``/tmp``) whose entry on the way is root's (others cannot rename or remove it) — and the
+    data dir itself must be a directory of root's that no one else can write. A data dir that
+    does not exist yet may be created only under a directory no one else can write (not even a
+    sticky one: someone could plant the name first). Returns whether some part is missing
+    (call again with ``created`` once :func:`_prepare_files` made it; then all must exist).
+    About one ``lstat`` per component (~2 µs each)."""
+    def refuse(path: str, why: str) -> UntrustedDataDir:
+        where = "" if path == data_dir else f" (on the way to the data dir {data_dir})"
+        return UntrustedDataDir(
+            f"dataDir: {path} {why}{where}: podnet keeps its store only where root alone can "
+            "change it"
+        )
+
+    pending = data_dir.split("/")[::-1]
+    cur, cur_st = "/", os.lstat("/")
+    links = 0
+    try:
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                cur = os.path.dirname(cur)
+                cur_st = os.lstat(cur)
+                continue
+            child = f"{cur.rstrip('/')}/{name}"
+            try:
+                st = os.lstat(child)
+            except FileNotFoundError:
+                if created:
+                    raise
+                why = _untrusted(cur_st)
+                if why:  # the missing rest would be made where others can write
+                    raise refuse(cur, why) from None
+                return True
+            why = _untrusted(cur_st)
+            if why and cur_st.st_mode & _S_ISVTX and cur_st.st_uid == 0:
+                entry = _untrusted(st)  # in a root-owned sticky directory only its owner
+                if entry:  # can replace an entry
+                    raise refuse(child, f"{entry}, in sticky {cur}")
+            elif why:
+                raise refuse(cur, why)
+            if st.st_mode & _S_IFMT == _S_IFLNK:
+                links += 1
+                if links > 40:
+                    raise refuse(child, "leads through more than 40 symlinks")
+                target = os.readlink(child)
+                if target.startswith("/"):
+                    cur, cur_st = "/", os.lstat("/")
+                pending.extend(target.split("/")[::-1])
+                continue
+            cur, cur_st = child, st
+    except OSError as err:
+        raise _file_error(f"cannot examine state directory {data_dir}", err) from err
+    why = _untrusted(cur_st)
+    if why:
+        raise refuse(cur, why)
+    if cur_st.st_mode & _S_IFMT != _S_IFDIR:
+        raise refuse(cur, "is not a directory")
+    return False
+
+
 #: Modes of what :func:`open_store` creates: the data dir (0750: ``podnetctl serve --group``
 #: gives a group access to its socket there) and the database (0600; SQLite creates -wal and
 #: -shm with the database file's mode).
 DIR_MODE, DB_MODE = 0o750, 0o600
+
+
+def _mkdirs(directory: str) -> None:
+    """Make ``directory`` and the missing directories above it, each mode :data:`DIR_MODE`
+    whatever the umask (``os.makedirs`` gives the parents 0777 minus the umask: with umask 0,
+    world-writable directories on the way to the store). One failing ``mkdir`` when it exists."""
+    try:
+        os.mkdir(directory, DIR_MODE)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        _mkdirs(os.path.dirname(directory))
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            return
+    os.chmod(directory, DIR_MODE)  # only when created: the umask may have narrowed it
 
 
 def _prepare_files(data_dir: str, path: str) -> None:
@@ -686,13 +821,7 @@ def _prepare_files(data_dir: str, path: str) -> None:
     database on a read-only filesystem too: it cannot be written either).
     """
     try:
-        try:
-            os.mkdir(data_dir, DIR_MODE)
-        except FileNotFoundError:
-            os.makedirs(data_dir, mode=DIR_MODE, exist_ok=True)
-        os.chmod(data_dir, DIR_MODE)  # only when created: the umask may have narrowed it
-    except FileExistsError:
-        pass
+        _mkdirs(data_dir)
     except OSError as err:
         raise _file_error(f"cannot create state directory {data_dir}", err) from err
     try:

@@ -246,7 +246,9 @@ class NetworkQueries:
         )  # fmt: skip
 
     def forward_dnats(self, forward_id: int | None = None) -> list[Dnat]:
-        """The translations of one forward, or of every forward (owner: the forward id)."""
+        """The translations of one forward, or of every forward (owner: the forward id). A row
+        :class:`~podnet.firewall.dnat.Dnat` refuses (a scoped address an older podnet stored)
+        is left out: nft never took it."""
         from podnet.firewall.dnat import Dnat
 
         q = f"SELECT forward_id, {_DNAT_COLUMNS} FROM forward_dnats"
@@ -255,7 +257,13 @@ class NetworkQueries:
         else:
             rows = self.conn.execute(q + " WHERE forward_id = ? ORDER BY rowid",
                                      (forward_id,)).fetchall()  # fmt: skip
-        return [Dnat(f, la, p, lp, ta, tp, str(fid)) for fid, f, la, p, lp, ta, tp in rows]
+        out = []
+        for fid, f, la, p, lp, ta, tp in rows:
+            try:
+                out.append(Dnat(f, la, p, lp, ta, tp, str(fid)))
+            except ValueError:
+                continue  # a row an older podnet wrote that today's checks refuse: never renderable
+        return out
 
     def forward_drops(self) -> list[str]:
         """Listen addresses of the forwards without a default target (seed 004: the traffic

@@ -1,0 +1,236 @@
+"""What a hostile review of issue 13's first fixes reproduced — a NetConf author (a Multus
+attachment), a pod's runtimeConfig or a careless operator attacking the node — and what podnet
+does now, each in real namespaces:
+
+1. ``logFile`` naming a file root would run (/etc/profile.d/x.sh): refused, nothing created;
+2. a ``dataDir`` someone else can write (symlinks planted to truncate or chmod root's files):
+   refused before anything is opened in it;
+3. a second store rebuilding the node's table while it is gone: refused, and the owner's DEL
+   and ADD go on;
+4. a requested address whose route another link holds: never taken over, nor deleted later;
+5. a delegated IPAM plugin's gateway outside the pod's subnet, or another pod's address:
+   refused;
+6. public ranges (turning off every pod's egress masquerade) and a second config flipping a
+   shared range's ipMasq: refused; 7. a range equal to a bridge's subnet: refused;
+8. a row an older podnet wrote with a scoped address: DEL and rebuilds skip it;
+9. GC of another network keeps seed-001 rows of unknown network;
+10. a failed ADD of another store never deletes this store's veth of the same name;
+12. values people stored shown inert on a terminal (13, ``--modprobe``: tests/test_checked.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netns import VENV_BIN, Lab
+
+pytestmark = pytest.mark.root
+
+PODNETCTL = str(VENV_BIN / "podnetctl")
+STATIC = "/usr/lib/cni/static"
+
+
+def conf(data: Path, name: str = "podnet", ranges: tuple[str, ...] = ("10.244.2.0/24",),
+         **extra: Any) -> dict[str, Any]:  # fmt: skip
+    return {"cniVersion": "1.0.0", "name": name, "type": "podnet", "ranges": list(ranges),
+            "dataDir": str(data), **extra}
+
+
+def table(lab: Lab) -> str:
+    return lab.exec(lab.node, "nft", "list", "table", "inet", "podnet", check=False).stdout
+
+
+def test_log_file_where_root_would_run_it_is_refused(lab: Lab, tmp_path: Path) -> None:
+    profile = tmp_path / "profile.d"
+    profile.mkdir()
+    target = profile / "zz-podnet.sh"
+    rc, out = lab.cni("ADD", conf(tmp_path / "data", logFile=str(target),
+                                  ranges=("'$(id>/tmp/PWNED)",)), container_id="c1",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and out["msg"].startswith("logFile:"), out
+    assert not target.exists() and list(profile.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["owned by nobody", "world-writable", "under a writable dir"])
+def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: str) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    parent = tmp_path / "open"
+    parent.mkdir()
+    data = parent / "data"
+    if how == "owned by nobody":
+        data.mkdir()
+        os.chown(data, 65534, 65534)
+    elif how == "world-writable":
+        data.mkdir()
+        data.chmod(0o777)
+    else:
+        parent.chmod(0o777)
+    if data.exists():  # what the other user plants
+        (data / "podnet.lock.d").mkdir()
+        (data / "podnet.lock").symlink_to(victim)
+        (data / "podnet.db").symlink_to(victim)
+    for verb in ("DEL", "ADD"):
+        rc, out = lab.cni(verb, conf(data), container_id="c1", netns=lab.pod())
+        assert rc == 1 and out["code"] == 7 and out["msg"].startswith("dataDir:"), (verb, out)
+        assert "root alone can change" in out["msg"], out
+    assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o644
+    if how == "under a writable dir":
+        assert not data.exists()  # nothing created where someone could have planted it
+
+
+def test_a_second_store_cannot_take_the_table_while_it_is_gone(lab: Lab, tmp_path: Path) -> None:
+    admin, evil = tmp_path / "admin", tmp_path / "evil"
+    pod = lab.pod()
+    rc, res = lab.cni("ADD", conf(admin, runtimeConfig={"portMappings": [
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}), container_id="victim",
+        netns=pod)  # fmt: skip
+    assert rc == 0, res
+    lab.exec(lab.node, "nft", "delete", "table", "inet", "podnet")  # a firewall reload
+    rc, out = lab.cni("ADD", conf(evil, "evil", ("10.123.0.0/24",)), container_id="e1",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and str(admin) in out["msg"], out
+    assert table(lab) == ""  # the other store built nothing
+    rc, out = lab.cni("DEL", conf(admin), container_id="victim", netns=pod)
+    assert rc == 0, out
+    rc, res = lab.cni("ADD", conf(admin), container_id="again", netns=lab.pod())
+    assert rc == 0, res
+    assert f'comment "podnet:{admin}"' in table(lab)
+
+
+def test_a_route_podnet_did_not_make_is_never_taken_over(lab: Lab, tmp_path: Path) -> None:
+    lab.exec(lab.node, "ip", "link", "add", "other0", "type", "veth", "peer", "name", "other1")
+    lab.exec(lab.node, "ip", "link", "set", "other0", "up")
+    lab.exec(lab.node, "ip", "route", "add", "10.99.0.5/32", "dev", "other0")
+    before = lab.exec(lab.node, "ip", "route", "show").stdout
+    pod = lab.pod()
+    rc, out = lab.cni("ADD", conf(tmp_path / "data", ranges=("10.99.0.0/24",),
+                                  runtimeConfig={"ips": ["10.99.0.5"]}), container_id="c1",
+                      netns=pod)  # fmt: skip
+    assert rc == 1 and out["code"] == 104, out
+    assert "route to 10.99.0.5" in out["msg"] and "does not take it over" in out["msg"], out
+    assert lab.exec(lab.node, "ip", "route", "show").stdout == before
+    assert lab.exec(pod, "ip", "link", "show", "eth0", check=False).returncode != 0
+    rc, out = lab.cni("DEL", conf(tmp_path / "data", ranges=("10.99.0.0/24",)),
+                      container_id="c1", netns=pod)  # fmt: skip
+    assert rc == 0, out
+    assert lab.exec(lab.node, "ip", "route", "show").stdout == before
+
+
+def test_another_stores_veth_of_the_same_name_is_never_deleted(lab: Lab, tmp_path: Path) -> None:
+    pod = lab.pod()
+    rc, res = lab.cni("ADD", conf(tmp_path / "admin"), container_id="newpod", netns=pod)
+    assert rc == 0, res
+    host_if = res["interfaces"][0]["name"]
+    rc, out = lab.cni("ADD", conf(tmp_path / "other", "other", ("10.246.0.0/24",)),
+                      container_id="newpod", netns=lab.pod())  # fmt: skip
+    assert rc == 1, out
+    alias = lab.exec(lab.node, "cat", f"/sys/class/net/{host_if}/ifalias").stdout.strip()
+    assert alias == f"podnet:{tmp_path / 'admin'}"
+    rc, out = lab.cni("CHECK", {**conf(tmp_path / "admin"), "prevResult": res},
+                      container_id="newpod", netns=pod)  # fmt: skip
+    assert rc == 0, out
+
+
+@pytest.mark.parametrize(("gateway", "why"), [("10.50.0.80", "must be another address of"),
+                                               ("10.56.0.6", "is the address of")])
+def test_delegated_gateway_is_checked(lab: Lab, tmp_path: Path, gateway: str, why: str) -> None:
+    data = tmp_path / "data"
+    rc, res = lab.cni("ADD", conf(data, ranges=("10.56.0.0/24",),
+                                  runtimeConfig={"ips": ["10.56.0.6"]}), container_id="victim",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 0, res
+    delegated = {"cniVersion": "1.0.0", "name": "ds", "type": "podnet", "dataDir": str(data),
+                 "ipam": {"type": "static", "addresses": [
+                     {"address": "10.57.0.5/24" if why.startswith("must") else "10.56.0.5/24",
+                      "gateway": gateway}]}}
+    before = lab.exec(lab.node, "ip", "addr", "show").stdout
+    rc, out = lab.cni("ADD", delegated, container_id="evil", netns=lab.pod())
+    assert rc == 1 and out["code"] == 7 and why in out["msg"], out
+    assert lab.exec(lab.node, "ip", "addr", "show").stdout == before
+
+
+def test_ranges_that_would_change_other_pods_nat_are_refused(lab: Lab, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rc, res = lab.cni("ADD", conf(data), container_id="c1", netns=lab.pod())
+    assert rc == 0, res
+    before = table(lab)
+    for ranges in (("128.0.0.0/1",), ("0.0.0.0/5",), ("8.8.8.0/24",), ("127.0.0.0/8",),
+                   ("169.254.0.0/16",), ("2001:4860::/32",)):  # fmt: skip
+        rc, out = lab.cni("ADD", conf(data, "evil", ranges), container_id="e1", netns=lab.pod())
+        assert rc == 1 and out["code"] == 7 and "pod ranges are private" in out["msg"], out
+    rc, out = lab.cni("ADD", conf(data, "evil", ipMasq=False), container_id="e2",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and "ipMasq" in out["msg"], out
+    assert table(lab) == before
+
+
+def test_a_range_equal_to_a_bridge_subnet_is_refused(lab: Lab, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    out = lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(data), "--init", "create",
+                   "br0", "ipv4.address=10.60.0.1/24")  # fmt: skip
+    rc, res = lab.cni("ADD", conf(data, ranges=("10.60.0.0/24",),
+                                  runtimeConfig={"ips": ["10.60.0.7"]}), container_id="c1",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 1 and res["code"] == 7 and 'bridge network "br0"' in res["msg"], res
+    assert "10.60.0.1" not in lab.exec(lab.node, "ip", "addr", "show", "type", "veth").stdout
+    assert out.returncode == 0
+
+
+def test_a_row_of_an_older_podnet_with_a_zone_does_not_block_del(lab: Lab, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    pod = lab.pod()
+    mapping = {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
+    rc, res = lab.cni("ADD", conf(data, runtimeConfig={"portMappings": [mapping]}),
+                      container_id="old", netns=pod)  # fmt: skip
+    assert rc == 0, res
+    with sqlite3.connect(data / "podnet.db") as db:  # what the vulnerable version stored
+        db.execute("INSERT INTO portmap_entries (container_id, host_ip, host_port, protocol, "
+                   "container_ip, container_port) VALUES ('old', 'fd00:9::1%lo', 9090, 'tcp', "
+                   "'fd00:10::5%lo', 80)")  # fmt: skip
+    lab.exec(lab.node, "nft", "delete", "table", "inet", "podnet")  # needs a rebuild
+    rc, res2 = lab.cni("ADD", conf(data), container_id="new", netns=lab.pod())
+    assert rc == 0, res2
+    assert "8080" in table(lab) and "fd00:9::1" not in table(lab)
+    rc, out = lab.cni("DEL", conf(data), container_id="old", netns=pod)
+    assert rc == 0, out
+    with sqlite3.connect(data / "podnet.db") as db:
+        assert db.execute("SELECT count(*) FROM portmap_entries WHERE container_id = 'old'"
+                          ).fetchone()[0] == 0  # fmt: skip
+
+
+def test_gc_of_another_network_keeps_rows_of_unknown_network(lab: Lab, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rc, res = lab.cni("ADD", conf(data), container_id="c1", netns=lab.pod())
+    assert rc == 0, res
+    with sqlite3.connect(data / "podnet.db") as db:  # a seed-001 row: no attachment
+        db.execute("INSERT INTO pods (container_id, netns, ip_address_v4, interface_name) "
+                   "VALUES ('legacypod', '/run/netns/x', '10.244.2.200', 'pnlegacy')")
+    rc, out = lab.cni("GC", {**conf(data, "totally-other-network"), "cniVersion": "1.1.0",
+                             "cni.dev/valid-attachments": [{"containerID": "legacypod",
+                                                            "ifname": "eth0"}]})  # fmt: skip
+    assert rc == 0, out
+    with sqlite3.connect(data / "podnet.db") as db:
+        left = {r[0] for r in db.execute("SELECT container_id FROM pods")}
+    assert left == {"c1", "legacypod"}
+
+
+def test_stored_values_are_shown_inert_on_a_terminal(lab: Lab, tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+
+    def ctl(*args: str) -> str:
+        return lab.exec(lab.node, PODNETCTL, "network", "--data-dir", data, "--init",
+                        *args).stdout  # fmt: skip
+
+    ctl("create", "br0", "ipv4.address=10.0.0.1/24", "user.x=\x1b]0;pwned\x07\x1b[2J\u2028\x85")
+    ctl("forward", "create", "br0", "198.51.100.1")
+    shown = ctl("get", "br0", "user.x") + ctl("list") + ctl("forward", "list", "br0")
+    for raw in ("\x1b", "\x07", "\u2028", "\x85"):
+        assert raw not in shown
+    assert "\\x1b]0;pwned\\x07" in shown
