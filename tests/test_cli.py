@@ -482,7 +482,7 @@ def test_install_systemd_writes_and_enables_the_restore_unit(tmp_path: Path) -> 
     assert "Type=oneshot" in text and "WantedBy=multi-user.target" in text
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
     argv = exec_start.removeprefix("ExecStart=").split()
-    assert os.access(argv[0], os.X_OK) and argv[1:] == ["network", "--data-dir", str(tmp_path / "data"), "restore"]
+    assert os.access(argv[0], os.X_OK) and argv[1:] == ["network", "--data-dir", str(tmp_path / "data"), "--init", "restore"]
     link = tmp_path / "units" / "multi-user.target.wants" / "podnet-restore.service"
     assert os.readlink(link) == str(unit)
     again = CliRunner().invoke(cli, args)  # idempotent

@@ -482,10 +482,12 @@ def _podnetctl() -> str:
 def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> str:
     """A systemd oneshot unit running ``podnetctl network restore`` at boot, before the
     container runtimes start: bridges, their pods' ports and table ``inet podnet`` (with
-    hostPorts and forwards) come back from the store."""
+    hostPorts and forwards) come back from the store — which, being first, is then the owner of
+    the node's table for this boot (``--init``: a node with no store yet gets an empty one)."""
     from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
 
-    command = f"{podnetctl or _podnetctl()} network --data-dir {data_dir or DEFAULT_DATA_DIR}"
+    command = (f"{podnetctl or _podnetctl()} network --data-dir {data_dir or DEFAULT_DATA_DIR} "
+               "--init")
     return (
         "[Unit]\n"
         "Description=podnet: restore bridge networks, forwards and table inet podnet\n"
