@@ -248,13 +248,9 @@ class _SourceCheck:
 
     def _writable(self, st: os.stat_result) -> str | None:
         """Why someone untrusted can change the inode itself, or None."""
-        if st.st_uid not in self.trusted:
-            return f"is owned by uid {st.st_uid}"
-        if st.st_mode & stat.S_IWOTH:
-            return "is world-writable"
-        if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
-            return f"is group-writable by gid {st.st_gid}"
-        return None
+        from podnet import trusted
+
+        return trusted.fault(st)
 
     def loaded(self, path: str, st: os.stat_result, role: str) -> None:
         """``path`` is loaded (a file) or searched (a directory): nobody untrusted may write it."""
@@ -270,61 +266,45 @@ class _SourceCheck:
     def _through(self, parent: str, pst: os.stat_result, child: str, cst: os.stat_result,
                  target: str, role: str) -> None:  # fmt: skip
         """``parent`` is passed through to ``child`` on the way to ``target``: nobody untrusted
-        may replace that entry."""
-        why = self._writable(pst)
-        if why is None:
+        may replace that entry (:func:`podnet.trusted.through_fault`)."""
+        from podnet import trusted
+
+        problem = trusted.through_fault(pst, cst)
+        if problem is None:
             return
+        theirs, why = problem
         above = f"on the way to {target}, {role}"
-        if pst.st_uid not in self.trusted or not pst.st_mode & stat.S_ISVTX:
+        if theirs:
             raise UnsafeSource(parent, why, above)
-        if cst.st_uid not in self.trusted:
-            raise UnsafeSource(child, f"is owned by uid {cst.st_uid} in sticky {parent}, which "
-                               f"{why}", above)  # fmt: skip
+        raise UnsafeSource(child, f"{why} in sticky {parent}, which {trusted.fault(pst)}",
+                           above)  # fmt: skip
 
     def resolve(self, path: str, role: str, *, missing_ok: bool = False
                 ) -> tuple[str, os.stat_result]:  # fmt: skip
-        """Follow absolute ``path`` from ``/`` as the kernel does (at most 40 symlinks),
-        checking each step with :meth:`_through`; returns the real path and its ``lstat``.
+        """Follow absolute ``path`` from ``/`` as the kernel does (:func:`podnet.trusted.
+        resolve`: at most 40 symlinks), checking each step with :meth:`_through`; returns the
+        real path and its ``lstat``.
 
         A missing last entry with ``missing_ok``: returns the directory it would be in (whose
         writers could create it), so the caller checks that instead. CNIError 5 otherwise.
         ``role`` says what ``path`` is to the plugins, for the error.
         """
+        from podnet import trusted
+
         if not os.path.isabs(path):
             raise CNIError(f"cannot install: {path} ({role}) is not an absolute path",
                            code=IO_FAILURE)  # fmt: skip
-        pending = path.split("/")[::-1]
-        cur, cur_st = "/", self.root
-        links = 0
-        while pending:
-            name = pending.pop()
-            if name in ("", "."):
-                continue
-            if name == "..":
-                cur = os.path.dirname(cur)
-                cur_st = self._lstat(cur, role)
-                continue
-            child = os.path.join(cur, name)
-            try:
-                st = self._lstat(child, role)
-            except FileNotFoundError as err:
-                if missing_ok and not any(p not in ("", ".") for p in pending):
-                    return cur, cur_st
-                raise CNIError(f"cannot install: {child} ({role}) does not exist",
-                               code=IO_FAILURE) from err  # fmt: skip
-            self._through(cur, cur_st, child, st, path, role)
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > 40:
-                    raise CNIError(f"cannot install: too many symlinks in {path} ({role})",
-                                   code=IO_FAILURE)  # fmt: skip
-                target = os.readlink(child)
-                if target.startswith("/"):
-                    cur, cur_st = "/", self.root
-                pending.extend(target.split("/")[::-1])
-                continue
-            cur, cur_st = child, st
-        return cur, cur_st
+        try:
+            real, real_st, missing = trusted.resolve(
+                path, lambda p, ps, c, cs: self._through(p, ps, c, cs, path, role),
+                lambda name: self._lstat(name, role))
+        except OSError as err:  # a symlink loop (lstat's own failures are CNIErrors)
+            raise CNIError(f"cannot install: too many symlinks in {path} ({role})",
+                           code=IO_FAILURE) from err  # fmt: skip
+        if missing and not (missing_ok and len(missing) == 1):
+            raise CNIError(f"cannot install: {real.rstrip('/')}/{missing[0]} ({role}) does not "
+                           "exist", code=IO_FAILURE)  # fmt: skip
+        return real, real_st
 
     def module_dir(self, path: str, role: str, *, missing_ok: bool = False) -> None:
         """``path`` (or, when missing, the directory it would be created in) is loaded or

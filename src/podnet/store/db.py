@@ -696,9 +696,6 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
     return store
 
 
-_S_IFMT, _S_IFDIR, _S_IFLNK, _S_ISVTX = 0o170000, 0o040000, 0o120000, 0o1000
-
-
 class UntrustedDataDir(CNIError):
     """The data dir, or a directory on the way to it, can be changed by someone other than root
     (code 7): podnet, running as root, would open, create and chmod files there — through
@@ -707,28 +704,17 @@ class UntrustedDataDir(CNIError):
     code = INVALID_CONFIG
 
 
-def _untrusted(st: os.stat_result) -> str | None:
-    """Why someone other than root (or this process's user) can change the inode, or None."""
-    if st.st_uid not in (0, os.geteuid()):
-        return f"is owned by uid {st.st_uid}"
-    if st.st_mode & 0o002:
-        return "is world-writable"
-    if st.st_mode & 0o020 and st.st_gid != 0:
-        return f"is group-writable by gid {st.st_gid}"
-    return None
-
-
 def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
     """Refuse (:class:`UntrustedDataDir`, 7) a data dir that someone other than root could
-    change, before anything is opened or created in it. Walked from ``/`` as the kernel
-    resolves it (``lstat`` per component; symlinks followed, at most 40): every directory passed
-    through must be root's and writable by no one else — except a root-owned sticky directory
-    (``/tmp``) whose entry on the way is root's (others cannot rename or remove it) — and the
-    data dir itself must be a directory of root's that no one else can write. A data dir that
-    does not exist yet may be created only under a directory no one else can write (not even a
-    sticky one: someone could plant the name first). Returns whether some part is missing
-    (call again with ``created`` once :func:`_prepare_files` made it; then all must exist).
-    About one ``lstat`` per component (~2 µs each)."""
+    change, before anything is opened or created in it (:mod:`podnet.trusted`'s rule, walked
+    from ``/``): every directory passed through must be changeable by root alone — or be a
+    root-owned sticky directory whose entry on the way is root's — and the data dir itself a
+    directory no one else can change. A data dir that does not exist yet may be created only
+    under a directory no one else can write (not even a sticky one: someone could plant the
+    name first). Returns whether some part is missing (call again with ``created`` once
+    :func:`_prepare_files` made it). About one ``lstat`` per component (~2 µs each)."""
+    from podnet import trusted
+
     def refuse(path: str, why: str) -> UntrustedDataDir:
         where = "" if path == data_dir else f" (on the way to the data dir {data_dir})"
         return UntrustedDataDir(
@@ -736,52 +722,29 @@ def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
             "change it"
         )
 
-    pending = data_dir.split("/")[::-1]
-    cur, cur_st = "/", os.lstat("/")
-    links = 0
+    def step(parent: str, parent_st: os.stat_result, child: str,
+             child_st: os.stat_result) -> None:  # fmt: skip
+        problem = trusted.through_fault(parent_st, child_st)
+        if problem is not None:
+            theirs, why = problem
+            raise refuse(parent, why) if theirs else refuse(child, f"{why}, in sticky {parent}")
+
     try:
-        while pending:
-            name = pending.pop()
-            if name in ("", "."):
-                continue
-            if name == "..":
-                cur = os.path.dirname(cur)
-                cur_st = os.lstat(cur)
-                continue
-            child = f"{cur.rstrip('/')}/{name}"
-            try:
-                st = os.lstat(child)
-            except FileNotFoundError:
-                if created:
-                    raise
-                why = _untrusted(cur_st)
-                if why:  # the missing rest would be made where others can write
-                    raise refuse(cur, why) from None
-                return True
-            why = _untrusted(cur_st)
-            if why and cur_st.st_mode & _S_ISVTX and cur_st.st_uid == 0:
-                entry = _untrusted(st)  # in a root-owned sticky directory only its owner
-                if entry:  # can replace an entry
-                    raise refuse(child, f"{entry}, in sticky {cur}")
-            elif why:
-                raise refuse(cur, why)
-            if st.st_mode & _S_IFMT == _S_IFLNK:
-                links += 1
-                if links > 40:
-                    raise refuse(child, "leads through more than 40 symlinks")
-                target = os.readlink(child)
-                if target.startswith("/"):
-                    cur, cur_st = "/", os.lstat("/")
-                pending.extend(target.split("/")[::-1])
-                continue
-            cur, cur_st = child, st
+        real, real_st, missing = trusted.resolve(data_dir, step)
     except OSError as err:
         raise _file_error(f"cannot examine state directory {data_dir}", err) from err
-    why = _untrusted(cur_st)
+    why = trusted.fault(real_st)
+    if missing:
+        if created:
+            raise _file_error(f"cannot examine state directory {data_dir}",
+                              FileNotFoundError(2, "No such file or directory"))  # fmt: skip
+        if why:  # the missing rest would be made where others can write
+            raise refuse(real, why)
+        return True
     if why:
-        raise refuse(cur, why)
-    if cur_st.st_mode & _S_IFMT != _S_IFDIR:
-        raise refuse(cur, "is not a directory")
+        raise refuse(real, why)
+    if real_st.st_mode & 0o170000 != 0o040000:
+        raise refuse(real, "is not a directory")
     return False
 
 
