@@ -542,3 +542,44 @@ def test_an_unexpected_exception_tells_the_log_not_the_client(tmp_path: Path,
     assert_error(r, 500, "Internal server error; see the server log")
     assert str(tmp_path) not in r.text and "RuntimeError" not in r.text, r.text
     assert "RuntimeError" in caplog.text and f"{tmp_path}/secret.conf" in caplog.text
+
+
+def test_clients_that_never_read_their_answers_do_not_hold_the_unix_socket(node: Node) -> None:
+    """Every unix slot taken by a client that pipelines thousands of requests and never reads
+    an answer (the server's writes stall): the administrator's request is still answered, and
+    the stalled connections are closed by the write-stall and answer timers — a busy connection
+    is never evicted, so without them the socket would be held for as long as they like."""
+    from podnet.api.listener import budget
+
+    cap = budget(NOFILE).unix
+    before = node.fds()
+    request = b"GET /1.0 HTTP/1.1\r\nHost: lxd\r\n\r\n" * 3000
+    stalled = []
+    try:
+        for _ in range(cap + 5):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+            s.connect(str(node.server.socket))
+            s.setblocking(False)
+            try:
+                s.send(request)
+            except BlockingIOError:
+                pass
+            stalled.append(s)
+        deadline = time.monotonic() + DEADLINE
+        while node.server.stderr().count('"GET /1.0 HTTP/1.1" 200') < 20 * cap:
+            assert time.monotonic() < deadline, "the pipelined requests were not served"
+            time.sleep(0.2)  # until their answers pile up unread: the writes stall
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(node.server.socket)),
+                          base_url="http://lxd", timeout=DEADLINE) as admin:  # fmt: skip
+            started = time.monotonic()
+            assert admin.get("/1.0").status_code == 200
+            node.figures["admin_answered_s_with_unix_slots_stalled"] = round(
+                time.monotonic() - started, 1)
+        deadline = time.monotonic() + DEADLINE
+        while node.fds() > before + 2:  # the stalled ones closed, by the server
+            assert time.monotonic() < deadline, (node.fds(), before)
+            time.sleep(0.5)
+    finally:
+        for s in stalled:
+            s.close()

@@ -34,7 +34,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
@@ -100,13 +100,23 @@ def budget(nofile: int | None = None) -> Budget:
 class Limits:
     """Timeouts in seconds: ``handshake`` (TLS), ``header`` (a request's head complete after
     the connection is ready or the previous answer was sent), ``body`` (a request's body
-    complete after its head), ``tls_shutdown`` (the peer's close_notify)."""
+    complete after its head), ``response`` (the answer sent after the head: a client that does
+    not read it keeps its connection busy, and a busy connection is not evicted),
+    ``write_stall`` (writing may stay paused — the client reads nothing — at most this long),
+    ``tls_shutdown`` (the peer's close_notify)."""
 
     handshake: float = 10.0
     header: float = 10.0
     body: float = 30.0
+    response: float = 30.0
+    write_stall: float = 10.0
     tls_shutdown: float = 5.0
 
+
+#: Seconds a trusted connection that has not been answered yet is safe from eviction: at the cap,
+#: a client that just got its connection must not lose it before its request arrives (the
+#: head timer still bounds how long it may take).
+FIRST_REQUEST_GRACE = 2.0
 
 # eviction ranks: lower goes first; a connection serving a request is never evicted
 _UNTRUSTED, _HANDSHAKE, _TRUSTED_IDLE = 0, 1, 2
@@ -122,6 +132,7 @@ class Connection:
     fingerprint: str | None = None
     evicted: bool = False
     released: bool = False
+    accepted: float = field(default_factory=time.monotonic)
 
     def hang_up(self) -> None:
         """End a connection still in its handshake. Not by closing the socket or cancelling
@@ -195,12 +206,11 @@ class Listener:
                               err.strerror, ACCEPT_RETRY_SECONDS)  # fmt: skip
                     await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue  # ECONNABORTED and the like: that client is gone
-            if self.live >= self.cap:
+            while self.live >= self.cap:
                 victim = self._victim()
-                if victim is None:  # became busy meanwhile
-                    sock.close()
-                    continue
-                self._evict(victim)
+                if victim is None:  # became busy meanwhile: keep this one anyway (closing it
+                    break  # would reset a client that waited its turn); the cap is
+                self._evict(victim)  # overshot by one at most until the next accept
             conn = Connection(sock)
             self.connections[conn] = None
             self.live += 1
@@ -248,11 +258,16 @@ class Listener:
     def _rank(self, conn: Connection) -> int | None:
         protocol = conn.protocol
         if protocol is None:
+            if self.context is None and time.monotonic() - conn.accepted < FIRST_REQUEST_GRACE:
+                return None  # no handshake here: a connection being set up, just accepted
             return _HANDSHAKE
+        untrusted = protocol.closing or not self.trusted(conn.fingerprint)
+        if untrusted:  # busy or not: its request can only be refused (403) anyway
+            return _UNTRUSTED
         if protocol.busy:
             return None
-        if protocol.closing or not self.trusted(conn.fingerprint):
-            return _UNTRUSTED
+        if not protocol.served and time.monotonic() - conn.accepted < FIRST_REQUEST_GRACE:
+            return None  # a new client gets a moment to send its first request
         return _TRUSTED_IDLE
 
     def _victim(self) -> Connection | None:
@@ -298,6 +313,10 @@ class GuardedProtocol(H11Protocol):
         self.limits = listener.limits
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._response_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        #: Answers sent on this connection.
+        self.served = 0
 
     @property
     def busy(self) -> bool:
@@ -329,12 +348,28 @@ class GuardedProtocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self.served += 1
+        self._cancel("_response_timer")
         self._follow()
         self.listener.wake()
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full (the client reads nothing): it gets
+        ``write_stall`` seconds to read, else the connection is closed."""
+        super().pause_writing()
+        if self._stall_timer is None and not self.closing:
+            self._stall_timer = self.loop.call_later(self.limits.write_stall, self._expired,
+                                                     "read of the answer")  # fmt: skip
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel("_stall_timer")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head()
         self._cancel_body()
+        self._cancel("_response_timer")
+        self._cancel("_stall_timer")
         try:
             super().connection_lost(exc)
         finally:
@@ -349,6 +384,9 @@ class GuardedProtocol(H11Protocol):
             self._cancel_head()
             self._cancel_body()
             return
+        if self.busy and self._response_timer is None:
+            self._response_timer = self.loop.call_later(self.limits.response, self._expired,
+                                                        "answer")  # fmt: skip
         state = self.conn.their_state
         if state is h11.IDLE and not self.busy:
             self._cancel_body()
@@ -366,11 +404,18 @@ class GuardedProtocol(H11Protocol):
 
     def _expired(self, what: str) -> None:
         self._head_timer = self._body_timer = None
+        self._response_timer = self._stall_timer = None
         if self.closing:
             return
-        log.debug("%s: closing a connection whose request %s did not arrive in time",
+        log.debug("%s: closing a connection whose %s did not complete in time",
                   self.client, what)  # fmt: skip
         self.abort()
+
+    def _cancel(self, name: str) -> None:
+        timer = getattr(self, name)
+        if timer is not None:
+            timer.cancel()
+            setattr(self, name, None)
 
     def _cancel_head(self) -> None:
         if self._head_timer is not None:
