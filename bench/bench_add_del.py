@@ -342,6 +342,8 @@ class Bench:
         self.nodes: list[str] = []
         self.drivers: dict[tuple[str, int], Driver] = {}
         self.tmp = tempfile.mkdtemp(prefix="podnet-bench-")
+        # the node's administrator allows the bench's data dirs (the drivers pass this on)
+        os.environ["PODNET_DATA_DIRS"] = self.tmp
         self.pod_count = 0
         self.log: IO[str] = sys.stderr
 

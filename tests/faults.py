@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netns import VENV_BIN, sh
+from netns import PLUGIN_ENV, VENV_BIN, sh
 
 PLUGINS = ("podnet", "podnet-ipam", "podnet-portmap", "podnet-redirect")
 BASE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -91,6 +91,7 @@ def cni_env(command: str, *, container_id: str = "", netns: str | None = None, i
         "CNI_IFNAME": ifname,
         "CNI_PATH": cni_path,
         "PATH": path,
+        **PLUGIN_ENV,
     }
     env.update(extra)
     return env

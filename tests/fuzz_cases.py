@@ -78,7 +78,8 @@ def base_call(plugin: str, verb: str, version: str, backend: str, firewall: str)
     that would succeed change state visibly (new pods, other ports or options than the seeds'),
     except the read-only verbs."""
     env: dict[str, Any] = {"CNI_COMMAND": verb, "CNI_CONTAINERID": "fuzz", "CNI_NETNS": FUZZNS,
-                           "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": BASE_PATH}
+                           "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": BASE_PATH,
+                           "PODNET_DATA_DIRS": "/tmp"}
     if verb in ("GC", "STATUS"):
         env["CNI_CONTAINERID"] = ""
         env["CNI_NETNS"] = ""
@@ -140,7 +141,7 @@ def _not(*valid_types: type) -> list[Any]:
 
 
 NAME_BAD = [MISSING, "", 7, [], {}, True]
-DATADIR_BAD = ["relative/dir", "", 7, [], True, {"a": 1}, raw("1e400")]
+DATADIR_BAD = ["relative/dir", "", 7, [], True, {"a": 1}, raw("1e400"), "/etc/podnet-not-allowed"]
 TIMEOUT_BAD = [-1, -0.5, "5", True, [], {}, *HUGE, *NOT_JSON_NUMBERS]
 LOGFILE_BAD = [7, [], {}, True, 1.5, "/tmp/podnet.log", "rel.log"]
 RANGES_BAD = [MISSING, [], V4, 7, [7], ["nope"], ["10.244.300.0/24"], ["10.244.0.1/24"], ["10.244.0.0/31"],

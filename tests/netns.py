@@ -16,6 +16,14 @@ VENV_BIN = Path(os.environ.get("PODNET_BIN", str(Path(__file__).resolve().parent
 PLUGIN = str(VENV_BIN / "podnet")
 ECHO = str(Path(__file__).resolve().parent / "echo.py")
 
+#: The data dirs the tests' plugins may use (a NetConf's dataDir must be one the node's
+#: administrator allows, in the runtime's environment): every test's tmp_path is below /tmp.
+#: Set for this process (in-process calls, children that inherit it); calls made with
+#: ``env -i`` pass it themselves (:data:`PLUGIN_ENV`).
+DATA_DIRS = "/tmp"
+os.environ["PODNET_DATA_DIRS"] = DATA_DIRS
+PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS}
+
 # Documentation ranges (RFC 5737 / 3849) between the node and the client namespace.
 NODE_ADDR4, CLIENT_ADDR4 = "192.0.2.1", "192.0.2.2"
 NODE_ADDR6, CLIENT_ADDR6 = "2001:db8:1::1", "2001:db8:1::2"
@@ -83,6 +91,7 @@ class Lab:
             "CNI_IFNAME": ifname,
             "CNI_PATH": "/opt/cni/bin:/usr/lib/cni",
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            **PLUGIN_ENV,
         }
         full.update(env or {})
         argv = ["ip", "netns", "exec", self.node, "env", "-i"] + [f"{k}={v}" for k, v in full.items()] + [plugin]

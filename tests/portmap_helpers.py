@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from netns import VENV_BIN, Lab, sh
+from netns import PLUGIN_ENV, VENV_BIN, Lab, sh
 
 PODNET_PORTMAP = str(VENV_BIN / "podnet-portmap")
 #: The store podnet-portmap records its hostPorts in during the tests — never the machine's
@@ -81,6 +81,7 @@ def cni_argv(node: str, command: str, plugin: str, *, container_id: str, netns: 
         "CNI_IFNAME": ifname,
         "CNI_PATH": str(REF_DIR),
         "PATH": path,
+        **PLUGIN_ENV,
     }
     return ["ip", "netns", "exec", node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], plugin]
 

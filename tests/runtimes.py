@@ -274,7 +274,7 @@ passes it through to the real plugin {target} unchanged."""
 import json, os, subprocess, sys, time
 stdin = sys.stdin.buffer.read()
 started = time.monotonic()
-# the plugin's own log, given as the runtime would (a NetConf's logFile must lie in /var/log)
+# the plugin's own log, given as the runtime would (a NetConf's logFile must lie in /var/log/podnet)
 env = {{**os.environ, "CNI_LOG_FILE": {plugin_log!r}}}
 proc = subprocess.run([{target!r}], input=stdin, capture_output=True, env=env)
 record = {{

@@ -32,7 +32,7 @@ from api_helpers import (
     lxc_conf,
 )
 from conftest import NEEDS_ROOT
-from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN, Lab, sh
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN, PLUGIN_ENV, Lab, sh
 
 pytestmark = pytest.mark.root
 
@@ -106,7 +106,7 @@ class Twin:
         env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c-{name}",
                "CNI_NETNS": f"/run/netns/{self.pods[name][node]}", "CNI_IFNAME": "eth0",
                "CNI_PATH": "/opt/cni/bin:/usr/lib/cni",
-               "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+               "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), **PLUGIN_ENV}
         if ip:
             env["CNI_ARGS"] = f"IP={ip}"
         argv = ["ip", "netns", "exec", node, "env", "-i",

@@ -113,8 +113,10 @@ def test_a_route_podnet_did_not_make_is_never_taken_over(lab: Lab, tmp_path: Pat
     rc, out = lab.cni("ADD", conf(tmp_path / "data", ranges=("10.99.0.0/24",),
                                   runtimeConfig={"ips": ["10.99.0.5"]}), container_id="c1",
                       netns=pod)  # fmt: skip
-    assert rc == 1 and out["code"] == 104, out
-    assert "route to 10.99.0.5" in out["msg"] and "does not take it over" in out["msg"], out
+    # refused before any link is made: the range covers a route of the node's (the case of a
+    # route appearing after the range was recorded: the pn-named link's test below)
+    assert rc == 1 and out["code"] == 7, out
+    assert "overlaps the node's route to 10.99.0.5/32 (dev other0)" in out["msg"], out
     assert lab.exec(lab.node, "ip", "route", "show").stdout == before
     assert lab.exec(pod, "ip", "link", "show", "eth0", check=False).returncode != 0
     rc, out = lab.cni("DEL", conf(tmp_path / "data", ranges=("10.99.0.0/24",)),
@@ -234,3 +236,65 @@ def test_stored_values_are_shown_inert_on_a_terminal(lab: Lab, tmp_path: Path) -
     for raw in ("\x1b", "\x07", "\u2028", "\x85"):
         assert raw not in shown
     assert "\\x1b]0;pwned\\x07" in shown
+
+
+# -- the second hostile review -------------------------------------------------------------------
+def test_a_range_over_the_nodes_own_network_is_refused(lab: Lab, tmp_path: Path) -> None:
+    """A range over the node's LAN (its uplink's subnet, its resolver, its gateway) would put
+    the gateway's address on the node and route LAN hosts' addresses to pods: refused, for a
+    NetConf's range and a bridge network's subnet, with the node's routes left as they were."""
+    lab.exec(lab.node, "ip", "link", "add", "up4", "type", "veth", "peer", "name", "up4p")
+    lab.exec(lab.node, "ip", "addr", "add", "10.50.0.5/24", "dev", "up4")
+    lab.exec(lab.node, "ip", "link", "set", "up4", "up")
+    before = lab.exec(lab.node, "ip", "route", "show", "table", "all").stdout
+    rc, out = lab.cni("ADD", conf(tmp_path / "data", "hijack", ("10.50.0.0/24",)),
+                      container_id="h1", netns=lab.pod(), env={"CNI_ARGS": "IP=10.50.0.2"})
+    assert rc == 1 and out["code"] == 7, out
+    assert "overlaps the node's route to 10.50.0.0/24 (dev up4)" in out["msg"], out
+    out2 = lab.exec(lab.node, PODNETCTL, "network", "--data-dir", str(tmp_path / "data"),
+                    "--init", "create", "br9", "ipv4.address=10.50.0.1/25", check=False)
+    assert out2.returncode == 1 and "overlaps the route to 10.50.0.0/24" in out2.stderr, out2
+    assert lab.exec(lab.node, "ip", "route", "show", "table", "all").stdout == before
+
+
+def test_a_data_dir_the_administrator_did_not_allow_is_refused(lab: Lab, tmp_path: Path) -> None:
+    """A NetConf may name only a data dir the node's administrator allows (the default, or one
+    in PODNET_DATA_DIRS of the runtime's environment): never, say, its own container's rootfs,
+    where a root process it runs could plant symlinks."""
+    rootfs = tmp_path / "rootfs" / "data"
+    env = {"PODNET_DATA_DIRS": "/var/lib/podnet-elsewhere"}
+    for verb in ("ADD", "DEL"):
+        rc, out = lab.cni(verb, conf(rootfs), container_id="c1", netns=lab.pod(), env=env)
+        assert rc == 1 and out["code"] == 7, out
+        assert "is not a data dir this node allows" in out["msg"], out
+    assert not rootfs.exists()
+
+
+def test_a_pn_named_link_without_this_stores_alias_keeps_its_route(lab: Lab,
+                                                                  tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rc, res = lab.cni("ADD", conf(data, ranges=("10.99.0.0/24",)), container_id="c0",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 0, res
+    lab.exec(lab.node, "ip", "link", "add", "pn0123456789abc", "type", "veth", "peer", "name",
+             "pnpeer0")  # fmt: skip
+    lab.exec(lab.node, "ip", "link", "set", "pn0123456789abc", "up")
+    lab.exec(lab.node, "ip", "route", "add", "10.99.0.2/32", "dev", "pn0123456789abc")
+    rc, out = lab.cni("ADD", conf(data, ranges=("10.99.0.0/24",)), container_id="c1",
+                      netns=lab.pod(), env={"CNI_ARGS": "IP=10.99.0.2"})
+    assert rc == 1 and out["code"] == 104 and "does not take it over" in out["msg"], out
+    assert lab.exec(lab.node, "ip", "link", "show", "pn0123456789abc").returncode == 0
+    assert "pn0123456789abc" in lab.exec(lab.node, "ip", "route", "show", "10.99.0.2").stdout
+
+
+def test_a_config_of_the_same_name_cannot_flip_ipmasq_of_a_range_in_use(lab: Lab,
+                                                                       tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rc, res = lab.cni("ADD", conf(data, "kindnet", ("10.66.0.0/24",)), container_id="victim",
+                      netns=lab.pod())  # fmt: skip
+    assert rc == 0, res
+    before = table(lab)
+    rc, out = lab.cni("ADD", conf(data, "kindnet", ("10.66.0.0/24",), ipMasq=False),
+                      container_id="evil", netns=lab.pod())  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and "ipMasq" in out["msg"], out
+    assert table(lab) == before

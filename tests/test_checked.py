@@ -191,7 +191,8 @@ def test_no_other_way_in() -> None:
 
 
 @pytest.mark.parametrize("condition", [["-M", "/tmp/x"], ["--modprobe=/tmp/x"],
-                                       ["--modprobe", "/tmp/x"], ["-d", "10.0.0.1;x"]])
+                                       ["--modprobe", "/tmp/x"], ["-d", "10.0.0.1;x"],
+                                       ["-M/tmp/x"], ["--modp=/tmp/x"], ["--mod", "/tmp/x"]])
 def test_iptables_conditions_cannot_run_programs(condition: list[str]) -> None:
     """``-M``/``--modprobe`` makes iptables run a program of the caller's choice."""
     from podnet.plugins.podnet_portmap import PortmapConf

@@ -23,8 +23,8 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -279,24 +279,31 @@ def test_plugin_add_creates_private_files(lab: Lab, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def var_log_dir() -> Iterator[Path]:
-    """A directory of this test's under /var/log (where a NetConf's logFile must lie), removed
-    afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="podnet-test-", dir="/var/log"))
+def log_name() -> Iterator[Path]:
+    """A file name of this test's in /var/log/podnet (where a NetConf's logFile must lie):
+    the file, and the directory when the test made it, are removed afterwards."""
+    from podnet.cni.netconf import LOG_DIR
+
+    made = not os.path.exists(LOG_DIR)
+    path = Path(LOG_DIR) / f"test-{os.getpid()}-{time.monotonic_ns()}.log"
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        for leftover in Path(LOG_DIR).glob(path.stem + "*"):
+            leftover.unlink()
+        if made:
+            shutil.rmtree(LOG_DIR, ignore_errors=True)
 
 
 @pytest.mark.root
 @pytest.mark.parametrize("how", ["logFile", "CNI_LOG_FILE"])
 def test_plugin_log_symlink_is_not_followed(lab: Lab, tmp_path: Path, how: str,
-                                            var_log_dir: Path) -> None:  # fmt: skip
+                                            log_name: Path) -> None:  # fmt: skip
     target = tmp_path / "shadow"
     target.write_text("root:x:0:0\n")
     target.chmod(0o644)
-    link = (var_log_dir if how == "logFile" else tmp_path) / "podnet.log"
+    link = log_name if how == "logFile" else tmp_path / "podnet.log"
+    link.parent.mkdir(mode=0o700, exist_ok=True)
     link.symlink_to(target)
     extra = {"logFile": str(link)} if how == "logFile" else {}
     env = {"CNI_LOG_FILE": str(link)} if how == "CNI_LOG_FILE" else {}
@@ -518,25 +525,59 @@ def test_symlink_loop_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.root
-def test_netconf_log_file_lies_under_var_log(lab: Lab, tmp_path: Path, var_log_dir: Path) -> None:
-    """A NetConf's logFile outside /var/log is refused (code 7) and nothing is created there —
-    an author who is not the administrator must not make root write /etc/profile.d/x.sh; under
-    /var/log the log is created 0600 with podnet's header. A device node at the path is never
-    opened."""
+def test_netconf_log_file_lies_in_var_log_podnet(lab: Lab, tmp_path: Path, log_name: Path) -> None:
+    """A NetConf's logFile outside /var/log/podnet is refused (code 7) and nothing is created
+    there — an author who is not the administrator must not make root write
+    /etc/profile.d/x.sh; in /var/log/podnet the log is created 0600 with podnet's header. A
+    device node at the path is never opened."""
     planted = tmp_path / "profile.d" / "zz-podnet.sh"
     planted.parent.mkdir()
-    rc, out = lab.cni("ADD", netconf(tmp_path / "data", logFile=str(planted)),
-                      container_id="files-log", netns=lab.pod())  # fmt: skip
-    assert rc == 1 and out["code"] == 7 and out["msg"].startswith("logFile:"), out
-    assert not planted.exists()
-    log = var_log_dir / "podnet.log"
+    for where in (planted, Path("/var/log/podnet-elsewhere.log"),
+                  log_name.parent / "sub" / "x.log"):  # fmt: skip
+        rc, out = lab.cni("ADD", netconf(tmp_path / "data", logFile=str(where)),
+                          container_id="files-log", netns=lab.pod())  # fmt: skip
+        assert rc == 1 and out["code"] == 7 and out["msg"].startswith("logFile:"), out
+        assert not where.exists()
     pod = lab.pod()
-    conf = netconf(tmp_path / "data", logFile=str(log))
+    conf = netconf(tmp_path / "data", logFile=str(log_name))
     rc, out = lab.cni("ADD", conf, container_id="files-log", netns=pod)
     assert rc == 0, out
-    assert mode(log) == 0o600 and log.read_bytes().startswith(LOG_HEADER)
+    assert mode(log_name) == 0o600 and log_name.read_bytes().startswith(LOG_HEADER)
+    assert mode(log_name.parent) & 0o022 == 0
     assert lab.cni("DEL", conf, container_id="files-log", netns=pod)[0] == 0
-    device = var_log_dir / "null"
+    device = log_name.with_suffix(".null")
     os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
     calls = traced(LOGGED, str(device))
     assert not any(c.startswith("openat") for c in calls), calls
+
+
+@pytest.mark.parametrize("how", ["owned by nobody", "world-writable", "a symlink"])
+def test_a_confined_log_is_written_only_where_root_alone_can_change_it(tmp_path: Path,
+                                                                      how: str) -> None:
+    """A confined log (a NetConf's) is dropped when someone else could have planted a symlink
+    on the way: a directory on the path owned by another user, world-writable, or itself a
+    symlink someone else could swap."""
+    base = tmp_path / "logs"
+    base.mkdir()
+    if how == "owned by nobody":
+        os.chown(base, NOBODY, NOBODY)
+        directory = base / "podnet"
+    elif how == "world-writable":
+        base.chmod(0o777)
+        directory = base / "podnet"
+    else:
+        real = tmp_path / "real"
+        real.mkdir()
+        open_dir = tmp_path / "open"
+        open_dir.mkdir(mode=0o777)
+        open_dir.chmod(0o777)
+        (open_dir / "link").symlink_to(real)
+        directory = open_dir / "link"
+    path = directory / "x.log"
+    Log(str(path), "podnet[1]", confined=True)("a line")
+    assert not path.exists() and not (tmp_path / "real" / "x.log").exists()
+    trusted_dir = tmp_path / "ok" / "podnet"
+    (tmp_path / "ok").mkdir()
+    Log(str(trusted_dir / "x.log"), "podnet[1]", confined=True)("a line")
+    assert (trusted_dir / "x.log").read_bytes().startswith(LOG_HEADER)
+    assert mode(trusted_dir) == 0o700

@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from conftest import NEEDS_ROOT
-from netns import VENV_BIN, Lab, sh
+from netns import PLUGIN_ENV, VENV_BIN, Lab, sh
 from tooltrace import ToolTrace
 
 pytestmark = pytest.mark.root
@@ -173,7 +173,8 @@ class World:
                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
         full = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid,
                 "CNI_NETNS": f"/run/netns/{netns or self.pod_b}", "CNI_IFNAME": ifname,
-                "CNI_PATH": str(VENV_BIN) + ":/usr/lib/cni", "PATH": self.trace.path}
+                "CNI_PATH": str(VENV_BIN) + ":/usr/lib/cni", "PATH": self.trace.path,
+                **PLUGIN_ENV}
         full.update(env or {})
         stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
         argv = ["ip", "netns", "exec", self.lab.node, "env", "-i",
@@ -274,7 +275,7 @@ def _set(conf: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, A
 #: or None for the value itself —, the field's valid form the hostile values are built on)
 PLUGIN_FIELDS: list[tuple[str, str, str, tuple[Any, ...], Any, str]] = [
     ("podnet", "ADD", "ptp", ("dataDir",), None, "/var/lib/podnet"),
-    ("podnet", "ADD", "ptp", ("logFile",), None, "/var/log/podnet.log"),
+    ("podnet", "ADD", "ptp", ("logFile",), None, "/var/log/podnet/podnet.log"),
     ("podnet", "ADD", "ptp", ("ranges", 0), None, "10.245.0.0/24"),
     ("podnet", "ADD", "ptp", ("runtimeConfig",), {"portMappings": [
         {"hostPort": 7070, "containerPort": 80, "hostIP": None}]}, "10.0.0.9"),

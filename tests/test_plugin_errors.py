@@ -199,7 +199,7 @@ def test_locked_database_is_code_11(lab: Lab, tmp_path: Path) -> None:
 def test_log_file_gets_lines_stdout_only_result(lab: Lab, tmp_path: Path) -> None:
     log = tmp_path / "podnet.log"
     pod = lab.pod()
-    env = {"CNI_LOG_FILE": str(log)}  # a NetConf's logFile must lie under /var/log
+    env = {"CNI_LOG_FILE": str(log)}  # a NetConf's logFile must lie in /var/log/podnet
     rc, res = lab.cni("ADD", netconf(tmp_path), container_id="c1", netns=pod, env=env)
     assert rc == 0 and "ips" in res
     rc, out = lab.cni("ADD", netconf(tmp_path, ranges=["bad"]), container_id="c2", netns=pod, env=env)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, VENV_BIN, Lab
+from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, VENV_BIN, Lab
 from podnet.cni import env as cni_env
 from podnet.cni import skel
 from podnet.cni.errors import CNIError
@@ -75,9 +75,9 @@ def addresses(result: dict[str, Any]) -> dict[int, str]:
 
 # -- configuration (no root) ----------------------------------------------------------------------
 def test_ipam_conf_defaults_and_routes() -> None:
-    c = IpamConf(ipam_conf("/var/lib/x", ["10.22.0.0/24", "fd00:22::/64"],
+    c = IpamConf(ipam_conf("/var/lib/podnet/x", ["10.22.0.0/24", "fd00:22::/64"],
                            routes=[{"dst": "10.0.0.5/8"}, {"dst": "fd00::/8", "gw": "fd00:22::fe"}]))
-    assert c.name == "brnet" and c.data_dir == "/var/lib/x" and c.busy_timeout == 5.0
+    assert c.name == "brnet" and c.data_dir == "/var/lib/podnet/x" and c.busy_timeout == 5.0
     assert c.range_strings == ["10.22.0.0/24", "fd00:22::/64"]
     assert c.routes == [{"dst": "10.0.0.0/8"}, {"dst": "fd00::/8", "gw": "fd00:22::fe"}]
     bare = IpamConf({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "podnet-ipam",
@@ -97,7 +97,7 @@ def test_ipam_conf_defaults_and_routes() -> None:
     ({"routes": [{"dst": "0.0.0.0/0", "gw": "nope"}]}, "ipam.routes[0].gw"),
 ])
 def test_ipam_conf_errors_name_the_key(ipam: dict[str, Any], key: str) -> None:
-    raw = ipam_conf("/d")
+    raw = ipam_conf("/tmp/d")
     raw["ipam"].update(ipam)
     with pytest.raises(CNIError) as err:
         IpamConf(raw)
@@ -333,7 +333,8 @@ def test_parallel_adds_get_distinct_addresses(tmp_path: Path) -> None:
 
     def start(command: str, i: int) -> subprocess.Popen[str]:
         env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}", "CNI_NETNS": "/run/netns/x",
-               "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": os.environ["PATH"]}
+               "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": os.environ["PATH"],
+               **PLUGIN_ENV}
         proc = subprocess.Popen([IPAM_PLUGIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, env=env)
         assert proc.stdin is not None
@@ -610,7 +611,7 @@ def test_parallel_delegated_adds(lab: Lab, tmp_path: Path, cni_bin: str) -> None
     def start(command: str, i: int) -> subprocess.Popen[str]:
         full = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}",
                 "CNI_NETNS": f"/run/netns/{pods[i]}" if command == "ADD" else "",
-                "CNI_IFNAME": "eth0", "PATH": os.environ["PATH"], **env}
+                "CNI_IFNAME": "eth0", "PATH": os.environ["PATH"], **PLUGIN_ENV, **env}
         argv = ["ip", "netns", "exec", lab.node, "env", "-i", *[f"{k}={v}" for k, v in full.items()],
                 str(VENV_BIN / "podnet")]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

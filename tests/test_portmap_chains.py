@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netns import NODE_ADDR4, NODE_ADDR6, Lab
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, Lab
 
 pytestmark = pytest.mark.root
 
@@ -32,7 +32,8 @@ class Runtime:
         subprocess.run([str(BIN / "podnetctl"), "install", "--bin-dir", str(tmp / "bin"), "--no-conflist"],
                        check=True, capture_output=True)
         self.env = {"NETCONFPATH": str(tmp / "net.d"), "CNI_PATH": f"{tmp / 'bin'}:{REF}",
-                    "PODNETCTL_CACHE_DIR": str(tmp / "cache"), "PATH": os.environ["PATH"]}
+                    "PODNETCTL_CACHE_DIR": str(tmp / "cache"), "PATH": os.environ["PATH"],
+                    **PLUGIN_ENV}
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = ["ip", "netns", "exec", self.lab.node, "env", "-i",

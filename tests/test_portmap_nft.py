@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netns import NODE_ADDR4, NODE_ADDR6, Lab
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, Lab
 from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
 from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
@@ -168,7 +168,7 @@ def test_parallel_add_del_leaves_only_the_base(lab: Lab, tmp_path: Path) -> None
     def start(command: str, i: int, prev: dict[str, Any] | None) -> subprocess.Popen[str]:
         conf = _portmap_conf(prev, [{"hostPort": 21000 + i, "containerPort": 80}])
         env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}", "CNI_NETNS": f"/run/netns/{pods[i]}",
-               "CNI_IFNAME": "eth0", "CNI_PATH": REF, "PATH": os.environ["PATH"]}
+               "CNI_IFNAME": "eth0", "CNI_PATH": REF, "PATH": os.environ["PATH"], **PLUGIN_ENV}
         argv = ["ip", "netns", "exec", lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], PORTMAP]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert proc.stdin is not None

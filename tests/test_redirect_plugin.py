@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, Lab
+from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, Lab
 from test_redirect_e2e import log, seen, start_proxy  # noqa: F401 - the log fixture
 
 pytestmark = pytest.mark.root
@@ -36,7 +36,7 @@ def runtime(lab: Lab, tmp: Path, main: str, firewall: str) -> tuple[dict[str, st
     subprocess.run([str(BIN / "podnetctl"), "install", "--bin-dir", str(tmp / "bin"), "--no-conflist"],
                    check=True, capture_output=True)
     env = {"NETCONFPATH": str(tmp / "net.d"), "CNI_PATH": f"{tmp / 'bin'}:/usr/lib/cni",
-           "PODNETCTL_CACHE_DIR": str(tmp / "cache"), "PATH": os.environ["PATH"]}
+           "PODNETCTL_CACHE_DIR": str(tmp / "cache"), "PATH": os.environ["PATH"], **PLUGIN_ENV}
 
     def ctl(*args: str, annotations: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         extra = {"CAP_ARGS": json.dumps({"io.kubernetes.cri.pod-annotations": annotations})} if annotations else {}

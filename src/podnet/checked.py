@@ -42,9 +42,9 @@ if TYPE_CHECKING:
     Net = IPv4Network | IPv6Network
     Iface = IPv4Interface | IPv6Interface
 
-__all__ = ["FAMILIES", "PATH_CHARS", "BadValue", "Family", "ScopedAddress", "batch_line",
-           "family", "interface", "ip", "name", "network", "one_line", "path", "printable",
-           "show", "text"]  # fmt: skip
+__all__ = ["FAMILIES", "PATH_CHARS", "WORD_CHARS", "BadValue", "Family", "ScopedAddress",
+           "batch_line", "family", "interface", "ip", "name", "network", "one_line", "path",
+           "pod_range_problem", "printable", "show", "text"]  # fmt: skip
 
 
 class BadValue(ValueError):
@@ -235,9 +235,12 @@ def name(value: object) -> str:
 
 
 #: Characters of a path podnet accepts (dataDir, logFile, CNI_NETNS): ASCII letters, digits
-#: and ``_ . - / + @ , = ~ :`` — none means anything to ``ip -batch``, nft or ``sh`` inside
-#: double quotes.
-PATH_CHARS = _NAME_CHARS | frozenset("/+@,=~:")
+#: and ``_ . - / + @ , = ~`` — none means anything to ``ip -batch``, nft or ``sh`` inside
+#: double quotes, and no ``:``, which separates paths in lists (``PODNET_DATA_DIRS``).
+PATH_CHARS = _NAME_CHARS | frozenset("/+@,=~")
+#: Characters of a word podnet quotes for a tool (a checked path or name, or a mark such as
+#: ``podnet:<path>``).
+WORD_CHARS = PATH_CHARS | frozenset(":")
 #: Longest path accepted: the data dir is recorded in table ``inet podnet``'s comment, which
 #: nft limits to 128 characters.
 PATH_MAX = 110
@@ -245,7 +248,7 @@ PATH_MAX = 110
 
 def path(value: object) -> str:
     """An absolute, normal path (no ``.``/``..`` component, no ``//``, no trailing ``/``) of at
-    most :data:`PATH_MAX` characters from ``[A-Za-z0-9_.-/+@,=~:]``: no whitespace, quote,
+    most :data:`PATH_MAX` characters from ``[A-Za-z0-9_.-/+@,=~]``: no whitespace, quote,
     ``#``, ``;``, brace, ``%``, backslash, control character, NUL or non-ASCII. BadValue
     otherwise."""
     if not isinstance(value, str):
@@ -255,7 +258,7 @@ def path(value: object) -> str:
     if len(value) > PATH_MAX:
         raise BadValue(f"{show(value)} is longer than {PATH_MAX} characters")
     if not PATH_CHARS.issuperset(value):
-        raise BadValue(f"{show(value)} may only contain letters, digits and _ . - / + @ , = ~ :")
+        raise BadValue(f"{show(value)} may only contain letters, digits and _ . - / + @ , = ~")
     parts = value.split("/")[1:]
     if value != "/" and any(p in ("", ".", "..") for p in parts):
         raise BadValue(f"{show(value)} is not a normal path (no '.', '..', '//' or trailing '/')")

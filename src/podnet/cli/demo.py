@@ -180,6 +180,9 @@ class Demo:
             detail.append(f"HTTP: {self.server_kind()}, client: {self.client_kind()}")
         with p.step("temporary NETCONFPATH, CNI_PATH, dataDir and result cache") as detail:
             self.tmp = tempfile.mkdtemp(prefix="podnet-demo-")
+            # as the node's administrator would in the runtime's environment: the demo's
+            # conflists name a data dir in its temporary directory
+            os.environ["PODNET_DATA_DIRS"] = self.tmp
             done = install(
                 bin_dir=self._dir("bin"),
                 conf_dir=self._dir("net.d"),

@@ -90,16 +90,18 @@ def require_name(raw: dict[str, Any]) -> str:
     return name
 
 
-#: Where a NetConf's ``logFile`` may lie. Its author is not the node's administrator and the
-#: plugin runs as root: a log created in /etc/profile.d or a crontab directory would be read
-#: as code. Nothing under /var/log is run or sourced; CNI_LOG_FILE (the runtime's environment,
-#: the administrator's) may name any path.
-LOG_ROOT = "/var/log/"
+#: The directory a NetConf's ``logFile`` lies in (a file directly in it). Its author is not
+#: the node's administrator and the plugin runs as root: a log created in /etc/profile.d, a
+#: crontab directory or through a symlink planted under /var/log would be read as code. podnet
+#: makes this directory itself (0700) and writes there only while no one but root can change it
+#: (:class:`podnet.cni.skel.Log`); CNI_LOG_FILE (the runtime's environment, the
+#: administrator's) may name any path.
+LOG_DIR = "/var/log/podnet"
 
 
 def log_file(raw: dict[str, Any]) -> str:
-    """``logFile``: "" (no log) or an absolute, normal path of safe characters
-    (:func:`podnet.checked.path`) under :data:`LOG_ROOT`. Code 7 naming the key."""
+    """``logFile``: "" (no log) or a file directly in :data:`LOG_DIR` (a plain name of safe
+    characters: :func:`podnet.checked.path`). Code 7 naming the key."""
     value = raw.get("logFile")
     if value is None or value == "":
         return ""
@@ -107,9 +109,9 @@ def log_file(raw: dict[str, Any]) -> str:
         path = checked.path(value)
     except checked.BadValue as err:
         raise InvalidConfig(f"logFile: {err}") from None
-    if not path.startswith(LOG_ROOT):
+    if path.rpartition("/")[0] != LOG_DIR:
         raise InvalidConfig(
-            f"logFile: {checked.show(path)} is not under {LOG_ROOT} (a NetConf's log goes "
+            f"logFile: {checked.show(path)} is not a file in {LOG_DIR}/ (a NetConf's log goes "
             "there; CNI_LOG_FILE in the runtime's environment may name any path)"
         )
     return path

@@ -74,16 +74,45 @@ class Log:
     (mode 0600, ``O_EXCL``, when it is created), written only when it is a regular file that
     podnet made (created now, or beginning with :data:`LOG_HEADER`; anything else at the path —
     a device, a FIFO, a symlink — is never opened), and a line that cannot be written is
-    dropped without failing the call. Only the last component is protected: symlinks in the
-    directories above it are followed (a NetConf's ``logFile`` lies under /var/log, see
-    :func:`podnet.cni.netconf.log_file`). A line is one line (line breaks in a message are
-    written ``\\n``); five system calls for an existing log (lstat, open, pread, write,
-    close), and the logging module would add ~5 ms of imports to every plugin call.
+    dropped without failing the call. A NetConf's ``logFile`` (``confined``) lies in
+    /var/log/podnet (:func:`podnet.cni.netconf.log_file`), written only while no one but root
+    can change a directory on the way; CNI_LOG_FILE (the administrator's) is taken as given.
+    A line is one line (line breaks in a message are written ``\\n``); five system calls for
+    an existing log (lstat, open, pread, write, close; a confined log one ``lstat`` more per
+    directory), and the logging module would add ~5 ms of imports to every plugin call.
     """
 
-    def __init__(self, path: str, prefix: str) -> None:
+    def __init__(self, path: str, prefix: str, *, confined: bool = False) -> None:
         self.path = path
         self.prefix = prefix
+        #: A NetConf's log (its author is not the administrator): written only while its
+        #: directory is one that no one but root can change (:meth:`_directory_ok`).
+        self.confined = confined
+
+    def _directory_ok(self) -> bool:
+        """For a confined log: its directory exists (made 0700 when missing) and it, and
+        every directory on the way, can be changed by root alone (:mod:`podnet.trusted`) — so
+        no one else can have planted a symlink anywhere on the path."""
+        from podnet import trusted
+
+        directory = self.path.rpartition("/")[0]
+
+        def step(parent: str, parent_st: os.stat_result, child: str,
+                 child_st: os.stat_result) -> None:  # fmt: skip
+            if trusted.through_fault(parent_st, child_st) is not None:
+                raise PermissionError(child)
+
+        try:
+            _, real_st, missing = trusted.resolve(directory, step)
+            if missing:
+                if trusted.fault(real_st) or len(missing) > 1:
+                    return False
+                os.mkdir(directory, 0o700)
+                _, real_st, missing = trusted.resolve(directory, step)
+        except OSError:
+            return False
+        return not missing and trusted.fault(real_st) is None and \
+            real_st.st_mode & _S_IFMT == 0o040000  # fmt: skip
 
     def warn(self, message: str) -> None:
         """A failure the call survives (e.g. a conntrack flush): logged and on stderr, which
@@ -100,6 +129,8 @@ class Log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         text = "\\n".join(message.splitlines())
         line = f"{stamp} {self.prefix} {text}\n".encode(errors="backslashreplace")
+        if self.confined and not self._directory_ok():
+            return
         # what is at the path decides before anything is opened: a device node is never
         # opened (opening /dev/watchdog arms it), a missing file is created, never taken over
         try:
@@ -173,7 +204,9 @@ def run(
         from podnet.cni.netconf import log_file, require_version, tool_timeout
 
         cni_version = require_version(config)
-        log.path = log_file(config) or log.path
+        confined = log_file(config)
+        if confined:
+            log.path, log.confined = confined, True
         proc.Limits.timeout = tool_timeout(config)
         minimum = version.MIN_VERSION_FOR_VERB.get(command)
         if minimum and not version.at_least(cni_version, minimum):

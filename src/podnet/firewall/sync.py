@@ -157,11 +157,23 @@ def _registered(path: str | None) -> str:
 
 
 def _register(path: str | None, mark: str) -> None:
-    """Record ``mark`` as the owner (write and rename, so readers never see half a file)."""
+    """Record ``mark`` as the owner (write and rename, so readers never see half a file), and
+    forget the records of stores whose database is gone (rare: a store registers once per
+    network namespace and boot)."""
     if path is None:
         return
+    from podnet.store.db import DB_NAME
+
     try:
         os.makedirs(CLAIMS_DIR, mode=0o700, exist_ok=True)
+        for name in os.listdir(CLAIMS_DIR):
+            other = _registered(f"{CLAIMS_DIR}/{name}")
+            if other.startswith("podnet:") and \
+                    not os.path.exists(f"{other[len('podnet:'):]}/{DB_NAME}"):  # fmt: skip
+                try:
+                    os.unlink(f"{CLAIMS_DIR}/{name}")
+                except OSError:
+                    pass
         tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:

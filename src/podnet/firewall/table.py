@@ -103,7 +103,7 @@ def _comment(owner: str) -> str:
     that is not a mark of a checked path."""
     if not owner:
         return ""
-    if len(owner) > 120 or not checked.PATH_CHARS.issuperset(owner):
+    if len(owner) > 120 or not checked.WORD_CHARS.issuperset(owner):
         raise ValueError(f"refusing to write the table comment {checked.show(owner)}")
     return f'  comment "{owner}"\n'
 

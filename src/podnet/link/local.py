@@ -45,3 +45,39 @@ def is_local(address: str, prefixes: Sequence[Net]) -> bool:
     """Whether ``address`` (an address's text) is one of the node's own."""
     ip = checked.ip(address)
     return any(ip.version == p.version and ip in p for p in prefixes)
+
+
+#: Route types that do not take a destination's traffic to a link (they only describe it).
+_PASSIVE = ("broadcast", "multicast", "anycast")
+
+
+def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
+    """``(destination, device)`` of the node netns's routes (every table, both families, the
+    local table's addresses included; default routes and broadcast/multicast entries not) that
+    overlap one of ``nets`` and whose device does not carry ``owner``'s alias: a pod range or
+    bridge subnet there would take the traffic of hosts the node already reaches — its
+    resolver, its gateway, its neighbours (issue 13, the second hostile review). KernelError
+    (104) when ``ip`` fails."""
+    from podnet.cni.fastjson import loads
+    from podnet.link.veth import alias_of
+
+    out = proc.run(["ip", "-j", "route", "show", "table", "all"])
+    try:
+        routes = loads(out) if out.strip() else []
+    except ValueError as err:
+        raise KernelError("ip printed unreadable JSON for the routes", str(err)) from None
+    found = []
+    for route in routes if isinstance(routes, list) else []:
+        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
+            continue
+        dst, dev = route.get("dst"), str(route.get("dev") or "")
+        try:
+            prefix = checked.network(dst, strict=False)
+        except checked.BadValue:
+            continue  # "default" and the like
+        if prefix.prefixlen == 0:
+            continue
+        if any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
+            if not dev or alias_of(dev) != owner:
+                found.append((str(prefix), dev or "?"))
+    return found

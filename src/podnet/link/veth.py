@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from podnet import proc
-from podnet.checked import PATH_CHARS
+from podnet.checked import WORD_CHARS
 from podnet.cni.errors import InterfaceExists, InvalidEnv, KernelError
 from podnet.link import sysctl
 
@@ -67,7 +67,7 @@ class PodLink:
 
 #: Characters a double-quoted ``ip -batch`` word may hold: iproute2 takes everything up to the
 #: next ``"`` literally (no escapes), but a line break ends the command and ``#`` a comment.
-_WORD_CHARS = PATH_CHARS
+_WORD_CHARS = WORD_CHARS
 
 
 def q(word: str) -> str:
@@ -185,6 +185,15 @@ def _failed_line(err: str) -> int:
     return int(digits) if digits else 0
 
 
+def _host_name(name: str) -> bool:
+    """Whether ``name`` has the shape of podnet's host veth names (``pn`` + 13 hex digits)."""
+    from podnet.link.names import HOST_PREFIX
+
+    tail = name[len(HOST_PREFIX):]
+    return name.startswith(HOST_PREFIX) and len(tail) == 13 and \
+        all(c in "0123456789abcdef" for c in tail)  # fmt: skip
+
+
 def _route_holder(address: str) -> str | None:
     """The device of the route to exactly ``address`` (``/32``, ``/128``) in the node netns."""
     from podnet.cni.fastjson import loads
@@ -227,8 +236,9 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
             delete_host(link.host_if)  # ours, half configured
             address = failed.split()[2]
             holder = _route_holder(address)
-            if holder is None or not holder.startswith("pn") or \
-                    alias_of(holder) not in ("", link.alias) or \
+            # only a host veth of this store holds a pod's route: its name is podnet's, its
+            # alias this store's (set in the batch before any route, so never missing then)
+            if holder is None or not _host_name(holder) or alias_of(holder) != link.alias or \
                     (stale is not None and not stale(holder)):  # fmt: skip
                 raise KernelError(
                     f"failed to create veth {link.host_if}: a route to {address} exists "

@@ -199,6 +199,7 @@ class Manager:
             taken = self._taken_subnets(store)
             valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes())
             self._check_overlap(name, valid, taken)
+            self._check_routes(name, valid)
             addresses = _addresses(valid)
             mtu = int(valid.get("bridge.mtu", "0"))
             mine = self._bridge_is_ours(name)
@@ -235,6 +236,24 @@ class Manager:
             return bridge.require_ours(name, self.owner)
         except bridge.NotOurs as err:
             raise NetworkError(err.msg, 409) from None
+
+    def _check_routes(self, name: str, config: Mapping[str, str],
+                      before: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """409 when a subnet new to the network overlaps a route of the node that is not this
+        store's (:func:`podnet.link.local.foreign_routes`): the bridge would take the traffic
+        of hosts the node already reaches."""
+        from podnet.link.local import foreign_routes
+
+        new = [n for f in (4, 6) if (n := netconfig.subnet(config, f)) is not None
+               and (before is None or netconfig.subnet(before, f) != n)]  # fmt: skip
+        clash = foreign_routes(new, self.owner) if new else []
+        if clash:
+            dst, dev = clash[0]
+            raise NetworkError(
+                f'Invalid value for network "{name}": its subnet overlaps the route to {dst} '
+                f"(dev {dev}) of the node",
+                409,
+            )
 
     def _check_overlap(self, name: str, config: Mapping[str, str],
                        taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
@@ -278,6 +297,7 @@ class Manager:
             valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes(),
                                             create=False)  # fmt: skip
             self._check_overlap(name, valid, taken)
+            self._check_routes(name, valid, row.config)
             moved = [f for f in (4, 6)
                      if netconfig.subnet(valid, f) != netconfig.subnet(row.config, f)]  # fmt: skip
             if moved and (store.network_pods(row.id) or store.forwards(row.id)):

@@ -207,6 +207,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
 
         ranges_before = store.ranges()
         network_before = store.network(conf.name)
+        _refuse_node_routes(conf, ranges_before, conf.ranges)
         changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
         _ptp_network(store, conf, changed)
 
@@ -218,6 +219,27 @@ def cmd_add(call: Call) -> dict[str, Any]:
         return Choice(allocate_in(store, conf.ranges, requested), changed, undo=undo)
 
     return _add(call, conf, pod_mac, own_ranges)
+
+
+def _refuse_node_routes(conf: StoreConf, known: list[tuple[int, str, str | None, bool]],
+                        ranges: list[Network]) -> None:  # fmt: skip
+    """Code 7 when a range new to the store overlaps a route of the node that is not this
+    store's (:func:`podnet.link.local.foreign_routes`): podnet would put the range's gateway on
+    the node and route pods' addresses to veths — hosts the node reaches there (its resolver,
+    its default gateway) would be answered by pods. Asks ``ip`` only for a new range."""
+    have = {subnet for _, subnet, _, _ in known}
+    new = [net for net in ranges if str(net) not in have]
+    if not new:
+        return
+    from podnet.link.local import foreign_routes
+
+    clash = foreign_routes(new, link_alias(conf))
+    if clash:
+        dst, dev = clash[0]
+        raise errors.InvalidConfig(
+            f"ranges: {', '.join(str(n) for n in new)} overlaps the node's route to {dst} "
+            f"(dev {dev}): pods there would take the traffic of hosts the node already reaches"
+        )
 
 
 def _ptp_network(store: Store, conf: PodnetConf, changed: bool) -> None:
@@ -518,6 +540,7 @@ def _delegated_add(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
         def delegated(store: Store) -> Choice:
             _take_over(store, call, conf, alloc)
+            _refuse_node_routes(conf, store.ranges(), [net for _, _, net in alloc.values()])
             subnets = sorted({str(net) for _, _, net in alloc.values()})
             description = f"network {conf.name} (ipam {conf.ipam_type})"
             return Choice(alloc, store.sync_ranges(subnets, conf.ip_masq, description))

@@ -29,12 +29,37 @@ MAX_BUSY_TIMEOUT = 3600.0
 MIN_MTU = {4: 68, 6: 1280}
 
 
+#: The variable of the runtime's environment (the node administrator's: containerd, CRI-O,
+#: the kubelet, podman pass theirs to plugins) that names the data dirs a NetConf may use
+#: besides :data:`DEFAULT_DATA_DIR`: ``:``-separated directories, each allowing itself and
+#: what lies below it.
+DATA_DIRS_ENV = "PODNET_DATA_DIRS"
+
+
+def allowed_data_dirs() -> list[str]:
+    """:data:`DEFAULT_DATA_DIR` and the checked paths of :data:`DATA_DIRS_ENV` (one that is
+    not a checked path is ignored)."""
+    import os
+
+    from podnet import checked
+
+    out = [DEFAULT_DATA_DIR]
+    for item in os.environ.get(DATA_DIRS_ENV, "").split(":"):
+        try:
+            out.append(checked.path(item))
+        except checked.BadValue:
+            continue
+    return out
+
+
 def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
     """``(dataDir, busyTimeout)`` of ``section`` (the NetConf, or its ``ipam`` object with
     ``where="ipam."``): an absolute, normal path of safe characters (default
     :data:`DEFAULT_DATA_DIR`; :func:`podnet.checked.path` — it reaches ``ip`` in the host veths'
-    alias and nft in the table's comment) and seconds >= 0 (default 5). Code 7 naming
-    ``<where>dataDir`` / ``<where>busyTimeout``."""
+    alias and nft in the table's comment) that the node's administrator allows
+    (:func:`allowed_data_dirs`: a NetConf's author must not point root's store at a directory
+    they can write, such as their container's rootfs) and seconds >= 0 (default 5). Code 7
+    naming ``<where>dataDir`` / ``<where>busyTimeout``."""
     from podnet import checked
 
     data_dir = section.get("dataDir", DEFAULT_DATA_DIR)
@@ -42,6 +67,12 @@ def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
         checked.path(data_dir)
     except checked.BadValue as err:
         raise InvalidConfig(f"{where}dataDir: {err}") from None
+    allowed = allowed_data_dirs()
+    if not any(data_dir == d or data_dir.startswith(d.rstrip("/") + "/") for d in allowed):
+        raise InvalidConfig(
+            f"{where}dataDir: {data_dir} is not a data dir this node allows ({':'.join(allowed)}"
+            f"; the administrator adds others in {DATA_DIRS_ENV} of the runtime's environment)"
+        )
     timeout = netconf.opt_seconds(section, "busyTimeout", 5, 0, MAX_BUSY_TIMEOUT, where=where)
     return data_dir, timeout
 

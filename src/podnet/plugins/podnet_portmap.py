@@ -122,11 +122,13 @@ def _word(text: str) -> bool:
 
 def _arg(text: str) -> bool:
     """One iptables argument of a restore line: printable ASCII, no whitespace, quote, ``#``,
-    ``;``, brace, ``%``, backslash, backquote or ``$`` — and not ``-M``/``--modprobe``, which
-    makes iptables run a program of the caller's choice to load a module."""
+    ``;``, brace, ``%``, backslash, backquote or ``$`` — and not ``-M``/``--modprobe`` in any
+    spelling getopt takes (``-M/x``, ``--modp=/x``), which makes iptables run a program of the
+    caller's choice to load a module."""
+    option = text.partition("=")[0]
+    modprobe = text.startswith("-M") or (len(option) >= 4 and "--modprobe".startswith(option))
     return (0 < len(text) <= 255 and text.isascii() and text.isprintable()
-            and not _SYNTAX.intersection(text) and text != "-M"
-            and not text.startswith("--modprobe"))  # fmt: skip
+            and not _SYNTAX.intersection(text) and not modprobe)  # fmt: skip
 
 
 def container_nets(prev: dict[str, Any], ifname: str) -> list[ContainerNet]:

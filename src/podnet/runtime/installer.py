@@ -31,13 +31,14 @@ before anything is written when anyone but root could.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,12 +84,22 @@ class Installed:
     action: str
 
 
-def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
+def plugin_script(entry_point: str, interpreter: str | None = None,
+                  data_dirs: Sequence[str] = ()) -> str:  # fmt: skip
     """The executable text of a plugin file for ``entry_point`` (``"pkg.module:function"``).
 
     ``interpreter`` defaults to ``sys.executable``; it must be an absolute path without
-    whitespace that fits a ``#!`` line. ValueError otherwise.
+    whitespace that fits a ``#!`` line. ``data_dirs``: data dirs the node's administrator (who
+    installs) allows NetConfs besides the default, added to ``PODNET_DATA_DIRS`` by the file
+    itself (:func:`podnet.plugins.podnet_conf.allowed_data_dirs`). ValueError otherwise.
     """
+    from podnet import checked
+
+    for d in data_dirs:
+        try:
+            checked.path(d)
+        except checked.BadValue as err:
+            raise ValueError(f"data dir: {err}") from None
     exe = interpreter or sys.executable
     if not exe or not os.path.isabs(exe):
         raise ValueError(f"the plugin interpreter must be an absolute path, got {exe!r}")
@@ -99,6 +110,11 @@ def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
         raise ValueError(f"entry point {entry_point!r} is not 'module:function'")
     own, *deps = _plugin_path()
     extra = f"sys.path += {deps!r}\n" if deps else ""
+    if data_dirs:  # checked paths: ':' never splits one
+        allowed = ":".join(data_dirs)
+        extra += (f"{DATA_DIRS_MARK}{allowed}\n"
+                  "import os\nos.environ['PODNET_DATA_DIRS'] = ':'.join(filter(None, ["
+                  f"os.environ.get('PODNET_DATA_DIRS', ''), {allowed!r}]))\n")
     return (
         f"#!{exe} -IS\n"
         f"# CNI plugin installed by podnetctl install; runs {entry_point}.\n"
@@ -108,6 +124,26 @@ def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
         f"from {module} import {func}\n"
         f"{func}()\n"
     )
+
+
+#: The comment line of a plugin file naming the data dirs it allows NetConfs.
+DATA_DIRS_MARK = "# data dirs the administrator allows: "
+
+
+def _embedded_data_dirs(bin_dir: str, names: Sequence[str]) -> list[str]:
+    """The data dirs the plugin files already in ``bin_dir`` allow (their
+    :data:`DATA_DIRS_MARK` line), in order, each once."""
+    out: list[str] = []
+    for plugin in names:
+        try:
+            with open(os.path.join(bin_dir, plugin)) as f:
+                lines = f.read(4096).splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith(DATA_DIRS_MARK):
+                out += [d for d in line[len(DATA_DIRS_MARK):].split(":") if d and d not in out]
+    return out
 
 
 #: Packages the plugins import at run time besides podnet and the stdlib.
@@ -362,13 +398,32 @@ def network_conflist(
     if data_dir is not None:
         plugin["dataDir"] = data_dir
     plugin["capabilities"] = {"portMappings": True, "ips": True, "mac": True}
-    PodnetConf({**plugin, "name": name, "cniVersion": "1.0.0"})  # raises InvalidConfig
+    with _allowing(data_dir):  # the administrator installing allows the data dir they name
+        PodnetConf({**plugin, "name": name, "cniVersion": "1.0.0"})  # raises InvalidConfig
     return {
         "cniVersion": "1.0.0",
         "cniVersions": ["1.0.0", "1.1.0"],
         "name": name,
         "plugins": [plugin],
     }
+
+
+@contextlib.contextmanager
+def _allowing(data_dir: str | None) -> Iterator[None]:
+    """Validate with ``data_dir`` among the allowed data dirs (``PODNET_DATA_DIRS``): the
+    administrator installing names it, and the plugin files will allow it."""
+    from podnet.plugins.podnet_conf import DATA_DIRS_ENV
+
+    saved = os.environ.get(DATA_DIRS_ENV)
+    if data_dir and isinstance(data_dir, str) and ":" not in data_dir:
+        os.environ[DATA_DIRS_ENV] = ":".join(filter(None, [saved or "", data_dir]))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(DATA_DIRS_ENV, None)
+        else:
+            os.environ[DATA_DIRS_ENV] = saved
 
 
 def conflist_path(conf_dir: str, name: str) -> str:
@@ -425,6 +480,18 @@ def install(
     unknown = [n for n in names if n not in PLUGINS]
     if unknown:
         raise ValueError(f"unknown plugin(s) {', '.join(unknown)}; known: {', '.join(PLUGINS)}")
+    conf_text = None
+    if conflist:  # first: a bad config is refused naming its key
+        conf = network_conflist(name=name, ranges=ranges, data_dir=data_dir)
+        conf_text = json.dumps(conf, indent=2) + "\n"
+    elif data_dir is not None:
+        from podnet.plugins.podnet_conf import store_keys
+
+        with _allowing(data_dir):
+            store_keys({"dataDir": data_dir, "busyTimeout": 5}, where="")
+    # the data dirs earlier installs allowed stay allowed (installing is idempotent)
+    allowed = [d for d in _embedded_data_dirs(bin_dir, names) if d != data_dir]
+    allowed += [data_dir] if data_dir else []
     scripts = {}
     for plugin in names:
         module = PLUGINS[plugin].partition(":")[0]
@@ -432,11 +499,7 @@ def install(
             raise CNIError(
                 f"cannot install {plugin}: module {module} is not importable", code=IO_FAILURE
             )
-        scripts[plugin] = plugin_script(PLUGINS[plugin], interpreter)
-    conf_text = None
-    if conflist:
-        conf = network_conflist(name=name, ranges=ranges, data_dir=data_dir)
-        conf_text = json.dumps(conf, indent=2) + "\n"
+        scripts[plugin] = plugin_script(PLUGINS[plugin], interpreter, allowed)
     if scripts:
         check_source(interpreter)
     done = []

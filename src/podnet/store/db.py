@@ -337,6 +337,13 @@ class Store(NetworkQueries, TrustQueries):
                         "ranges and bridge subnets of one node may not overlap"
                     )
 
+    def _range_in_use(self, subnet: str) -> bool:
+        """Whether a pod row (of any owner) holds an address in ``subnet``."""
+        from podnet import checked
+
+        net = checked.network(subnet)
+        return any(checked.ip(a) in net for a in self.used_addresses(net.version))
+
     def add_ranges(self, subnets: Sequence[str], description: str) -> bool:
         """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
         serves them for another main plugin, which owns their egress. Known ranges and their
@@ -354,26 +361,26 @@ class Store(NetworkQueries, TrustQueries):
         """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
 
         Ranges of other configs sharing the database are left alone. Code 7 when a new range
-        overlaps a known range or bridge subnet (:meth:`_refuse_overlap`).
+        overlaps a known range or bridge subnet (:meth:`_refuse_overlap`); also when it would
+        change the ``ip_masq`` of a range pods are in — the masquerade of pods another config
+        made (a podnet-ipam range, recorded without a masquerade decision, takes its first
+        main plugin's).
         """
         known = {subnet: (rid, masq) for rid, subnet, _, masq in self.ranges()}
         new = [subnet for subnet in subnets if subnet not in known]
         if new:
             self._refuse_overlap(new, description)
         owners = {subnet: whose for _, subnet, whose, _ in self.ranges()}
-
-        def network(whose: str | None) -> str | None:  # "network n (ipam x)" → "network n"
-            return whose.split(" (")[0] if whose else None
-
         for subnet in subnets:
+            whose = owners.get(subnet) or ""
             if subnet in known and known[subnet][1] != ip_masq and \
-                    network(owners.get(subnet)) not in (None, network(description)):  # fmt: skip
+                    not whose.endswith("(podnet-ipam)") and self._range_in_use(subnet):
                 from podnet.cni.errors import InvalidConfig
 
                 raise InvalidConfig(
-                    f"range {subnet} is {owners[subnet]}'s with ipMasq "
-                    f"{str(known[subnet][1]).lower()}: {description} may share it only with the "
-                    "same ipMasq"
+                    f"range {subnet} ({whose}) has ipMasq {str(known[subnet][1]).lower()} and "
+                    f"pods in it: {description} cannot change that (once no pod is left in it, "
+                    "it can)"
                 )
         changed = False
         for subnet in subnets:
