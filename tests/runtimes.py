@@ -274,8 +274,8 @@ passes it through to the real plugin {target} unchanged."""
 import json, os, subprocess, sys, time
 stdin = sys.stdin.buffer.read()
 started = time.monotonic()
-# the plugin's own log, given as the runtime would (a NetConf's logFile must lie in /var/log/podnet)
-env = {{**os.environ, "CNI_LOG_FILE": {plugin_log!r}}}
+# the plugin's own log and the data dir it may use, given as the runtime's environment would
+env = {{**os.environ, "CNI_LOG_FILE": {plugin_log!r}, "PODNET_DATA_DIRS": {data_dirs!r}}}
 proc = subprocess.run([{target!r}], input=stdin, capture_output=True, env=env)
 record = {{
     "verb": os.environ.get("CNI_COMMAND", ""),
@@ -344,7 +344,7 @@ class CniSetup:
         recorder.write_text(
             RECORDER.format(
                 python=VENV_PYTHON, log=str(self.calls_log), target=str(self.real_plugin),
-                plugin_log=str(self.plugin_log),
+                plugin_log=str(self.plugin_log), data_dirs=str(self.data_dir),
             )
         )
         recorder.chmod(0o755)

@@ -154,6 +154,8 @@ class Demo:
     servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     tmp: str = ""
     pods: list[Pod] = field(default_factory=list)
+    #: PODNET_DATA_DIRS as it was before the demo allowed its own data dir (None: unset).
+    _data_dirs: str | None = None
 
     @property
     def node(self) -> str:
@@ -181,8 +183,9 @@ class Demo:
         with p.step("temporary NETCONFPATH, CNI_PATH, dataDir and result cache") as detail:
             self.tmp = tempfile.mkdtemp(prefix="podnet-demo-")
             # as the node's administrator would in the runtime's environment: the demo's
-            # conflists name a data dir in its temporary directory
-            os.environ["PODNET_DATA_DIRS"] = self.tmp
+            # conflists name a data dir in its temporary directory (given back at teardown)
+            self._data_dirs = os.environ.get("PODNET_DATA_DIRS")
+            os.environ["PODNET_DATA_DIRS"] = ":".join(filter(None, [self._data_dirs, self.tmp]))
             done = install(
                 bin_dir=self._dir("bin"),
                 conf_dir=self._dir("net.d"),
@@ -449,6 +452,10 @@ class Demo:
             if self.tmp:
                 with p.step(f"removed {self.tmp}", fatal=False):
                     shutil.rmtree(self.tmp)
+                if self._data_dirs is None:
+                    os.environ.pop("PODNET_DATA_DIRS", None)
+                else:
+                    os.environ["PODNET_DATA_DIRS"] = self._data_dirs
         finally:
             signal.signal(signal.SIGINT, previous)
 
