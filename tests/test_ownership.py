@@ -259,6 +259,33 @@ def test_a_second_store_never_rebuilds_the_table(lab: Lab, tmp_path: Path) -> No
     assert f'comment "podnet:{typo}"' in node.table()
 
 
+
+def test_table_owner_records_are_forgotten_only_when_their_store_is(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """prune_claims forgets records of stores whose database is gone and, given a directory,
+    those of stores inside it (the demo's and the test session's teardown), nothing else."""
+    from podnet.firewall import sync
+
+    claims = tmp_path / "tables"
+    claims.mkdir()
+    monkeypatch.setattr(sync, "CLAIMS_DIR", str(claims))
+    stores = {name: tmp_path / name for name in ("node", "gone", "scratch")}
+    for name, data in stores.items():
+        if name != "gone":
+            data.mkdir()
+            (data / "podnet.db").touch()
+        (claims / f"boot-{name}").write_text(f"podnet:{data}\n")
+    (claims / "boot-other").write_text("someone else\n")
+    assert sync.prune_claims() == 1
+    assert sorted(p.name for p in claims.iterdir()) == ["boot-node", "boot-other", "boot-scratch"]
+    # a directory named like a prefix of another is not "inside" it
+    assert sync.prune_claims(str(tmp_path / "scratc")) == 0
+    assert sync.prune_claims(str(stores["scratch"].parent / "scratch")) == 1
+    assert sorted(p.name for p in claims.iterdir()) == ["boot-node", "boot-other"]
+    assert sync.prune_claims(str(tmp_path / "nowhere")) == 0
+    monkeypatch.setattr(sync, "CLAIMS_DIR", str(tmp_path / "absent"))
+    assert sync.prune_claims() == 0
+
 # -- item 5: overlapping ranges -------------------------------------------------------------------
 def test_overlapping_ranges_and_subnets_are_refused(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")

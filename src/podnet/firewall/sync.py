@@ -162,18 +162,9 @@ def _register(path: str | None, mark: str) -> None:
     network namespace and boot)."""
     if path is None:
         return
-    from podnet.store.db import DB_NAME
-
     try:
         os.makedirs(CLAIMS_DIR, mode=0o700, exist_ok=True)
-        for name in os.listdir(CLAIMS_DIR):
-            other = _registered(f"{CLAIMS_DIR}/{name}")
-            if other.startswith("podnet:") and \
-                    not os.path.exists(f"{other[len('podnet:'):]}/{DB_NAME}"):  # fmt: skip
-                try:
-                    os.unlink(f"{CLAIMS_DIR}/{name}")
-                except OSError:
-                    pass
+        prune_claims()
         tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
@@ -184,6 +175,33 @@ def _register(path: str | None, mark: str) -> None:
     except OSError as err:
         raise KernelError(f"cannot record the owner of table inet podnet in {CLAIMS_DIR}",
                           str(err)) from err  # fmt: skip
+
+
+def prune_claims(under: str | None = None) -> int:
+    """Forget the owner records (:data:`CLAIMS_DIR`) of stores whose database is gone, and,
+    given ``under`` (a directory), of every store in it — for whoever is about to remove it (the
+    demo, a test session). Never fails: returns how many records it removed."""
+    from podnet.store.db import DB_NAME
+
+    removed = 0
+    try:
+        names = os.listdir(CLAIMS_DIR)
+    except OSError:
+        return 0
+    prefix = None if under is None else os.path.join(under, "")
+    for name in names:
+        other = _registered(f"{CLAIMS_DIR}/{name}")
+        if not other.startswith("podnet:"):
+            continue
+        data_dir = other[len("podnet:") :]
+        gone = not os.path.exists(f"{data_dir}/{DB_NAME}")
+        if gone or (prefix is not None and os.path.join(data_dir, "").startswith(prefix)):
+            try:
+                os.unlink(f"{CLAIMS_DIR}/{name}")
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def claim(store: Store) -> str:
