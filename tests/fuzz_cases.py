@@ -79,7 +79,7 @@ def base_call(plugin: str, verb: str, version: str, backend: str, firewall: str)
     except the read-only verbs."""
     env: dict[str, Any] = {"CNI_COMMAND": verb, "CNI_CONTAINERID": "fuzz", "CNI_NETNS": FUZZNS,
                            "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": BASE_PATH,
-                           "PODNET_DATA_DIRS": "/tmp"}
+                           "PODNET_DATA_DIRS": "/tmp/*"}
     if verb in ("GC", "STATUS"):
         env["CNI_CONTAINERID"] = ""
         env["CNI_NETNS"] = ""

@@ -20,7 +20,7 @@ ECHO = str(Path(__file__).resolve().parent / "echo.py")
 #: administrator allows, in the runtime's environment): every test's tmp_path is below /tmp.
 #: Set for this process (in-process calls, children that inherit it); calls made with
 #: ``env -i`` pass it themselves (:data:`PLUGIN_ENV`).
-DATA_DIRS = "/tmp"
+DATA_DIRS = "/tmp/*"
 os.environ["PODNET_DATA_DIRS"] = DATA_DIRS
 PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS}
 

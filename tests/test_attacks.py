@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,29 @@ def test_log_file_where_root_would_run_it_is_refused(lab: Lab, tmp_path: Path) -
     assert not target.exists() and list(profile.iterdir()) == []
 
 
-@pytest.mark.parametrize("how", ["owned by nobody", "world-writable", "under a writable dir"])
+def set_acl(path: Path, *, user: tuple[int, int] | None = None, group: tuple[int, int] | None = None,
+            mask: int = 7) -> None:  # fmt: skip
+    """Give ``path`` a POSIX access ACL (no setfacl on these machines: the xattr itself):
+    owner rwx, owning group r-x, others r-x, plus ``user``/``group`` = ``(id, perm)``."""
+    undefined = 0xFFFFFFFF
+    entries = [(1, 7, undefined)]  # USER_OBJ
+    if user:
+        entries.append((2, user[1], user[0]))  # USER
+    entries.append((4, 5, undefined))  # GROUP_OBJ
+    if group:
+        entries.append((8, group[1], group[0]))  # GROUP
+    entries += [(0x10, mask, undefined), (0x20, 5, undefined)]  # MASK, OTHER
+    raw = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    os.setxattr(path, "system.posix_acl_access", raw)
+
+
+@pytest.mark.parametrize("how", ["owned by nobody", "world-writable", "under a writable dir",
+                                 "ACL for user nobody", "ACL for group nogroup",
+                                 "parent ACL for user nobody"])  # fmt: skip
 def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: str) -> None:
+    """Owned by another user, writable by others through its mode or through a POSIX ACL
+    (whose mask then shows as the group bits of a root:root directory), or below such a
+    directory: refused (7), and nothing planted there is touched."""
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     victim.chmod(0o644)
@@ -70,6 +92,14 @@ def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: s
     elif how == "world-writable":
         data.mkdir()
         data.chmod(0o777)
+    elif how == "ACL for user nobody":
+        data.mkdir(mode=0o755)
+        set_acl(data, user=(65534, 7))
+    elif how == "ACL for group nogroup":
+        data.mkdir(mode=0o755)
+        set_acl(data, group=(65534, 7))
+    elif how == "parent ACL for user nobody":
+        set_acl(parent, user=(65534, 7))
     else:
         parent.chmod(0o777)
     if data.exists():  # what the other user plants
@@ -81,8 +111,26 @@ def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: s
         assert rc == 1 and out["code"] == 7 and out["msg"].startswith("dataDir:"), (verb, out)
         assert "root alone can change" in out["msg"], out
     assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o644
-    if how == "under a writable dir":
+    if how in ("under a writable dir", "parent ACL for user nobody"):
         assert not data.exists()  # nothing created where someone could have planted it
+    if "ACL" in how:
+        assert "access ACL letting" in out["msg"], out
+
+
+@pytest.mark.parametrize("acl", ["read-only for nobody", "masked write for nobody", "root's"])
+def test_an_acl_that_lets_only_root_write_is_accepted(lab: Lab, tmp_path: Path, acl: str) -> None:
+    """The positive control of the ACL cases above: an ACL whose grants to others lack write
+    (or lose it to the mask), or that grants write to root only, is no fault."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    set_acl(data, **{"read-only for nobody": {"user": (65534, 5)},
+                     "masked write for nobody": {"user": (65534, 7), "mask": 5},
+                     "root's": {"user": (0, 7), "group": (0, 7)}}[acl])  # fmt: skip
+    pod = lab.pod()
+    rc, out = lab.cni("ADD", conf(data), container_id="c1", netns=pod)
+    assert rc == 0, out
+    rc, out = lab.cni("DEL", conf(data), container_id="c1", netns=pod)
+    assert rc == 0, out
 
 
 def test_a_second_store_cannot_take_the_table_while_it_is_gone(lab: Lab, tmp_path: Path) -> None:
@@ -298,3 +346,36 @@ def test_a_config_of_the_same_name_cannot_flip_ipmasq_of_a_range_in_use(lab: Lab
                       container_id="evil", netns=lab.pod())  # fmt: skip
     assert rc == 1 and out["code"] == 7 and "ipMasq" in out["msg"], out
     assert table(lab) == before
+
+
+@pytest.mark.parametrize(("env", "data_dir", "ok"), [
+    (None, "/var/lib/podnet", True),
+    (None, "/var/lib/podnet/evil", False),  # a second store could take the node's table
+    (None, "/var/lib/podnet2", False),
+    ("/srv/podnet", "/srv/podnet", True),
+    ("/srv/podnet", "/srv/podnet/sub", False),
+    ("/srv/podnet/*", "/srv/podnet/sub", True),
+    ("/srv/podnet/*", "/srv/podnet", True),
+    ("/srv/podnet/*", "/srv/podnetx", False),
+    ("/srv/a:/srv/b/*", "/srv/b/c/d", True),
+    ("/srv/a:/srv/b/*", "/srv/a/c", False),
+])  # fmt: skip
+def test_the_allow_list_takes_a_directory_itself_unless_its_entry_says_below(
+        monkeypatch: pytest.MonkeyPatch, env: str | None, data_dir: str, ok: bool) -> None:  # fmt: skip
+    """The default allows /var/lib/podnet itself, never a directory below it (the round-3
+    review: a NetConf's /var/lib/podnet/evil became a second store that took the node's
+    table after a reboot); a PODNET_DATA_DIRS entry allows itself, or with ``/*`` what lies
+    below it."""
+    from podnet.cni.errors import CNIError
+    from podnet.plugins.podnet_conf import store_keys
+
+    if env is None:
+        monkeypatch.delenv("PODNET_DATA_DIRS", raising=False)
+    else:
+        monkeypatch.setenv("PODNET_DATA_DIRS", env)
+    if ok:
+        assert store_keys({"dataDir": data_dir}) == (data_dir, 5.0)
+    else:
+        with pytest.raises(CNIError, match="is not a data dir this node allows") as err:
+            store_keys({"dataDir": data_dir})
+        assert err.value.code == 7

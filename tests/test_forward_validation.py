@@ -294,6 +294,18 @@ CONFIG_REFUSED: list[tuple[str, dict[str, str], str]] = [
     ("v6-family", {"ipv6.address": "10.0.0.1/24"}, _bad("ipv6.address", 'Not an IPv6 address "10.0.0.1/24"')),
     ("v6-slash127", {"ipv6.address": "fd00:1::1/127"},
      _bad("ipv6.address", 'Subnet too small for a network "fd00:1::1/127" (at most /126)')),
+    # round-3 review: a bridge subnet is node-wide like a range (inside it is "internal" to
+    # every pod's egress masquerade), so the same classes are refused
+    *[(f"subnet-{what}", {f"ipv{v}.address": value}, _bad(f"ipv{v}.address",
+       f"{net} is {article} range: pod ranges are private (RFC 1918, 100.64.0.0/10, fc00::/7, …), "
+       "since every range is internal to every pod's egress NAT"))
+      for what, v, value, net, article in (
+          ("public", 4, "8.8.8.1/24", "8.8.8.0/24", "a public"),
+          ("half-internet", 4, "128.0.0.1/1", "128.0.0.0/1", "a public"),
+          ("link-local", 4, "169.254.9.1/24", "169.254.9.0/24", "a link-local"),
+          ("loopback", 4, "127.1.0.1/16", "127.1.0.0/16", "a loopback"),
+          ("public-v6", 6, "2001:4860::1/64", "2001:4860::/64", "a public"),
+          ("link-local-v6", 6, "fe80:1::1/64", "fe80:1::/64", "a link-local"))],
     ("nat-maybe", {"ipv4.nat": "maybe"}, _bad("ipv4.nat", 'Invalid value for a boolean "maybe"')),
     ("nat6-2", {"ipv6.nat": "2"}, _bad("ipv6.nat", 'Invalid value for a boolean "2"')),
     ("mtu-abc", {"bridge.mtu": "abc"}, _bad("bridge.mtu", 'Invalid MTU "abc"')),

@@ -75,9 +75,9 @@ def addresses(result: dict[str, Any]) -> dict[int, str]:
 
 # -- configuration (no root) ----------------------------------------------------------------------
 def test_ipam_conf_defaults_and_routes() -> None:
-    c = IpamConf(ipam_conf("/var/lib/podnet/x", ["10.22.0.0/24", "fd00:22::/64"],
+    c = IpamConf(ipam_conf("/var/lib/podnet", ["10.22.0.0/24", "fd00:22::/64"],
                            routes=[{"dst": "10.0.0.5/8"}, {"dst": "fd00::/8", "gw": "fd00:22::fe"}]))
-    assert c.name == "brnet" and c.data_dir == "/var/lib/podnet/x" and c.busy_timeout == 5.0
+    assert c.name == "brnet" and c.data_dir == "/var/lib/podnet" and c.busy_timeout == 5.0
     assert c.range_strings == ["10.22.0.0/24", "fd00:22::/64"]
     assert c.routes == [{"dst": "10.0.0.0/8"}, {"dst": "fd00::/8", "gw": "fd00:22::fe"}]
     bare = IpamConf({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "podnet-ipam",

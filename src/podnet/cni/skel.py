@@ -99,19 +99,19 @@ class Log:
 
         def step(parent: str, parent_st: os.stat_result, child: str,
                  child_st: os.stat_result) -> None:  # fmt: skip
-            if trusted.through_fault(parent_st, child_st) is not None:
+            if trusted.through_fault(parent_st, child_st, parent) is not None:
                 raise PermissionError(child)
 
         try:
-            _, real_st, missing = trusted.resolve(directory, step)
+            real, real_st, missing = trusted.resolve(directory, step)
             if missing:
-                if trusted.fault(real_st) or len(missing) > 1:
+                if trusted.fault(real_st, real) or len(missing) > 1:
                     return False
                 os.mkdir(directory, 0o700)
-                _, real_st, missing = trusted.resolve(directory, step)
+                real, real_st, missing = trusted.resolve(directory, step)
         except OSError:
             return False
-        return not missing and trusted.fault(real_st) is None and \
+        return not missing and trusted.fault(real_st, real) is None and \
             real_st.st_mode & _S_IFMT == 0o040000  # fmt: skip
 
     def warn(self, message: str) -> None:

@@ -80,6 +80,9 @@ def _cidr(family: int) -> Callable[[str], None]:
             raise ValueError(f'Subnet too small for a network "{value}" (at most /30)')
         if family == 6 and iface.network.prefixlen > 126:
             raise ValueError(f'Subnet too small for a network "{value}" (at most /126)')
+        problem = checked.pod_range_problem(iface.network)  # a bridge subnet is a pod range
+        if problem:
+            raise ValueError(problem)
 
     return check
 

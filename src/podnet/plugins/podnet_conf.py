@@ -31,25 +31,38 @@ MIN_MTU = {4: 68, 6: 1280}
 
 #: The variable of the runtime's environment (the node administrator's: containerd, CRI-O,
 #: the kubelet, podman pass theirs to plugins) that names the data dirs a NetConf may use
-#: besides :data:`DEFAULT_DATA_DIR`: ``:``-separated directories, each allowing itself and
-#: what lies below it.
+#: besides :data:`DEFAULT_DATA_DIR`: ``:``-separated entries, each a directory allowing itself
+#: only, or ``<directory>/*`` allowing every directory below it (for test nodes: every store
+#: below may then claim the node's table first after a reboot).
 DATA_DIRS_ENV = "PODNET_DATA_DIRS"
+#: The suffix of an entry of :data:`DATA_DIRS_ENV` that allows what lies below it.
+BELOW = "/*"
 
 
-def allowed_data_dirs() -> list[str]:
-    """:data:`DEFAULT_DATA_DIR` and the checked paths of :data:`DATA_DIRS_ENV` (one that is
-    not a checked path is ignored)."""
+def allowed_data_dirs() -> list[tuple[str, bool]]:
+    """``(directory, below)`` for :data:`DEFAULT_DATA_DIR` (itself only: a NetConf must not
+    make a second store under it, which could take the node's table) and each entry of
+    :data:`DATA_DIRS_ENV` whose directory is a checked path (others are ignored); ``below``:
+    the entry ends in :data:`BELOW`."""
     import os
 
     from podnet import checked
 
-    out = [DEFAULT_DATA_DIR]
+    out = [(DEFAULT_DATA_DIR, False)]
     for item in os.environ.get(DATA_DIRS_ENV, "").split(":"):
+        below = item.endswith(BELOW)
         try:
-            out.append(checked.path(item))
+            out.append((checked.path(item.removesuffix(BELOW) if below else item), below))
         except checked.BadValue:
             continue
     return out
+
+
+def data_dir_allowed(data_dir: str, allowed: list[tuple[str, bool]]) -> bool:
+    """Whether checked path ``data_dir`` is one of ``allowed`` or, for a ``below`` entry, lies
+    under it."""
+    return any(data_dir == d or (below and data_dir.startswith(d.rstrip("/") + "/"))
+               for d, below in allowed)  # fmt: skip
 
 
 def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
@@ -68,10 +81,11 @@ def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
     except checked.BadValue as err:
         raise InvalidConfig(f"{where}dataDir: {err}") from None
     allowed = allowed_data_dirs()
-    if not any(data_dir == d or data_dir.startswith(d.rstrip("/") + "/") for d in allowed):
+    if not data_dir_allowed(data_dir, allowed):
+        shown = ":".join(d.rstrip("/") + BELOW if below else d for d, below in allowed)
         raise InvalidConfig(
-            f"{where}dataDir: {data_dir} is not a data dir this node allows ({':'.join(allowed)}"
-            f"; the administrator adds others in {DATA_DIRS_ENV} of the runtime's environment)"
+            f"{where}dataDir: {data_dir} is not a data dir this node allows ({shown}; the "
+            f"administrator adds others in {DATA_DIRS_ENV} of the runtime's environment)"
         )
     timeout = netconf.opt_seconds(section, "busyTimeout", 5, 0, MAX_BUSY_TIMEOUT, where=where)
     return data_dir, timeout

@@ -282,15 +282,15 @@ class _SourceCheck:
             raise CNIError(f"cannot install: cannot examine {path} ({role}): {err.strerror}",
                            code=IO_FAILURE) from err  # fmt: skip
 
-    def _writable(self, st: os.stat_result) -> str | None:
-        """Why someone untrusted can change the inode itself, or None."""
+    def _writable(self, st: os.stat_result, path: str) -> str | None:
+        """Why someone untrusted can change the inode ``path`` itself, or None."""
         from podnet import trusted
 
-        return trusted.fault(st)
+        return trusted.fault(st, path)
 
     def loaded(self, path: str, st: os.stat_result, role: str) -> None:
         """``path`` is loaded (a file) or searched (a directory): nobody untrusted may write it."""
-        why = self._writable(st)
+        why = self._writable(st, path)
         if why:
             raise UnsafeSource(path, why, role)
 
@@ -305,14 +305,14 @@ class _SourceCheck:
         may replace that entry (:func:`podnet.trusted.through_fault`)."""
         from podnet import trusted
 
-        problem = trusted.through_fault(pst, cst)
+        problem = trusted.through_fault(pst, cst, parent)
         if problem is None:
             return
         theirs, why = problem
         above = f"on the way to {target}, {role}"
         if theirs:
             raise UnsafeSource(parent, why, above)
-        raise UnsafeSource(child, f"{why} in sticky {parent}, which {trusted.fault(pst)}",
+        raise UnsafeSource(child, f"{why} in sticky {parent}, which {trusted.fault(pst, parent)}",
                            above)  # fmt: skip
 
     def resolve(self, path: str, role: str, *, missing_ok: bool = False

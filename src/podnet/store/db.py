@@ -731,7 +731,7 @@ def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
 
     def step(parent: str, parent_st: os.stat_result, child: str,
              child_st: os.stat_result) -> None:  # fmt: skip
-        problem = trusted.through_fault(parent_st, child_st)
+        problem = trusted.through_fault(parent_st, child_st, parent)
         if problem is not None:
             theirs, why = problem
             raise refuse(parent, why) if theirs else refuse(child, f"{why}, in sticky {parent}")
@@ -740,7 +740,7 @@ def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
         real, real_st, missing = trusted.resolve(data_dir, step)
     except OSError as err:
         raise _file_error(f"cannot examine state directory {data_dir}", err) from err
-    why = trusted.fault(real_st)
+    why = trusted.fault(real_st, real)
     if missing:
         if created:
             raise _file_error(f"cannot examine state directory {data_dir}",
