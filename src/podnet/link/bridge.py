@@ -119,9 +119,10 @@ def create(name: str, addresses: Sequence[Iface], mtu: int = 0, *, owner: str) -
         return
     # multicast snooping off: a pod's first neighbour solicitation must reach the bridge at
     # once, whatever MLD reports the bridge has (or has not yet) seen
-    create_line = f"link add name {name} type bridge mcast_snooping 0"  # 'name': brd, mtu, …
-    _batch([create_line + (f" mtu {mtu}" if mtu else ""),
-            f"link set dev {name} alias {q(owner)}"], f"create bridge {name}")  # fmt: skip
+    # 'name': brd, mtu, …; mtu before 'type': after it, ip reads the bridge type's options
+    mtu_words = f" mtu {mtu}" if mtu else ""
+    create_line = f"link add name {name}{mtu_words} type bridge mcast_snooping 0"
+    _batch([create_line, f"link set dev {name} alias {q(owner)}"], f"create bridge {name}")
     try:
         # before the link is up: with DAD on, its link-local address stays tentative for a
         # second, and the node cannot resolve a pod's address (no NS source) meanwhile
