@@ -272,8 +272,6 @@ def test_bridge_mtu_set(node: Node) -> None:
     assert df_probe(node.lab, node.client, b4, SMALL) == f"answer b {CLIENT_ADDR4}"
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: unset bridge.mtu leaves the bridge at the old MTU "
-                   "(update_network passes mtu 0, which bridge.configure takes as 'leave it')")
 def test_bridge_mtu_unset_restores_the_default(node: Node) -> None:
     """``unset bridge.mtu`` gives the bridge the default (1500, networks/config.py and LXD):
     a pod added after carries 1428-byte datagrams with Don't Fragment from the client again."""

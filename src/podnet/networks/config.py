@@ -7,7 +7,7 @@ implements.
 - ``ipv4.nat`` / ``ipv6.nat``: a boolean (true/false/yes/no/1/0/on/off); ``true`` when the
   address was ``auto``, else off;
 - ``ipv4.nat.address`` / ``ipv6.nat.address``: the source address of egress (else masquerade);
-- ``bridge.mtu``: 1280-16384 bytes (default: the kernel's, 1500);
+- ``bridge.mtu``: 1280-16384 bytes (default :data:`DEFAULT_MTU`, 1500, as LXD's);
 - ``user.*``: anything.
 
 ``auto`` resolves to a free ``10.x.y.1/24`` / ``fd42:…::1/64`` (not overlapping any network or
@@ -39,6 +39,15 @@ _BOOLS = ("true", "false", "yes", "no", "1", "0", "on", "off")
 MTU_RANGE = (1280, 16384)
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 Iface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+#: Bytes: the bridge MTU when ``bridge.mtu`` is unset (LXD's default; the kernel's too).
+DEFAULT_MTU = 1500
+
+
+def mtu(config: Mapping[str, str]) -> int:
+    """The bridge MTU in bytes a (validated) config asks for: ``bridge.mtu`` or
+    :data:`DEFAULT_MTU`."""
+    return int(config.get("bridge.mtu") or DEFAULT_MTU)
 
 
 def check_name(name: str) -> None:

@@ -314,12 +314,14 @@ class Manager:
                 )
             with store.write():
                 store.update_network(row.id, new_description, valid)
-                bridge.configure(name, old_addresses, new_addresses,
-                                 int(valid.get("bridge.mtu", "0")), owner=self.owner)  # fmt: skip
+                # an unset bridge.mtu goes back to the default, not the last value set
+                bridge.configure(name, old_addresses, new_addresses, netconfig.mtu(valid),
+                                 owner=self.owner)  # fmt: skip
                 try:
                     sync.rebuild(store)
                 except BaseException:
-                    bridge.configure(name, new_addresses, old_addresses, owner=self.owner)
+                    bridge.configure(name, new_addresses, old_addresses, netconfig.mtu(row.config),
+                                     owner=self.owner)  # fmt: skip
                     raise
             return self._as_network(store, self._network(store, name))
 
