@@ -185,7 +185,8 @@ class Demo:
             # as the node's administrator would in the runtime's environment: the demo's
             # conflists name a data dir in its temporary directory (given back at teardown)
             self._data_dirs = os.environ.get("PODNET_DATA_DIRS")
-            os.environ["PODNET_DATA_DIRS"] = ":".join(filter(None, [self._data_dirs, self._dir("data")]))
+            allowed = [self._data_dirs, self._dir("data")]
+            os.environ["PODNET_DATA_DIRS"] = ":".join(filter(None, allowed))
             done = install(
                 bin_dir=self._dir("bin"),
                 conf_dir=self._dir("net.d"),
