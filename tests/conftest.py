@@ -1,14 +1,60 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+import envgate
 from netns import Lab
 
-NEEDS_ROOT = os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None
+#: The privilege and tools a namespace test needs (the ``lab`` fixture and the API servers).
+NAMESPACES = ("root", "ip", "nft")
+
+#: Every skip of this session, for the summary at the very end: (test id, reason).
+_SKIPS: list[tuple[str, str]] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With ``PODNET_TEST_REQUIRE=all`` (scripts/test.sh), stop before the first test when the
+    machine lacks a requirement nobody opted out of, naming each one."""
+    if os.environ.get(envgate.REQUIRE_ENV) == "all":
+        problem = envgate.check_all()
+        if problem:
+            pytest.exit(problem, returncode=3)
+    else:
+        envgate.allowed()  # a malformed opt-out is a usage error even when not gated
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    """A skip the gate did not allow (a person's opt-out) is a failure: nothing skips quietly."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if reason.startswith(envgate.ALLOWED):
+        _SKIPS.append((item.nodeid, reason))
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped without a person's opt-out ({reason}); state the need with envgate.need() "
+        f"or opt out with {envgate.ALLOW_ENV}"
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The run's last lines: every skip with its reason, or that none happened."""
+    if not _SKIPS:
+        terminalreporter.write_line("podnet test gate: no test skipped")
+        return
+    terminalreporter.write_line(f"podnet test gate: {len(_SKIPS)} skipped, each by an opt-out:")
+    for nodeid, reason in _SKIPS:
+        terminalreporter.write_line(f"  SKIP {nodeid}: {reason}")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,8 +71,7 @@ def _table_owner_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 @pytest.fixture
 def lab() -> Iterator[Lab]:
     """A node namespace (plus pods/clients made on demand), torn down even on failure."""
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    envgate.need(*NAMESPACES)
     lab = Lab()
     try:
         yield lab

@@ -295,31 +295,11 @@ sys.stderr.buffer.write(proc.stderr)
 sys.exit(proc.returncode)
 '''
 
-WRAPPER = "#!{python}\nfrom podnet.plugins.podnet import main\nmain()\n"
-
-
-def podnetctl_install_available() -> bool:
-    """True once ``podnetctl install --help`` works (the other engineer's installer)."""
-    if not os.access(PODNETCTL, os.X_OK):
-        return False
-    try:
-        proc = subprocess.run(
-            [PODNETCTL, "install", "--help"],
-            capture_output=True,
-            timeout=30,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
 class CniSetup:
     """A CNI bin dir and conf dir for one test, plus podnet's ``dataDir`` and the call record.
 
     ``bin/podnet`` is a recorder that passes every call through to the real plugin file: the one
-    ``podnetctl install --bin-dir`` writes when that exists, else a wrapper written here
-    (absolute interpreter). ``bin/loopback`` is a copy of the reference plugin (ctr's bin dir is
+    ``podnetctl install --bin-dir`` writes (the installer users run; no hand-written stand-in). ``bin/loopback`` is a copy of the reference plugin (ctr's bin dir is
     mounted over ``/usr/lib/cni``, so a symlink there would point at itself).
     """
 
@@ -369,23 +349,18 @@ class CniSetup:
     def _real_plugin(self) -> Path:
         real_dir = self.root / "plugin"
         real_dir.mkdir()
-        if podnetctl_install_available():
-            scratch = self.root / "podnetctl-install-conf"
-            scratch.mkdir()
-            run(
-                [PODNETCTL, "install", "--bin-dir", str(real_dir), "--conf-dir", str(scratch)],
-                timeout=60,
-            )
-            plugin = real_dir / "podnet"
-            first = plugin.read_text().splitlines()[0] if plugin.exists() else ""
-            assert os.access(plugin, os.X_OK) and first.startswith("#!/"), (
-                f"podnetctl install wrote no executable {plugin} with an absolute interpreter "
-                f"(first line {first!r})"
-            )
-            return plugin
+        scratch = self.root / "podnetctl-install-conf"
+        scratch.mkdir()
+        run(
+            [PODNETCTL, "install", "--bin-dir", str(real_dir), "--conf-dir", str(scratch)],
+            timeout=60,
+        )
         plugin = real_dir / "podnet"
-        plugin.write_text(WRAPPER.format(python=VENV_PYTHON))
-        plugin.chmod(0o755)
+        first = plugin.read_text().splitlines()[0] if plugin.exists() else ""
+        assert os.access(plugin, os.X_OK) and first.startswith("#!/"), (
+            f"podnetctl install wrote no executable {plugin} with an absolute interpreter "
+            f"(first line {first!r})"
+        )
         return plugin
 
     def calls(self, verb: str | None = None) -> list[dict[str, Any]]:

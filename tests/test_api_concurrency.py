@@ -34,7 +34,7 @@ from api_helpers import (
     forward_etag,
     kernel_maps,
 )
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab
 
 pytestmark = pytest.mark.root
@@ -57,8 +57,7 @@ class Outcome:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Lab, ApiServer]]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     lab = Lab()
     srv = None
     try:

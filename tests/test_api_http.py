@@ -38,7 +38,7 @@ from api_helpers import (
     kernel_maps,
     network_etag,
 )
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab, sh
 
 pytestmark = pytest.mark.root
@@ -81,8 +81,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     lab = Lab()
     server = None
     try:
@@ -915,13 +914,9 @@ def test_request_log_goes_to_stderr(api: Api) -> None:
 def test_socket_mode_owner_group_and_graceful_stop(tmp_path: Path) -> None:
     """A server of its own in a world-traversable directory, so only the socket's own mode
     keeps other users out: 0660, owner root, group --group; SIGTERM: exit 0, socket gone."""
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft", "group:nogroup")
     group = "nogroup"
-    try:
-        gid = grp.getgrnam(group).gr_gid
-    except KeyError:
-        pytest.skip("no group nogroup")
+    gid = grp.getgrnam(group).gr_gid
     other_gid = next(g.gr_gid for g in grp.getgrall() if g.gr_gid not in (0, gid))
     lab = Lab()
     top = Path(tempfile.mkdtemp(prefix="podnet-api-sock-", dir="/tmp"))
@@ -974,8 +969,7 @@ def test_default_group_is_roots_and_socket_of_the_module_server(api: Api) -> Non
 def test_a_data_dir_others_may_write_is_refused(tmp_path: Path) -> None:
     """podnet would make it 0750: a shared directory such as /tmp (sticky, world-writable) is
     refused instead, and left as it was."""
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)

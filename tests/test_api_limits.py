@@ -37,7 +37,7 @@ from api_helpers import (
     in_ns_python,
     kernel_maps,
 )
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab, sh
 
 pytestmark = pytest.mark.root
@@ -112,8 +112,7 @@ class Node:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     tmp = tmp_path_factory.mktemp("api-limits")
     certs = {"server": _cert(tmp, "podnet-limits-server", "-addext",
                              "subjectAltName=IP:127.0.0.1"),
@@ -475,8 +474,7 @@ def test_kernel_and_store_failures_tell_the_log_not_the_client(tmp_path: Path) -
     """nft fails (a fake one first in PATH, writing a marker to stderr): 500 with a short
     reason, nothing applied; the log has the tool's stderr, its path and the exception type.
     Then the database cannot be opened: 500 without its path, which the log has."""
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     marker = f"SECRET-{uuid.uuid4().hex}"
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()

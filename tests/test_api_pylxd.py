@@ -19,7 +19,7 @@ import pytest
 from pylxd.exceptions import LXDAPIException, NotFound
 
 from api_helpers import ApiServer, assert_sync, expected_maps, kernel_maps
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab
 
 pytestmark = pytest.mark.root
@@ -45,8 +45,7 @@ class Py:
 
 @pytest.fixture
 def py(tmp_path: Path) -> Iterator[Py]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     lab = Lab()
     server = None
     try:

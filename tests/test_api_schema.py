@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from api_helpers import in_ns_python
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab
 
 pytestmark = pytest.mark.root
@@ -27,8 +27,7 @@ SEED = 20261123
 
 
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(tmp_path: Path) -> None:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     lab = Lab()
     proc = None
     try:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import Lab, sh
 
 pytestmark = pytest.mark.root
@@ -97,8 +97,7 @@ def ok(answer: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     directory = tmp_path_factory.mktemp("certs")
     return {"server": _cert(directory, "podnet-test-server", "-addext",
                             "subjectAltName=IP:127.0.0.1"),

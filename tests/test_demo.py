@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from envgate import need
 from podnet.cli.demo import Demo, DemoError, Progress
 
 PODNETCTL = str(Path(sys.executable).parent / "podnetctl")
@@ -56,7 +57,12 @@ def test_demo_without_root_fails_cleanly(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 # -- root --------------------------------------------------------------------------------------
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root and network namespaces")
+needs_root = pytest.mark.usefixtures("_namespaces")
+
+
+@pytest.fixture
+def _namespaces() -> None:
+    need("root", "ip", "nft")
 
 
 @pytest.mark.root

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import faults
+from envgate import need
 from netns import Lab
 from portmap_helpers import PORTMAP_DATA
 from test_plugin_e2e import RANGES, netconf
@@ -36,8 +37,7 @@ V4_SUBNET, V6_SUBNET = "10.1.0.0/24", "fd00:1::/64"
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> faults.Installed:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
+    need("root", "ip", "nft", "reference-plugins")
     return faults.install_plugins(tmp_path_factory.mktemp("install"))
 
 

@@ -33,6 +33,7 @@ import click
 import pytest
 
 import podnet
+from envgate import need
 from netns import VENV_BIN, Lab
 from podnet.cni.errors import CNIError
 from podnet.cni.skel import LOG_HEADER, Log
@@ -40,7 +41,12 @@ from podnet.runtime.installer import PLUGINS, UnsafeSource, _SourceCheck
 from podnet.store import open_store
 
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="needs root (chown to another uid)")
+needs_root = pytest.mark.usefixtures("_root")
+
+
+@pytest.fixture
+def _root() -> None:
+    need("root")  # chown to another uid
 NOBODY = 65534  # Debian's nobody / nogroup
 
 REPO_SRC = Path(podnet.__file__).resolve().parents[1]
@@ -129,7 +135,12 @@ def test_store_in_an_unusable_place_names_it(tmp_path: Path) -> None:
 
 
 STRACE = shutil.which("strace")
-needs_strace = pytest.mark.skipif(STRACE is None, reason="needs strace")
+needs_strace = pytest.mark.usefixtures("_strace")
+
+
+@pytest.fixture
+def _strace() -> None:
+    need("strace")
 
 
 def traced(code: str, *args: str) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import VENV_BIN, Lab
 from podnet.networks import config as netconfig
 from podnet.networks.errors import NetworkError
@@ -491,8 +491,7 @@ def shared_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     """One node namespace with n1/n2 and their forwards (``SETUP``) for all refusal cases: a
     refusal changes nothing, so they can share it (a case that did change something, or failed
     otherwise, has the next one start on a fresh node). Torn down like the ``lab`` fixture."""
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     shared = Shared(tmp_path_factory)
     try:
         yield shared

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import NEEDS_ROOT
+from envgate import need
 from netns import PLUGIN_ENV, VENV_BIN, Lab, sh
 from tooltrace import ToolTrace
 
@@ -228,8 +228,7 @@ def _stable(key: str, text: str) -> str:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
+    need("root", "ip", "nft")
     lab = Lab()
     w = None
     try:

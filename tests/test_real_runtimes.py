@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from envgate import need
 from netns import NODE_ADDR4, Lab
 from runtimes import (
     IMAGE_NAME,
@@ -53,9 +54,8 @@ HTTPD = ("httpd", "-f", "-p", "80", "-h", "/www")  # busybox httpd serving /www/
 
 
 def require(*binaries: str) -> None:
-    missing = [b for b in binaries if shutil.which(b) is None]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (CI installs them with apt)")
+    """The runtime's tools: missing ones fail the test (envgate), unless a person opted out."""
+    need(*binaries)
 
 
 @pytest.fixture
@@ -72,9 +72,9 @@ def workdir(lab: Lab) -> Iterator[Path]:
 
 @pytest.fixture
 def busybox_layer(workdir: Path) -> Path:
+    need("busybox-static")
     busybox = static_busybox()
-    if busybox is None:
-        pytest.skip("no statically linked busybox (Debian package busybox-static)")
+    assert busybox is not None
     return rootfs_tar(busybox, workdir / "rootfs.tar")
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import sqlite3
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import podnet.runtime as runtime
+from envgate import need
 from podnet.cni.errors import CNIError
 from podnet.runtime import (
     ArgsError,
@@ -734,8 +736,7 @@ def test_find_in_path(tmp_path: Path) -> None:
 def chain_runtime(
     lab: Any, tmp_path: Path, version: str, tuning: dict[str, Any]
 ) -> tuple[CNIRuntime, runtime.NetworkConfigList]:
-    if not os.access("/usr/lib/cni/tuning", os.X_OK):
-        pytest.skip("reference plugins (containernetworking-plugins) not installed")
+    need("reference-plugins")
     runtime.install(bin_dir=str(tmp_path / "bin"), conflist=False)
     net = conflist_from_bytes(
         json.dumps(
@@ -795,11 +796,22 @@ def test_chain_podnet_then_reference_tuning(lab: Any, tmp_path: Path, version: s
 
 @pytest.mark.root
 def test_chain_check_after_tuning_changes_mtu(lab: Any, tmp_path: Path) -> None:
+    """tuning (after podnet) sets eth0's MTU to 1400, away from the MTU podnet set and
+    recorded: the pod's link has 1400, and podnet's CHECK passes (a later plugin of the chain
+    may change the link; Debian's tuning 1.1.1 does not report the MTU in its result, so
+    podnet must not hold the link to its own value)."""
+    from netns import sh
+
     cni, net = chain_runtime(lab, tmp_path, "1.0.0", {"mtu": 1400})
     pod = lab.pod()
     rt = RuntimeConf(container_id=f"mtu-{lab.tag}", netns=f"/run/netns/{pod}")
     cni.add(net, rt)
     try:
+        link = json.loads(sh("ip", "-n", pod, "-j", "link", "show", "eth0").stdout)[0]
+        assert link["mtu"] == 1400
+        with sqlite3.connect(tmp_path / "data" / "podnet.db") as db:
+            recorded = db.execute("SELECT interface_mtu FROM pods").fetchall()
+        assert len(recorded) == 1 and recorded[0][0] not in (None, 1400), recorded
         cni.check(net, rt)
     finally:
         cni.delete(net, rt)
