@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+import golden
 from podnet.firewall import hostports, table
 from podnet.firewall.dnat import Dnat
 from podnet.firewall.table import BridgeNat, TableState
@@ -52,10 +52,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     text = CASES[name]()
-    path = GOLDEN / name
-    if os.environ.get("PODNET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    golden.match(GOLDEN / name, text)
 
 
 def test_adjacent_ranges_collapse() -> None:

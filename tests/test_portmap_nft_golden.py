@@ -3,12 +3,12 @@ same text is loaded into a real nft by tests/test_portmap_nft.py."""
 
 from __future__ import annotations
 
-import os
 from ipaddress import ip_address
 from pathlib import Path
 
 import pytest
 
+import golden
 from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
 from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
@@ -36,10 +36,7 @@ CASES = {
 def test_setup_golden(name: str) -> None:
     options, nets, maps = CASES[name]
     text = portmap_nft.setup_script(portmap_nft.Listing(None), options, "mynet", "ctr1", nets, maps)
-    path = GOLDEN / f"{name}.nft"
-    if os.environ.get("PODNET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    golden.match(GOLDEN / f"{name}.nft", text)
 
 
 def test_teardown_golden() -> None:
@@ -52,8 +49,6 @@ def test_teardown_golden() -> None:
             [{"concat": ["tcp", 9090]}, {"jump": {"target": portmap_nft.chain_name("mynet", "ctr2")}}]]}},
     ]})
     text = portmap_nft.teardown_script(listing, "mynet", "ctr1")
-    path = GOLDEN / "teardown.nft"
-    if os.environ.get("PODNET_UPDATE_GOLDEN"):
-        path.write_text(text or "")
-    assert text == path.read_text()
+    assert text is not None
+    golden.match(GOLDEN / "teardown.nft", text)
     assert portmap_nft.teardown_script(portmap_nft.Listing(None), "mynet", "ctr1") is None

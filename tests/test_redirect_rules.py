@@ -3,14 +3,14 @@ comments (seed 003, FIELD-NOTES §5), golden text per option set, and loading th
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
 
+import golden
+from envgate import need
 from netns import Lab
 from podnet.firewall import redirect as r
 
@@ -49,20 +49,14 @@ def test_bad_ports(bad: str) -> None:
 @pytest.mark.parametrize("family", [4, 6])
 def test_restore_golden(name: str, family: int) -> None:
     text = r.restore_script(CASES[name], family, set())
-    path = GOLDEN / f"{name}_v{family}.rules"
-    if os.environ.get("PODNET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    golden.match(GOLDEN / f"{name}_v{family}.rules", text)
 
 
 @pytest.mark.parametrize("ipv6", [True, False], ids=["ipv6", "ipv4-only"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_nft_golden(name: str, ipv6: bool) -> None:
     text = r.nft_script(CASES[name], ipv6)
-    path = GOLDEN / (f"{name}.nft" if ipv6 else f"{name}_ipv4_only.nft")
-    if os.environ.get("PODNET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    golden.match(GOLDEN / (f"{name}.nft" if ipv6 else f"{name}_ipv4_only.nft"), text)
 
 
 def _jumps(save: str) -> set[str]:
@@ -73,8 +67,7 @@ def _jumps(save: str) -> set[str]:
 @pytest.mark.parametrize("variant", ["nft", "legacy"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rules_load_and_rerun_gives_the_same_rules(lab: Lab, name: str, variant: str) -> None:
-    if shutil.which(f"iptables-{variant}-restore") is None:
-        pytest.skip(f"iptables-{variant} not installed")
+    need(f"iptables-{variant}-restore", f"iptables-{variant}-save")
     saves = []
     for _ in range(2):
         save = lab.exec(lab.node, f"iptables-{variant}-save", "-t", "nat").stdout
@@ -93,11 +86,19 @@ def test_rules_load_and_rerun_gives_the_same_rules(lab: Lab, name: str, variant:
 @pytest.mark.root
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_nft_table_loads_and_is_replaced(lab: Lab, name: str) -> None:
+    """Loading the script twice leaves one table's worth of rules (replaced, not appended):
+    the second listing equals the first, with one inbound and one outbound redirect to the
+    case's proxy ports."""
+    options = CASES[name]
+    listings = []
     for _ in range(2):
-        subprocess.run(["ip", "netns", "exec", lab.node, "nft", "-f", "-"], input=r.nft_script(CASES[name]),
+        subprocess.run(["ip", "netns", "exec", lab.node, "nft", "-f", "-"], input=r.nft_script(options),
                        text=True, check=True, capture_output=True)
-    listing = lab.exec(lab.node, "nft", "list", "table", "inet", r.NFT_TABLE).stdout
-    assert listing.count("redirect to :") == (2 if name != "redirect_listed" else 2)
+        listings.append(lab.exec(lab.node, "nft", "list", "table", "inet", r.NFT_TABLE).stdout)
+    assert listings[0] == listings[1]
+    assert listings[1].count("redirect to :") == 2, listings[1]
+    assert listings[1].count(f"redirect to :{options.incoming_proxy_port}") == 1, listings[1]
+    assert listings[1].count(f"redirect to :{options.outgoing_proxy_port}") == 1, listings[1]
 
 
 @pytest.mark.root
@@ -105,8 +106,7 @@ def test_nft_table_loads_and_is_replaced(lab: Lab, name: str) -> None:
 def test_half_applied_run_is_repaired(lab: Lab, variant: str) -> None:
     """A run that stopped half-way (the redirect chain with one stale rule, no output chain, no
     jumps) is completed to exactly the rules of a clean run (linkerd2 #5786, #9267)."""
-    if shutil.which(f"iptables-{variant}-restore") is None:
-        pytest.skip(f"iptables-{variant} not installed")
+    need(f"iptables-{variant}-restore", f"iptables-{variant}-save")
     options = CASES["ignores"]
     clean = lab.netns("clean")
     for ns in (clean, lab.node):
