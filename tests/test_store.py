@@ -11,21 +11,16 @@ import pytest
 from podnet.cni.errors import CNIError
 from podnet.store import open_store
 from podnet.store.db import PortMapping
-from podnet.store.schema import MIGRATIONS, SEED_SCHEMA
+from podnet.store.schema import MIGRATIONS
 
-SEED_PATH = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_f1c294133b789409.txt"
+#: Seed 001's DDL, copied verbatim into the tests (not podnet's own copy: that would compare the
+#: product with itself).
+SEED_001 = Path(__file__).parent / "seeds" / "001_schema.sql"
 
 
 def _seed_ddl() -> str:
-    """The CREATE TABLE statements exactly as seed 001 prints them (falls back to our copy)."""
-    if not SEED_PATH.exists():
-        return SEED_SCHEMA
-    text = SEED_PATH.read_text()
-    stmts = []
-    for table in ("ipam_ranges", "pods", "portmap_entries"):
-        start = text.index(f"CREATE TABLE IF NOT EXISTS {table}")
-        stmts.append(text[start : text.index(");", start) + 2])
-    return "\n".join(stmts)
+    """The CREATE TABLE statements exactly as seed 001 prints them."""
+    return SEED_001.read_text()
 
 
 def _table_info(conn: sqlite3.Connection, table: str) -> list[tuple]:
@@ -150,19 +145,12 @@ def test_writers_serialise(tmp_path: Path) -> None:
         assert len(store.pods()) == 32
 
 
-SEED_004 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "004_b0f7575b9f5b4f74.txt"
+SEED_004 = Path(__file__).parent / "seeds" / "004_schema.sql"
 
 
 def _seed_004_ddl() -> str:
     """seed 004's two CREATE TABLE statements, as the seed prints them."""
-    from podnet.store.schema import NETWORKS
-
-    text = SEED_004.read_text() if SEED_004.exists() else NETWORKS
-    stmts = []
-    for table in ('"networks_forwards"', '"networks_forwards_config"'):
-        start = text.index(f"CREATE TABLE {table}")
-        stmts.append(text[start : text.index(");", start) + 2])
-    return "\n".join(stmts)
+    return SEED_004.read_text()
 
 
 @pytest.mark.parametrize("table", ["networks_forwards", "networks_forwards_config"])
