@@ -35,7 +35,16 @@ def serve(name: str, port: int) -> None:
             conn.sendall(f"{name} {peer[0]}".encode())
 
 
+#: What the client prints, instead of an answer, when none came; exit status 3.
+TIMEOUT, REFUSED, UNREACHABLE = "<timeout>", "<refused>", "<unreachable>"
+
+
 def client(proto: str, host: str, port: int, sport: int = 0) -> None:
+    """Print the server's answer (exit 0), or exactly one of TIMEOUT (no answer within 2 s per
+    try), REFUSED (a TCP RST, or an ICMP port unreachable on UDP's connected socket),
+    UNREACHABLE (no route, ICMP host/network unreachable) or ``<error ERRNO>`` (exit 3)."""
+    import errno
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     with socket.socket(family, kind) as s:
@@ -43,18 +52,28 @@ def client(proto: str, host: str, port: int, sport: int = 0) -> None:
         if sport:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("", sport))
-        if proto == "tcp":
-            s.connect((host, port))
-            print(s.recv(2048).decode())
-        else:
+        try:
+            s.connect((host, port))  # UDP too: ICMP errors then surface as ECONNREFUSED
+            if proto == "tcp":
+                print(s.recv(2048).decode())
+                return
             for _ in range(3):
-                s.sendto(b"ping", (host, port))
+                s.send(b"ping")
                 try:
                     print(s.recv(2048).decode())
                     return
                 except TimeoutError:
                     continue
-            raise SystemExit("udp: no answer")
+            raise TimeoutError
+        except TimeoutError:
+            outcome = TIMEOUT
+        except ConnectionRefusedError:
+            outcome = REFUSED
+        except OSError as err:
+            unreachable = (errno.EHOSTUNREACH, errno.ENETUNREACH)
+            outcome = UNREACHABLE if err.errno in unreachable else f"<error {errno.errorcode.get(err.errno or 0, err.errno)}>"
+    print(outcome)
+    raise SystemExit(3)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ DATA_DIRS = "/tmp/*"
 os.environ["PODNET_DATA_DIRS"] = DATA_DIRS
 PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS}
 
+#: The echo client's explicit failures (tests/echo.py), as :meth:`Lab.talk` returns them.
+TIMEOUT, REFUSED, UNREACHABLE = "<timeout>", "<refused>", "<unreachable>"
+
 # Documentation ranges (RFC 5737 / 3849) between the node and the client namespace.
 NODE_ADDR4, CLIENT_ADDR4 = "192.0.2.1", "192.0.2.2"
 NODE_ADDR6, CLIENT_ADDR6 = "2001:db8:1::1", "2001:db8:1::2"
@@ -109,11 +112,16 @@ class Lab:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
 
     def talk(self, ns: str, proto: str, host: str, port: int, sport: int = 0) -> str:
-        """What the echo server at host:port answers a client in ``ns``; "" when unreachable.
+        """What the echo server at host:port answers a client in ``ns`` (``"<name> <peer>"``),
+        or how it failed, explicitly: :data:`TIMEOUT`, :data:`REFUSED`, :data:`UNREACHABLE` or
+        ``<error ERRNO>`` — never "", so a negative check says which failure it expects.
         ``sport`` fixes the client's source port (so UDP reuses one conntrack entry)."""
         extra = [str(sport)] if sport else []
         out = self.exec(ns, sys.executable, ECHO, proto, host, str(port), *extra, check=False, timeout=20)
-        return out.stdout.strip() if out.returncode == 0 else ""
+        answer = out.stdout.strip()
+        if out.returncode not in (0, 3) or not answer:
+            raise AssertionError(f"echo client in {ns} failed: rc {out.returncode}: {out.stderr.strip()}")
+        return answer
 
     def close(self) -> None:
         for proc in self.processes:

@@ -31,13 +31,15 @@ from api_helpers import (
     lxc,
     lxc_conf,
 )
-from conftest import NEEDS_ROOT
-from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN, PLUGIN_ENV, Lab, sh
+from envgate import need
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN, PLUGIN_ENV, REFUSED, TIMEOUT, Lab, sh
 
 pytestmark = pytest.mark.root
 
 A_IP, B_IP = "10.0.0.10", "10.0.0.11"
 L4, L6 = "198.51.100.1", "2001:db8:f::1"
+#: A listen-range address no test forwards: how traffic to an address without a forward fares.
+NEVER = "198.51.100.250"
 
 
 class Twin:
@@ -138,10 +140,7 @@ class Twin:
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
-    if NEEDS_ROOT:
-        pytest.skip("needs root, iproute2 and nftables")
-    if not os.path.exists("/usr/bin/lxc"):
-        pytest.skip("needs Debian's lxd-client")
+    need("root", "ip", "nft", "lxc")
     lab = Lab()
     t = None
     try:
@@ -210,7 +209,7 @@ def test_04_forward_create_set_get_unset(twin: Twin) -> None:
     twin.both("forward", "create", "br0", "198.51.100.2", "target_address=192.0.2.9",
               error="Failed creating forward: Default target address is not within the "
                     "network subnet")
-    assert twin.talk("tcp", L4, 80) == ""  # no target yet
+    assert twin.talk("tcp", L4, 80) == TIMEOUT  # no target yet: dropped (seed 004)
     twin.both("forward", "set", "br0", L4, f"target_address={A_IP}", stdout="")
     twin.both("forward", "get", "br0", L4, "target_address", stdout=f"{A_IP}\n")
     assert twin.talk("tcp", L4, 80) == "a"
@@ -255,7 +254,7 @@ def test_05_forward_ports_add(twin: Twin) -> None:
     assert twin.talk("udp", L4, 8080) == "b"  # tcp/8080 and udp/8080 coexist
     twin.both("forward", "port", "add", "br0", L6, "tcp", "8080", b6, "81", stdout="")
     assert twin.talk("tcp", L6, 8080) == "b"
-    assert twin.talk("tcp", L6, 80) == ""  # no default target on the IPv6 forward
+    assert twin.talk("tcp", L6, 80) == TIMEOUT  # no default target on the IPv6 forward: dropped
     assert twin.talk("tcp", L4, 80) == "a"  # not a listed port: the default target
 
 
@@ -307,16 +306,18 @@ def test_07_forward_ports_remove(twin: Twin) -> None:
     twin.both("forward", "port", "remove", "br0", L4, "tcp", "--force", stdout="")
     ports = yaml.safe_load(twin.both("forward", "show", "br0", L4).stdout)["ports"]
     assert [(p["protocol"], p["listen_port"]) for p in ports] == [("udp", "7000-7002")]
-    assert twin.talk("tcp", L4, 8081) == ""  # pod a does not listen there
+    assert twin.talk("tcp", L4, 8081) == REFUSED  # to pod a, which does not listen there
     assert twin.talk("udp", L4, 7000) == "b"
     twin.both("forward", "port", "remove", "br0", L6, stdout="")  # no filter: the only one
     assert yaml.safe_load(twin.both("forward", "show", "br0", L6).stdout)["ports"] == []
-    assert twin.talk("tcp", L6, 8080) == ""
+    assert twin.talk("tcp", L6, 8080) == TIMEOUT  # no port, no default target: dropped
 
 
 def test_08_delete(twin: Twin) -> None:
     twin.both("forward", "delete", "br0", L4, stdout=f"Network forward {L4} deleted\n")
-    assert twin.talk("tcp", L4, 80) == ""
+    # like an address that never had a forward (the node routes it back to the client: a loop
+    # until the TTL runs out), and its drop is gone from the kernel (checked below)
+    assert twin.talk("tcp", L4, 80) == twin.talk("tcp", NEVER, 80) == TIMEOUT
     twin.both("forward", "delete", "br0", L4,
               error="Failed deleting forward: Network forward not found")
     twin.both("forward", "rm", "br0", L6, stdout=f"Network forward {L6} deleted\n")
@@ -330,6 +331,6 @@ def test_08_delete(twin: Twin) -> None:
     for node in (twin.lab.node, twin.node_b):
         assert twin.lab.exec(node, "ip", "link", "show", "br0", check=False).returncode != 0
     assert kernel_maps(twin.lab.node) == kernel_maps(twin.node_b) == expected_maps([])
-    assert twin.talk("tcp", "198.51.100.3", 81) == ""
+    assert twin.talk("tcp", "198.51.100.3", 81) == twin.talk("tcp", NEVER, 81) == TIMEOUT
     twin.both("list", "-f", "csv", stdout="")
     twin.both("delete", "br0", error="Failed loading network: Network not found")

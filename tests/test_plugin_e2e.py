@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, Lab, sh
+from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, REFUSED, Lab, sh
 
 pytestmark = pytest.mark.root
 
@@ -117,7 +117,7 @@ def test_lifecycle(lab: Lab, tmp_path: Path, version: str, stack: str) -> None:
     assert db_rows(tmp_path, "pods") == [] and db_rows(tmp_path, "portmap_entries") == []
     assert host_veths(lab) == []
     assert "18080" not in map_elements(lab) and "18081" not in map_elements(lab)
-    assert lab.talk(client, "tcp", NODE_ADDR4 if 4 in ips_a else NODE_ADDR6, 18080) == ""
+    assert lab.talk(client, "tcp", NODE_ADDR4 if 4 in ips_a else NODE_ADDR6, 18080) == REFUSED
     rc, out = lab.cni("DEL", conf_a, container_id="pod-a", netns=pod_a)  # again
     assert rc == 0, out
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, VENV_BIN, Lab
+from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, REFUSED, VENV_BIN, Lab
 from podnet.cni import env as cni_env
 from podnet.cni import skel
 from podnet.cni.errors import CNIError
@@ -519,7 +519,7 @@ def test_podnet_delegates(lab: Lab, tmp_path: Path, cni_bin: str, which: str) ->
         assert rows(tmp_path / "ipam") == []
     if which == "host-local":
         assert _host_local_reservations(tmp_path / "host-local") == []
-    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == ""
+    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == REFUSED
 
 
 @pytest.mark.root

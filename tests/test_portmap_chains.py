@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, Lab
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, REFUSED, Lab
 
 pytestmark = pytest.mark.root
 
@@ -71,7 +71,7 @@ def lifecycle(lab: Lab, tmp: Path, conflist: dict[str, Any], check: bool = True)
         assert "plugin portmap failed (check)" in checked.stderr, checked.stderr
     out = rt.ctl("net", "del", "chain", f"/run/netns/{pod}")
     assert out.returncode == 0, out.stderr
-    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == ""
+    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == REFUSED
 
 
 def test_podnet_then_reference_portmap_tuning_bandwidth(lab: Lab, tmp_path: Path) -> None:

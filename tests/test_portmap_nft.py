@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, Lab
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, REFUSED, Lab
 from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
 from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
@@ -107,7 +107,12 @@ def test_traffic_after_reference_ptp(lab: Lab, tmp_path: Path, v6: bool) -> None
     rc, out = lab.cni("ADD", _portmap_conf(prev, maps), container_id="ctr-a", netns=pod, plugin=PORTMAP)
     assert rc == 0, out
     assert out["ips"] == prev["ips"]  # prevResult passed through
+    maps_b = [{"hostPort": 18081, "containerPort": 80, "protocol": "tcp"}]
+    rc, out_b = lab.cni("ADD", _portmap_conf(prev_b, maps_b), container_id="ctr-b", netns=other,
+                        plugin=PORTMAP)
+    assert rc == 0, out_b
     lab.serve(pod, "A", 80)
+    lab.serve(other, "B", 80)
     families = {4: NODE_ADDR4, 6: NODE_ADDR6} if v6 else {4: NODE_ADDR4}
     for family, addr in families.items():
         assert lab.talk(client, "tcp", addr, 18080).startswith("A "), family
@@ -117,12 +122,18 @@ def test_traffic_after_reference_ptp(lab: Lab, tmp_path: Path, v6: bool) -> None
     assert lab.talk(lab.node, "tcp", "127.0.0.1", 18080).startswith("A ")  # route_localnet + masq
     rc, out = lab.cni("CHECK", _portmap_conf(out, maps), container_id="ctr-a", netns=pod, plugin=PORTMAP)
     assert rc == 0, out
-    del prev_b
     for _ in range(2):  # DEL twice
         rc, out = lab.cni("DEL", _portmap_conf(None, maps), container_id="ctr-a", netns=pod, plugin=PORTMAP)
         assert rc == 0 and out is None, out
+    # ctr-a's chain and elements are gone, ctr-b's stay: 18080 now reaches nothing (the node
+    # itself refuses it), while 18081 still reaches B — the positive control.
+    assert len(_dn_chains(lab)) == 1
+    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == REFUSED
+    for family, addr in families.items():
+        assert lab.talk(client, "tcp", addr, 18081).startswith("B "), family
+    rc, out = lab.cni("DEL", _portmap_conf(None, maps_b), container_id="ctr-b", netns=other, plugin=PORTMAP)
+    assert rc == 0 and out is None, out
     assert _dn_chains(lab) == [] and all(not e for e in _elements(lab).values())
-    assert lab.talk(client, "tcp", NODE_ADDR4, 18080) == ""
 
 
 def test_shared_address_ownership(lab: Lab, tmp_path: Path) -> None:
