@@ -17,26 +17,43 @@ import pytest
 from podnet.cni.errors import TryAgainLater
 from podnet.store.lock import FairLock
 
+#: A holder process: takes the lock, says "held", holds it until a line on its stdin, then
+#: says "releasing" and releases (so a test orders events, not clocks).
 HOLD = textwrap.dedent("""
-    import sys, time
+    import sys
     from podnet.store.lock import FairLock
     lock = FairLock(sys.argv[1], "podnet.lock")
     lock.acquire(30)
     print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
+    sys.stdin.readline()
+    print("releasing", flush=True)
     lock.release()
 """)
+#: Only a hang reaches it.
+DEADLINE = 30.0
 
 
-def holder(directory: Path, seconds: float) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory), str(seconds)],
-                            stdout=subprocess.PIPE, text=True)
+def holder(directory: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "held"
     return proc
 
 
+def queued(directory: Path, n: int) -> None:
+    """Wait until the ``n``-th arrival has taken its place in the lock's queue: the sequence
+    counter in ``podnet.lock`` (taken under its flock, in arrival order) has reached ``n``."""
+    head = directory / "podnet.lock"
+    deadline = time.monotonic() + DEADLINE
+    while not ((text := head.read_text().strip() if head.exists() else "").isdigit() and int(text) >= n):
+        assert time.monotonic() < deadline, f"never {n} arrivals in the queue (counter {text!r})"
+        time.sleep(0.001)
+
+
 def test_waiters_get_the_lock_in_arrival_order(tmp_path: Path) -> None:
+    """Eight waiters queue behind a holder, each started once the previous one is in the queue
+    (its node file exists): they get the lock in that order, and leave no node file."""
     first = FairLock(str(tmp_path), "podnet.lock")
     first.acquire(5)
     order: list[int] = []
@@ -44,17 +61,16 @@ def test_waiters_get_the_lock_in_arrival_order(tmp_path: Path) -> None:
     for i in range(8):
         def wait(i: int = i) -> None:
             lock = FairLock(str(tmp_path), "podnet.lock")
-            lock.acquire(10)
+            lock.acquire(DEADLINE)
             order.append(i)
-            time.sleep(0.01)
             lock.release()
         t = threading.Thread(target=wait)
         t.start()
         threads.append(t)
-        time.sleep(0.05)  # arrive one after the other
+        queued(tmp_path, i + 2)  # the holder's node and i + 1 waiters': arrived in order
     first.release()
     for t in threads:
-        t.join()
+        t.join(DEADLINE)
     assert order == list(range(8))
     assert sorted(os.listdir(tmp_path / "podnet.lock.d")) == []  # every node file removed
 
@@ -70,43 +86,60 @@ def test_a_waiter_past_its_timeout_answers_11_and_is_skipped(tmp_path: Path) -> 
     got = threading.Event()
 
     def wait() -> None:
-        patient.acquire(10)
+        patient.acquire(DEADLINE)
         got.set()
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.1)
-    assert not got.is_set()  # still behind the holder, not let in by the impatient one's exit
+    queued(tmp_path, 3)  # holder, the impatient one (gone), the patient one
+    # Still behind the holder, not let in by the impatient one's exit: had it been, it would
+    # have been at once (the abandoned node is skipped in microseconds).
+    assert not got.wait(0.5)
     held.release()
-    t.join(5)
+    t.join(DEADLINE)
     assert got.is_set()
     patient.release()
 
 
 def test_a_killed_holder_lets_the_next_in(tmp_path: Path) -> None:
-    proc = holder(tmp_path, 60)
+    proc = holder(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     lock = FairLock(str(tmp_path), "podnet.lock")
-    lock.acquire(2)  # would time out if the dead holder still counted
+    lock.acquire(DEADLINE)  # would time out if the dead holder still counted
     lock.release()
 
 
 def test_a_killed_waiter_is_skipped_but_never_lets_two_in(tmp_path: Path) -> None:
-    proc = holder(tmp_path, 1.0)  # holds for a second
+    """A holder (held until told), a waiter shown to be in the queue and then killed, and a
+    third in the queue behind it: the third does not get in while the holder holds, and gets
+    in once the holder releases (the dead waiter skipped)."""
+    proc = holder(tmp_path)
     code = textwrap.dedent("""
         import sys
         from podnet.store.lock import FairLock
         FairLock(sys.argv[1], "podnet.lock").acquire(30)
     """)
     waiter = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
-    time.sleep(0.2)
-    waiter.send_signal(signal.SIGKILL)  # dies while waiting behind the holder
+    queued(tmp_path, 2)  # the waiter has queued behind the holder
+    waiter.send_signal(signal.SIGKILL)  # dies while waiting
     waiter.wait()
-    started = time.monotonic()
     lock = FairLock(str(tmp_path), "podnet.lock")
-    lock.acquire(5)
-    waited = time.monotonic() - started
+    got = threading.Event()
+
+    def third() -> None:
+        lock.acquire(DEADLINE)
+        got.set()
+
+    t = threading.Thread(target=third)
+    t.start()
+    queued(tmp_path, 3)
+    assert not got.wait(0.5), "let in while the holder still held the lock"
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("release\n")
+    proc.stdin.flush()
+    t.join(DEADLINE)
+    assert got.is_set()
+    assert proc.stdout.readline().strip() == "releasing"
     lock.release()
-    proc.wait()
-    assert waited > 0.5, "let in while the holder still held the lock"
+    assert proc.wait(DEADLINE) == 0
