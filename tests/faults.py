@@ -524,10 +524,31 @@ def snapshot(node: str, data_dir: Path | None, *, pods: Sequence[str] = (), dirs
     return Snapshot(parts)
 
 
-def podnet_leftovers(node: str, data_dir: Path) -> list[str]:
+def addresses_and_routes(ns: str) -> set[str]:
+    """Every address (``addr <ifname> <address>/<prefix>``) and every route of every table, both
+    families (``route4|route6 <ip route line>``), of namespace ``ns``."""
+    found = set()
+    addrs = json.loads(sh("ip", "-n", ns, "-j", "addr", "show").stdout or "[]")
+    for link in addrs:
+        for a in link.get("addr_info", []):
+            found.add(f"addr {link['ifname']} {a['local']}/{a['prefixlen']}")
+    for family in ("4", "6"):
+        for line in sh("ip", "-n", ns, f"-{family}", "route", "show", "table", "all").stdout.splitlines():
+            found.add(f"route{family} {line.strip()}")
+    return found
+
+
+def podnet_leftovers(node: str, data_dir: Path, baseline: set[str] | None = None) -> list[str]:
     """What podnet would have left: rows of pods/portmap_entries, ``pn…`` veths, elements of the
-    hostport maps of ``table inet podnet`` (empty when all is clean)."""
+    hostport maps of ``table inet podnet``, and (given the node's ``baseline`` of
+    :func:`addresses_and_routes` before any pod) every address and route the node has beyond
+    it or lacks from it (empty when all is clean)."""
     left = []
+    if baseline is not None:
+        now = addresses_and_routes(node)
+        if now != baseline:
+            left.append(f"addresses/routes added {sorted(now - baseline)[:6]}, "
+                         f"gone {sorted(baseline - now)[:6]}")
     for table in ("pods", "portmap_entries"):
         rows = db_rows(data_dir, table)
         if rows:

@@ -6,19 +6,27 @@ iptables chain; the database passes ``PRAGMA integrity_check``; no child of the 
 (``ip -batch``, ``nsenter``, ``nft``, ``conntrack``) outlives it; and an ADD that gets the
 address the database freed is not blocked by a stale veth or route.
 
-The kill delay is 0-60 ms after the plugin process starts (seeded), which covers the
-interpreter's start-up (~15 ms), the transaction, the veth creation and the nft update. The
-plugin is the installed file (``#!<python> -IS``) and the children it has just before the kill
-are recorded from /proc.
+Where a kill lands is chosen by event, not only by clock: a third of the killed ADDs die 0-60 ms
+after the plugin process starts (seeded; on a loaded machine most of those land in the
+interpreter's start-up), a third 0-5 ms after the pod's host veth appears in the node, a third
+0-5 ms after the container's row is committed (both seen by :class:`Watch`, polling from inside
+the node namespace). Each test then requires a minimum of rounds killed after COMMIT and with
+the veth in place, so a machine on which every kill lands in start-up fails instead of passing
+vacuously. The plugin is the installed file (``#!<python> -IS``) and the children it has just
+before the kill are recorded from /proc.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
 import signal
+import socket
+import sqlite3
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +37,7 @@ from typing import Any
 import pytest
 
 import faults
+from envgate import need
 from netns import Lab
 from test_plugin_e2e import netconf
 
@@ -42,9 +51,67 @@ REF_PTP = "/usr/lib/cni/ptp"
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> faults.Installed:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
+    need("root", "ip", "nft", "reference-plugins")
     return faults.install_plugins(tmp_path_factory.mktemp("install"))
+
+
+#: Rounds that must have been killed after COMMIT, and with the host veth in place (each test).
+MIN_AFTER_COMMIT = 8
+MIN_WITH_VETH = 8
+#: podnet-portmap calls (of 30 per backend) that must still have been running when killed.
+MIN_PORTMAP_KILLED = 10
+#: How long after the awaited event the kill lands (seconds, uniform).
+EVENT_DELAY = 0.005
+#: Only a hang reaches this: an awaited event that never came (the call failed or finished).
+EVENT_DEADLINE = 20.0
+CLONE_NEWNET = 0x40000000
+
+
+class Watch:
+    """Watches one ADD from a thread that has entered ``node``'s network namespace: sets
+    ``veth`` when the host link ``ifname`` exists and ``row`` when ``<data>/podnet.db`` has the
+    container's ``pods`` row (committed). Polls every 0.5 ms until :meth:`stop`."""
+
+    def __init__(self, node: str, data: Path, container_id: str, ifname: str) -> None:
+        self.node, self.db, self.cid, self.ifname = node, data / "podnet.db", container_id, ifname
+        self.veth, self.row, self._stop = threading.Event(), threading.Event(), threading.Event()
+        self._entered = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._entered.wait(10), f"the watch thread could not enter {node}"
+
+    def _run(self) -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        fd = os.open(f"/run/netns/{self.node}", os.O_RDONLY)
+        try:
+            assert libc.setns(fd, CLONE_NEWNET) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            os.close(fd)
+        self._entered.set()
+        conn: sqlite3.Connection | None = None
+        try:
+            while not self._stop.is_set():
+                if not self.veth.is_set():
+                    try:
+                        socket.if_nametoindex(self.ifname)  # a socket of this thread's netns
+                        self.veth.set()
+                    except OSError:
+                        pass
+                if not self.row.is_set() and self.db.exists():
+                    try:
+                        conn = conn or sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=0)
+                        if conn.execute("SELECT 1 FROM pods WHERE container_id = ?", (self.cid,)).fetchone():
+                            self.row.set()
+                    except sqlite3.Error:
+                        pass
+                time.sleep(0.0005)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
 
 
 @dataclass
@@ -74,10 +141,11 @@ def _alive(pid: int) -> bool:
 
 
 def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any], delay: float,
-              mentions: tuple[str, ...] = ()) -> Killed:
+              mentions: tuple[str, ...] = (), after: threading.Event | None = None) -> Killed:
     """Start one plugin call in ``node`` and SIGKILL it ``delay`` seconds later (the plugin
-    process only, as a runtime does). Children it had just before the kill that are still
-    running half a second after it died — or any process whose command line contains one of
+    process only, as a runtime does) — or, given ``after``, ``delay`` seconds after that event
+    is set (or the call exits). Children it had just before the kill that are still running
+    half a second after it died — or any process whose command line contains one of
     ``mentions`` — are reported, then killed (so the test leaves none)."""
     argv = faults.plugin_argv(node, plugin, env)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -90,6 +158,11 @@ def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any],
     except BrokenPipeError:
         pass
     proc.stdin = None  # so communicate() only reads
+    if after is not None:
+        deadline = time.monotonic() + EVENT_DEADLINE
+        while not after.wait(0.001) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the call neither reached the event nor exited"
+        started = time.monotonic()
     left = started + delay - time.monotonic()
     if left > 0:
         time.sleep(left)
@@ -156,18 +229,46 @@ def ports(i: int) -> list[dict[str, Any]]:
             {"hostPort": 20000 + i, "containerPort": 53, "protocol": "udp"}]
 
 
+def kill_add(node: Lab, plugin: str, data: Path, cid: str, pod: str, conf: dict[str, Any],
+             rng: random.Random, mode: str, mentions: tuple[str, ...]) -> tuple[Killed, bool, bool]:
+    """An ADD killed ``mode``: "start" (0-60 ms after the process starts), "veth" (0-5 ms after
+    the host veth appears) or "commit" (0-5 ms after the row is committed). Returns the kill,
+    and whether the row (committed) and the host veth existed once the plugin was dead."""
+    from podnet.link.names import host_ifname
+
+    veth = host_ifname(cid, "eth0")
+    watch = Watch(node.node, data, cid, veth)
+    try:
+        event = {"start": None, "veth": watch.veth, "commit": watch.row}[mode]
+        delay = rng.uniform(0, MAX_DELAY if event is None else EVENT_DELAY)
+        k = kill_call(node.node, plugin, faults.cni_env("ADD", container_id=cid, netns=pod), conf, delay,
+                      mentions, after=event)
+    finally:
+        watch.stop()
+    committed = any(r[0] == cid for r in faults.db_rows(data, "pods"))
+    return k, committed, veth in faults.veths(node.node)
+
+
+KILL_MODES = ("start", "veth", "commit")
+
+
 def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_path: Path) -> None:
-    """100 rounds: an ADD (tcp+udp hostPorts, IPv4+IPv6) killed at a random point, or a
-    completed ADD whose DEL is killed; then the runtime's DEL. After each round nothing of the
-    container is left; after all rounds and a GC with no valid attachment: no row, veth or map
-    element, integrity_check ok, and no child of a killed call outlived it."""
+    """100 rounds: an ADD (tcp+udp hostPorts, IPv4+IPv6) killed at a point chosen by
+    :func:`kill_add`, or a completed ADD whose DEL is killed; then the runtime's DEL. After each
+    round nothing of the container is left: no row, veth, map element, and no address or route
+    the node did not have before the first round; after all rounds and a GC with no valid
+    attachment the same, integrity_check ok, and no child of a killed call outlived it. At
+    least MIN_AFTER_COMMIT ADDs were killed after their COMMIT and MIN_WITH_VETH with the
+    host veth in place."""
     rng = random.Random(SEED)
     data = tmp_path / "data"
     plugin = installed.path("podnet")
     problems = Problems()
-    counts = {"ADD killed": 0, "DEL killed": 0, "finished before the kill": 0}
+    counts = {"ADD killed": 0, "DEL killed": 0, "finished before the kill": 0,
+              "ADD killed after COMMIT": 0, "ADD killed with the veth in place": 0}
     from podnet.link.names import host_ifname
 
+    baseline = faults.addresses_and_routes(node.node)
     for i in range(ROUNDS):
         pod = node.pod(f"k{i}-")
         no_dad(node, pod)
@@ -175,18 +276,20 @@ def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_pa
         conf = netconf(data, mappings=ports(i))
         veth = host_ifname(cid, "eth0")
         mentions = (pod, veth, f"--orig-port-dst {20000 + i}")
-        delay = rng.uniform(0, MAX_DELAY)
-        kill_add = i % 2 == 0
-        if kill_add:
-            k = kill_call(node.node, plugin, faults.cni_env("ADD", container_id=cid, netns=pod), conf, delay, mentions)
-            what = f"round {i}: ADD {k.describe()}"
+        if i % 2 == 0:
+            mode = KILL_MODES[(i // 2) % len(KILL_MODES)]
+            k, committed, has_veth = kill_add(node, plugin, data, cid, pod, conf, rng, mode, mentions)
+            what = f"round {i}: ADD ({mode}) {k.describe()}"
             counts["ADD killed" if not k.finished else "finished before the kill"] += 1
+            if not k.finished:
+                counts["ADD killed after COMMIT"] += committed
+                counts["ADD killed with the veth in place"] += has_veth
         else:
             add = faults.run_plugin(node.node, plugin, faults.cni_env("ADD", container_id=cid, netns=pod), conf)
             if add.rc != 0:
                 problems.add(f"round {i}: ADD (no kill) failed: {add.describe()}")
             k = kill_call(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod),
-                          {**conf, "prevResult": add.answer}, delay, mentions)
+                          {**conf, "prevResult": add.answer}, rng.uniform(0, MAX_DELAY), mentions)
             what = f"round {i}: DEL {k.describe()}"
             counts["DEL killed" if not k.finished else "finished before the kill"] += 1
         if k.survivors:
@@ -195,18 +298,18 @@ def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_pa
         out = faults.run_plugin(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod), conf)
         if out.rc != 0:
             problems.add(f"{what}: the runtime's DEL failed: {out.describe()}")
-        left = [x for x in faults.podnet_leftovers(node.node, data)]
+        node.exec(node.node, "ip", "netns", "del", pod)
+        node.namespaces.remove(pod)
+        left = faults.podnet_leftovers(node.node, data, baseline)
         if left:
             problems.add(f"{what}: after the runtime's DEL: {left}")
             # Start the next round clean, so each leak is reported once.
             faults.run_plugin(node.node, plugin, faults.cni_env("GC"), {**netconf(data), "cni.dev/valid-attachments": []})
-        node.exec(node.node, "ip", "netns", "del", pod)
-        node.namespaces.remove(pod)
+            baseline = faults.addresses_and_routes(node.node)
     gc = faults.run_plugin(node.node, plugin, faults.cni_env("GC"), {**netconf(data), "cni.dev/valid-attachments": []})
     if gc.rc != 0:
         problems.add(f"final GC failed: {gc.describe()}")
-    time.sleep(0.5)  # an orphan that was still running would have done its work by now
-    left = faults.podnet_leftovers(node.node, data)
+    left = faults.podnet_leftovers(node.node, data, baseline)
     if left:
         problems.add(f"after all rounds and GC: {left}")
     ok = faults.integrity(data)
@@ -214,10 +317,14 @@ def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_pa
         problems.add(f"integrity_check: {ok}")
     print(f"podnet kill -9: {counts}")
     problems.check(f"podnet kill -9 rounds ({counts})")
+    assert counts["ADD killed after COMMIT"] >= MIN_AFTER_COMMIT, counts
+    assert counts["ADD killed with the veth in place"] >= MIN_WITH_VETH, counts
 
 
 def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Installed, tmp_path: Path) -> None:
-    """Ranges with ONE usable address per family: an ADD killed at a random point, then
+    """Ranges with ONE usable address per family: an ADD killed at a point chosen by
+    :func:`kill_add` (at least MIN_AFTER_COMMIT rounds each before and after its COMMIT, and
+    MIN_WITH_VETH with the host veth in place), then
     another container's ADD, which gets the same addresses, must succeed — right away when the
     killed ADD left no row (killed before its COMMIT: the database freed the address), after
     the runtime's DEL of the killed one otherwise. A veth or route left by the killed call
@@ -236,12 +343,15 @@ def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Install
             no_dad(node, p)
         first, second = f"first{i}", f"second{i}"
         conf = netconf(data, ranges=ranges, mappings=ports(i))
-        k = kill_call(node.node, plugin, faults.cni_env("ADD", container_id=first, netns=pods[0]), conf,
-                      rng.uniform(0, MAX_DELAY), (pods[0], host_ifname(first, "eth0")))
-        what = f"round {i}: ADD {k.describe()}"
+        mode = KILL_MODES[i % len(KILL_MODES)]
+        k, held, has_veth = kill_add(node, plugin, data, first, pods[0], conf, rng, mode,
+                                     (pods[0], host_ifname(first, "eth0")))
+        what = f"round {i}: ADD ({mode}) {k.describe()}"
+        if not k.finished:
+            tried["killed after COMMIT" if held else "killed before COMMIT"] += 1
+            tried["killed with the veth in place"] += has_veth
         if k.survivors:
             problems.add(f"{what}: children outlived the killed call: {k.survivors}")
-        held = any(r[0] == first for r in faults.db_rows(data, "pods"))
         if held:
             tried["after the runtime's DEL"] += 1
             out = faults.run_plugin(node.node, plugin, faults.cni_env("DEL", container_id=first, netns=pods[0]), conf)
@@ -269,6 +379,9 @@ def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Install
         problems.add(f"integrity_check: {ok}")
     print(f"same address after a killed ADD: {dict(tried)}")
     problems.check(f"ADD killed, then an ADD of the same address ({dict(tried)})")
+    assert tried["killed after COMMIT"] >= MIN_AFTER_COMMIT, dict(tried)
+    assert tried["killed before COMMIT"] >= MIN_AFTER_COMMIT, dict(tried)
+    assert tried["killed with the veth in place"] >= MIN_WITH_VETH, dict(tried)
 
 
 # --- podnet-portmap ---------------------------------------------------------------------------------
@@ -313,6 +426,7 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
     rng = random.Random(SEED + (2 if backend == "iptables" else 3))
     plugin = installed.path("podnet-portmap")
     problems = Problems()
+    killed = 0
     for i in range(30):
         pod = node.pod(f"p{i}-")
         no_dad(node, pod)
@@ -334,6 +448,7 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
                 problems.add(f"{backend} round {i}: ADD (no kill) failed: {add.describe()}")
             k = kill_call(node.node, plugin, faults.cni_env("DEL", container_id=cid, netns=pod), conf, delay, mentions)
             what = f"{backend} round {i}: DEL {k.describe()}"
+        killed += not k.finished
         if k.survivors:
             problems.add(f"{what}: children outlived the killed call: {k.survivors}")
         del_env = faults.cni_env("DEL", container_id=cid, netns=pod)
@@ -351,8 +466,8 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
             faults.run_plugin(node.node, plugin, faults.cni_env("GC"), gc)
         node.exec(node.node, "ip", "netns", "del", pod)
         node.namespaces.remove(pod)
-    time.sleep(0.5)
-    left = portmap_state(node.node)
+    left = portmap_state(node.node)  # kill_call already gave each killed call's children 0.5 s
     if left:
         problems.add(f"{backend}: after all rounds: {left}")
     problems.check(f"podnet-portmap ({backend}) kill -9 rounds")
+    assert killed >= MIN_PORTMAP_KILLED, f"only {killed} of 30 calls were still running at the kill"
