@@ -148,9 +148,16 @@ def flush_netlink(ports: Iterable[tuple[int, int]]) -> int:
     return deleted
 
 
+#: What ``conntrack -D`` (conntrack-tools 1.4) prints when it ran: with exit status 1 it means
+#: nothing matched; exit status 1 without it is a failure ("Operation failed: … CAP_NET_ADMIN").
+_DELETED = "flow entries have been deleted"
+
+
 def flush_tool(ports: Iterable[tuple[int, int]]) -> None:
     """The same with the ``conntrack`` tool (one run per port and family, started together).
-    ``conntrack -D`` exits 1 when nothing matched: success here. KernelError (104) otherwise."""
+    ``conntrack -D`` exits 1 both when nothing matched (it then says "0 flow entries have been
+    deleted": success here) and when it failed (permission, no ctnetlink). KernelError (104)
+    for a failure, or when the tool is missing."""
     from podnet import proc
     from podnet.cni.errors import KernelError
 
@@ -162,8 +169,8 @@ def flush_tool(ports: Iterable[tuple[int, int]]) -> None:
     failed = []
     for spawned in started:
         rc, _, stderr = spawned.wait()
-        if rc not in (0, 1):
-            failed.append(stderr.strip())
+        if rc != 0 and not (rc == 1 and _DELETED in stderr):
+            failed.append(stderr.strip() or f"exit status {rc}")
     if failed:
         raise KernelError("conntrack failed to flush UDP entries", "; ".join(failed))
 
@@ -187,6 +194,6 @@ def flush_udp_ports(
         flush_tool(ports)
     except CNIError as err:
         if warn is not None:
-            listed = ", ".join(str(p) for _, p in ports)
+            listed = ", ".join(str(p) for p in sorted({p for _, p in ports}))  # once, both families
             warn(f"could not flush UDP conntrack entries of ports {listed} "
                  f"({first}; {err.msg}: {err.details})")  # fmt: skip
