@@ -26,6 +26,7 @@ import pytest
 import faults
 from envgate import need
 from netns import Lab
+from nonetadmin import NoNetAdmin
 from portmap_helpers import PORTMAP_DATA
 from test_plugin_e2e import RANGES, netconf
 
@@ -126,16 +127,45 @@ class Findings:
 # --- item 2: conntrack is not installed -----------------------------------------------------------
 
 
-def test_podnet_udp_hostports_without_conntrack(node: Node) -> None:
-    """ADD and DEL of a pod with UDP hostPorts succeed when conntrack is not installed (its
-    flush is best effort, as upstream's); DEL leaves nothing."""
+V6_RANGE = "fd00:10:244::/64"
+
+
+@pytest.mark.parametrize("tool", ["not installed", "without CAP_NET_ADMIN"])
+def test_podnet_udp_hostports_without_conntrack(node: Node, tmp_path: Path, tool: str) -> None:
+    """ADD and DEL of a pod with UDP hostPorts succeed when the flush fails both ways: ctnetlink
+    refused (the plugin runs without CAP_NET_ADMIN, :class:`nonetadmin.NoNetAdmin`), and the
+    ``conntrack`` tool not installed, or failing for want of the capability too (it then exits
+    1, as when nothing matched: podnet must not take that for success). The flush is best
+    effort, as upstream's: the warning names both failures, and DEL leaves nothing. IPv6 only
+    (an IPv4 ADD writes ``ip_forward``, which needs CAP_NET_ADMIN); an unrestricted ADD first
+    turns forwarding on."""
+    cut = NoNetAdmin(tmp_path / "cut")
+    hide: tuple[str, ...] = ("conntrack",)
+    why = "conntrack is not installed"
+    if tool == "without CAP_NET_ADMIN":
+        (cut.trace.bin / "conntrack").unlink()  # the plain tool: no file capabilities
+        hide, why = (), "CAP_NET_ADMIN"
+    warm_pod = node.pod()
+    warm = node.call("podnet", "ADD", netconf(node.data, ranges=[V6_RANGE]), cid="warm", netns=warm_pod)
+    assert warm.rc == 0, warm.describe()
     pod = node.pod()
-    conf = netconf(node.data, mappings=udp_tcp(5353))
-    f = Findings("podnet with UDP hostPorts and no conntrack")
-    add = node.call("podnet", "ADD", conf, cid="c1", netns=pod, hide=("conntrack",))
+    conf = netconf(node.data, ranges=[V6_RANGE], mappings=udp_tcp(5353))
+    f = Findings("podnet with UDP hostPorts, ctnetlink refused and no conntrack tool")
+    mark = cut.trace.mark()
+    add = faults.run_plugin(node.lab.node, str(cut.plugin),
+                            faults.cni_env("ADD", container_id="c1", netns=pod, path=cut.trace.path), conf,
+                            hide=hide)
     f.expect(add.rc == 0, f"ADD: {add.describe()}")
-    delete = node.call("podnet", "DEL", {**conf, "prevResult": add.answer}, cid="c1", netns=pod, hide=("conntrack",))
+    f.expect("could not flush UDP conntrack entries of ports 5353 (ctnetlink:" in add.stderr
+             and why in add.stderr.split("ctnetlink:", 1)[-1], f"no warning naming both: {add.stderr!r}")
+    calls = cut.trace.calls(mark)
+    f.expect(any(c.startswith("CALL nft ") for c in calls), f"the trace saw no nft call: {calls}")
+    delete = faults.run_plugin(node.lab.node, str(cut.plugin),
+                               faults.cni_env("DEL", container_id="c1", netns=pod, path=cut.trace.path),
+                               {**conf, "prevResult": add.answer}, hide=hide)
     f.expect(delete.rc == 0 and delete.stdout.strip() == "", f"DEL: {delete.describe()}")
+    out = node.call("podnet", "DEL", netconf(node.data, ranges=[V6_RANGE]), cid="warm", netns=warm_pod)
+    f.expect(out.rc == 0, f"DEL warm: {out.describe()}")
     f.expect(node.leftovers() == [], f"left after DEL: {node.leftovers()}")
     f.check()
 
@@ -187,16 +217,26 @@ def ptp_pod(node: Node, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any], A
 
 
 @pytest.mark.parametrize("backend", ["iptables", "nftables"])
-def test_portmap_udp_hostports_without_conntrack(node: Node, ptp_pod: tuple[str, dict[str, Any], Any], backend: str) -> None:
-    """podnet-portmap after the reference ptp: ADD and DEL with a UDP hostPort succeed without
-    conntrack; DEL removes the container's chains and elements."""
+def test_portmap_udp_hostports_without_conntrack(node: Node, ptp_pod: tuple[str, dict[str, Any], Any],
+                                                 backend: str, tmp_path: Path) -> None:
+    """podnet-portmap after the reference ptp: ADD and DEL with a UDP hostPort succeed while
+    the flush fails both ways (ctnetlink refused: run without CAP_NET_ADMIN; no conntrack
+    tool), with a warning naming both; DEL removes the container's chains and elements."""
     pod, _, prev = ptp_pod
     conf = portmap_conf(backend, prev, udp_tcp(5353))
-    f = Findings(f"podnet-portmap ({backend}) with UDP hostPorts and no conntrack")
-    add = node.call("podnet-portmap", "ADD", conf, cid="c1", netns=pod, hide=("conntrack",))
+    cut = NoNetAdmin(tmp_path / "cut")
+    f = Findings(f"podnet-portmap ({backend}) with UDP hostPorts, ctnetlink refused and no conntrack")
+
+    def call(command: str) -> faults.Outcome:
+        env = faults.cni_env(command, container_id="c1", netns=pod, path=cut.trace.path)
+        return faults.run_plugin(node.lab.node, str(cut.portmap), env, conf, hide=("conntrack",))
+
+    add = call("ADD")
     f.expect(add.rc == 0, f"ADD: {add.describe()}")
+    f.expect("could not flush UDP conntrack entries of ports 5353 (ctnetlink:" in add.stderr
+             and "conntrack is not installed" in add.stderr, f"no warning naming both: {add.stderr!r}")
     f.expect(bool(portmap_leftovers(node.lab.node)) or add.rc != 0, "the ADD installed no rule at all")
-    delete = node.call("podnet-portmap", "DEL", conf, cid="c1", netns=pod, hide=("conntrack",))
+    delete = call("DEL")
     f.expect(delete.rc == 0, f"DEL: {delete.describe()}")
     f.expect(portmap_leftovers(node.lab.node) == [], f"left after DEL: {portmap_leftovers(node.lab.node)}")
     f.check()

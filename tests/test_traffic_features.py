@@ -19,7 +19,6 @@ refusal, "too big" with the path MTU) instead of an empty string for "blocked".
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -34,12 +33,11 @@ from netns import (
     ECHO,
     NODE_ADDR4,
     NODE_ADDR6,
-    PLUGIN,
     VENV_BIN,
     Lab,
     sh,
 )
-from tooltrace import SYSTEM_PATH, TOOLS, ToolTrace
+from nonetadmin import NoNetAdmin
 
 pytestmark = pytest.mark.root
 
@@ -315,46 +313,6 @@ def test_bridge_ipv4_nat_on_off_on_unset(node: Node) -> None:
 
 
 # --- 4. the conntrack tool when ctnetlink fails ------------------------------------------------------
-
-
-class NoNetAdmin:
-    """Running the plugin without CAP_NET_ADMIN while the tools it starts keep it.
-
-    ctnetlink checks CAP_NET_ADMIN on every message (nfnetlink_rcv): without it podnet's
-    in-process flush gets EPERM for real and falls back to the ``conntrack`` tool. The plugin is
-    started by ``setpriv --securebits +noroot`` with every capability it had but CAP_NET_ADMIN
-    as inheritable and ambient (so root gets nothing more at exec: the python process runs with
-    exactly those). The tools get CAP_NET_ADMIN back from file capabilities: each traced tool
-    (:class:`tooltrace.ToolTrace`, whose wrappers log every call) execs a copy of the real
-    binary with the whole bounding set as permitted+effective file capabilities. Nothing in
-    podnet is changed or told about it; the host's binaries are untouched.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.trace = ToolTrace(root / "trace")
-        real = root / "real"
-        real.mkdir()
-        names = sh("setpriv", "--list-caps").stdout.split()
-        status = Path("/proc/self/status").read_text().splitlines()
-        mask = {line.split(":")[0]: int(line.split()[1], 16) for line in status if line.startswith("Cap")}
-        bounding = [n for i, n in enumerate(names) if mask["CapBnd"] >> i & 1]
-        kept = [n for i, n in enumerate(names) if mask["CapPrm"] >> i & 1 and n != "net_admin"]
-        file_caps = ",".join(f"cap_{n}" for n in bounding) + "+ep"
-        for tool in TOOLS:
-            wrapper = self.trace.bin / tool
-            found = shutil.which(tool, path=SYSTEM_PATH)
-            if not wrapper.exists() or found is None:
-                continue
-            copy = real / tool
-            shutil.copy(found, copy)  # follows symlinks (xtables-multi dispatches on argv[0])
-            sh("setcap", file_caps, str(copy))
-            wrapper.write_text(wrapper.read_text().replace(f'exec "{found}"', f'exec "{copy}"'))
-        caps = ",".join(["-all", *(f"+{n}" for n in kept)])
-        self.prefix = ["setpriv", "--securebits", "+noroot", "--inh-caps", caps, "--ambient-caps", caps]
-        self.plugin = root / "podnet-without-net-admin"
-        self.plugin.write_text("#!/bin/sh\nexec " + " ".join(self.prefix) + f' "{PLUGIN}" "$@"\n')
-        self.plugin.chmod(0o755)
-        self.env = {"PATH": self.trace.path}
 
 
 def test_conntrack_tool_fallback_flushes_stale_udp_entry(lab: Lab, tmp_path: Path) -> None:
