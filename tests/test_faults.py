@@ -724,10 +724,14 @@ def test_die_with_parent_only_where_asked(tmp_path: Path) -> None:
         assert plugin.stdout is not None
         pids = [int(x) for x in plugin.stdout.readline().split()]
         wrapped, bare = pids
-        time.sleep(0.2)  # setpriv has exec'd sleep by now
+        deadline = time.monotonic() + 30
+        # wait until setpriv has set the parent-death signal and exec'd sleep
+        while not os.readlink(f"/proc/{wrapped}/exe").endswith("/sleep"):
+            assert time.monotonic() < deadline, "setpriv never exec'd the tool"
+            time.sleep(0.01)
         plugin.kill()
         plugin.wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while os.path.exists(f"/proc/{wrapped}") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not os.path.exists(f"/proc/{wrapped}"), "the die_with_parent tool outlived the plugin"

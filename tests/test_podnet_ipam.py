@@ -380,7 +380,7 @@ def podnet_conf(data_dir: Path, ipam: dict[str, Any], version: str = "1.0.0",
     return conf
 
 
-def settle_ipv6(lab: Lab, ns: str, dev: str, timeout: float = 10) -> None:
+def settle_ipv6(lab: Lab, ns: str, dev: str, timeout: float = 30) -> None:
     """Wait until ``dev`` has no tentative IPv6 address: the reference bridge leaves DAD on for
     the gateway address it puts on the bridge (about a second)."""
     import time

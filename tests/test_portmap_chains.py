@@ -42,9 +42,10 @@ class Runtime:
 
 
 def wait_dad(lab: Lab, *namespaces: str) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     for ns in namespaces:
-        while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout and time.monotonic() < deadline:
+        while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout:
+            assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
             time.sleep(0.1)
 
 

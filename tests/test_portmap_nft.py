@@ -66,9 +66,10 @@ def _ptp(lab: Lab, cid: str, pod: str, data: Path, v6: bool) -> dict[str, Any]:
     rc, out = lab.cni("ADD", conf, container_id=cid, netns=pod, plugin=f"{REF}/ptp", env={"CNI_PATH": REF})
     assert rc == 0, out
     if v6:  # the reference ptp leaves DAD on: wait until the pod's address is usable
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         for ns in (pod, lab.node):  # the gateway on the host veth goes through DAD too
-            while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout and time.monotonic() < deadline:
+            while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout:
+                assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
                 time.sleep(0.1)
     return out
 
