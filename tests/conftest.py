@@ -37,13 +37,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     reason = reason.removeprefix("Skipped: ")
     if reason.startswith(envgate.ALLOWED):
-        _SKIPS.append((item.nodeid, reason))
         return
     report.outcome = "failed"
     report.longrepr = (
         f"skipped without a person's opt-out ({reason}); state the need with envgate.need() "
         f"or opt out with {envgate.ALLOW_ENV}"
     )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the (allowed) skips where the reports arrive: in the one process, or in the
+    controller of an xdist run (each worker's makereport above has already judged them)."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPS.append((report.nodeid, reason.removeprefix("Skipped: ")))
 
 
 @pytest.hookimpl(trylast=True)

@@ -34,7 +34,8 @@ from api_helpers import (
 from envgate import need
 from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN, PLUGIN_ENV, REFUSED, TIMEOUT, Lab, sh
 
-pytestmark = pytest.mark.root
+#: test_01 … test_08 are steps on one module-scoped pair of nodes: one xdist worker, in order.
+pytestmark = [pytest.mark.root, pytest.mark.xdist_group("api-lxc")]
 
 A_IP, B_IP = "10.0.0.10", "10.0.0.11"
 L4, L6 = "198.51.100.1", "2001:db8:f::1"

@@ -48,6 +48,9 @@ needs_root = pytest.mark.usefixtures("_root")
 def _root() -> None:
     need("root")  # chown to another uid
 NOBODY = 65534  # Debian's nobody / nogroup
+#: Tests that use /var/log/podnet (host-wide; the fixture may create and remove it) run on
+#: one xdist worker, one after the other.
+VAR_LOG = pytest.mark.xdist_group("var-log-podnet")
 
 REPO_SRC = Path(podnet.__file__).resolve().parents[1]
 SITE = str(Path(click.__file__).resolve().parents[1])  # the venv's site-packages
@@ -306,6 +309,7 @@ def log_name() -> Iterator[Path]:
             shutil.rmtree(LOG_DIR, ignore_errors=True)
 
 
+@VAR_LOG
 @pytest.mark.root
 @pytest.mark.parametrize("how", ["logFile", "CNI_LOG_FILE"])
 def test_plugin_log_symlink_is_not_followed(lab: Lab, tmp_path: Path, how: str,
@@ -536,6 +540,7 @@ def test_symlink_loop_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.root
+@VAR_LOG
 def test_netconf_log_file_lies_in_var_log_podnet(lab: Lab, tmp_path: Path, log_name: Path) -> None:
     """A NetConf's logFile outside /var/log/podnet is refused (code 7) and nothing is created
     there — an author who is not the administrator must not make root write

@@ -40,7 +40,8 @@ from envgate import need
 from netns import PLUGIN_ENV, VENV_BIN, Lab, sh
 from tooltrace import ToolTrace
 
-pytestmark = pytest.mark.root
+#: logFile cases write below /var/log/podnet, host-wide: with the other tests that do (xdist).
+pytestmark = [pytest.mark.root, pytest.mark.xdist_group("var-log-podnet")]
 
 MARK = "pwnd"
 PODNETCTL = str(VENV_BIN / "podnetctl")
