@@ -271,10 +271,14 @@ def without_ports(line: str) -> str:
 
 def quirk_twin(line: str, ref: list[str]) -> bool:
     """True when ``ref`` has a different rule of the same chain equal to ``line`` but for its
-    ports: the rule ip6tables-legacy's ``-C`` mistakes for ``line``."""
+    ports (the rule ip6tables-legacy's ``-C`` mistakes for ``line``), and no rule of that chain
+    for ``line``'s destination port: the reference skipped that mapping whole."""
     chain = line.split()[1]
-    return any(other != line and other.split()[1] == chain and without_ports(other) == without_ports(line)
-               for other in ref if other.startswith("-A "))
+    same_chain = [other for other in ref if other.startswith("-A ") and other.split()[1] == chain]
+    port = re.search(r"--dport (\d+)", line)
+    if port is None or any(f"--dport {port.group(1)} " in other for other in same_chain):
+        return False
+    return any(other != line and without_ports(other) == without_ports(line) for other in same_chain)
 
 
 @needs_root
