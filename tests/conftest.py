@@ -53,9 +53,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SKIPS.append((report.nodeid, reason.removeprefix("Skipped: ")))
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The run's last lines: every skip with its reason, or that none happened."""
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
+    """The run's last lines (after pytest's short summary, before its count line): every skip
+    with its reason, or that none happened."""
+    yield
     if not _SKIPS:
         terminalreporter.write_line("podnet test gate: no test skipped")
         return

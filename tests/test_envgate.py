@@ -1,0 +1,85 @@
+"""The required-environment gate itself (tests/envgate.py, conftest.py), run on a small suite
+in a child pytest: a skip nobody asked for fails, a missing need fails naming it, an opt-out
+with a reason skips and is listed last, and PODNET_TEST_REQUIRE=all stops the run at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+CONFTEST = f"""
+import importlib.util
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import envgate
+envgate.REQUIREMENTS["no-such-tool"] = envgate._tool("no-such-tool", "nothing")
+spec = importlib.util.spec_from_file_location("podnet_conftest", {str(TESTS / "conftest.py")!r})
+gate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gate)
+pytest_runtest_logreport = gate.pytest_runtest_logreport
+pytest_runtest_makereport = gate.pytest_runtest_makereport
+pytest_sessionstart = gate.pytest_sessionstart
+pytest_terminal_summary = gate.pytest_terminal_summary
+"""
+
+SUITE = """
+import pytest
+from envgate import need
+
+def test_plain_skip():
+    pytest.skip("just because")
+
+@pytest.mark.skipif(True, reason="a machine detail")
+def test_skipif():
+    pass
+
+def test_needs_a_missing_tool():
+    need("no-such-tool")
+
+def test_needs_what_is_here():
+    need("ip")
+"""
+
+
+def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PODNET_TEST_")} | env
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          capture_output=True, text=True, env=full, cwd=tmp_path, timeout=120)
+
+
+def test_skips_nobody_asked_for_fail_and_a_missing_need_is_named(tmp_path: Path) -> None:
+    out = run(tmp_path)
+    assert out.returncode == 1, out.stdout
+    # the skipif fires at setup: an error, the plain skip and the missing need: failures
+    assert "2 failed, 1 passed, 1 error" in out.stdout, out.stdout
+    assert "skipped without a person's opt-out (just because)" in out.stdout
+    assert "skipped without a person's opt-out (a machine detail)" in out.stdout
+    assert "required but missing: no-such-tool (Debian package nothing)" in out.stdout
+    assert out.stdout.rstrip().splitlines()[-2:-1] == ["podnet test gate: no test skipped"]
+
+
+def test_an_opt_out_with_a_reason_skips_and_is_listed_last(tmp_path: Path) -> None:
+    out = run(tmp_path, PODNET_TEST_ALLOW_MISSING="no-such-tool=not on this laptop")
+    assert "1 failed, 1 passed, 1 skipped, 1 error" in out.stdout, out.stdout
+    assert out.stdout.rstrip().splitlines()[-3:-1] == [  # the last lines, before pytest's count
+        "podnet test gate: 1 skipped, each by an opt-out:",
+        "  SKIP test_suite.py::test_needs_a_missing_tool: allowed missing no-such-tool: not on this laptop"]
+
+
+def test_an_opt_out_needs_a_reason(tmp_path: Path) -> None:
+    out = run(tmp_path, PODNET_TEST_ALLOW_MISSING="no-such-tool")
+    assert out.returncode != 0 and "has no reason" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_require_all_stops_before_the_first_test(tmp_path: Path) -> None:
+    out = run(tmp_path, PODNET_TEST_REQUIRE="all")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "required but missing: no-such-tool (Debian package nothing)" in out.stdout + out.stderr
+    assert "passed" not in out.stdout and "failed" not in out.stdout
