@@ -118,7 +118,9 @@ def allocate(
             def used(addr: str, family: int = family) -> bool:
                 return is_used(family, addr)
 
-            addr = pick(net, used, used_counts.get(family, 0), rng)
+            # a custom gateway inside the usable addresses is one more used address to probe past
+            inside = sum(1 for g in gateways.values() if checked.ip(g) in net)
+            addr = pick(net, used, used_counts.get(family, 0) + inside, rng)
             if addr is not None:
                 out[family] = (addr, gateway(net), net)
                 break
