@@ -197,6 +197,9 @@ def test_allocate_in_reads_the_store() -> None:
     got = allocator.allocate_in(store, [N4, N6], rng=first)  # type: ignore[arg-type]
     assert got == {4: ("10.0.0.4", "10.0.0.1", N4), 6: ("fd00::3", "fd00::1", N6)}
     assert sorted(store.asked) == [4, 6]
+    big = ipaddress.ip_network("10.1.0.0/16")
+    assert allocator.allocate_in(store, [big], rng=lambda n: n - 1) == {  # type: ignore[arg-type]
+        4: ("10.1.255.254", "10.1.0.1", big)}  # the rng is passed on
     got = allocator.allocate_in(store, [N4], requested={4: "10.0.0.6"}, rng=first,  # type: ignore[arg-type]
                                 gateways={N4: "10.0.0.5"})  # fmt: skip
     assert got == {4: ("10.0.0.6", "10.0.0.5", N4)}
