@@ -1,0 +1,46 @@
+"""podnet.firewall.table without root: the owner comment's bounds, a default state's table, the
+incremental scripts of the forward maps (issue 14, item 5: mutation testing of the pure core)."""
+
+from __future__ import annotations
+
+import pytest
+
+from podnet.firewall import table
+from podnet.firewall.dnat import Dnat
+from podnet.firewall.table import BridgeNat, TableState
+
+
+def test_bridge_nat_fields() -> None:
+    b = BridgeNat("br0", {4: "10.0.0.0/24"}, {4: True}, {4: "192.0.2.9"})
+    assert (b.name, b.subnets, b.nat, b.nat_address) == (
+        "br0", {4: "10.0.0.0/24"}, {4: True}, {4: "192.0.2.9"})
+
+
+def test_default_state_has_no_comment() -> None:
+    text = table.script(TableState())
+    assert text.startswith("add table inet podnet\ndelete table inet podnet\ntable inet podnet {\n"
+                           "  map hostports_v4 {")  # fmt: skip
+    assert "comment" not in text
+
+
+def test_owner_comment_bounds() -> None:
+    owner = "p" * 120
+    assert f'table inet podnet {{\n  comment "{owner}"\n' in table.script(TableState(owner=owner))
+    with pytest.raises(ValueError) as err:
+        table.script(TableState(owner="p" * 121))
+    assert str(err.value) == "refusing to write the table comment " + repr("p" * 121)[:63] + "…"
+    with pytest.raises(ValueError) as err:
+        table.script(TableState(owner='podnet:/x"y'))
+    assert str(err.value) == "refusing to write the table comment 'podnet:/x\"y'"
+
+
+def test_forward_maps_incremental() -> None:
+    dnats = [Dnat(4, "198.51.100.1", "tcp", 80, "10.0.0.2", 8080, "1"),
+             Dnat(6, "2001:db8::1", None, None, "fd00::2", None, "2")]  # fmt: skip
+    assert table.add_script(table.FORWARDS, dnats) == (
+        "add element inet podnet fwd_v4 { 198.51.100.1 . tcp . 80 : 10.0.0.2 . 8080 }\n"
+        "add element inet podnet fwd_whole_v6 { 2001:db8::1 : fd00::2 }\n")
+    assert table.delete_script(table.FORWARDS, dnats) == (
+        "delete element inet podnet fwd_v4 { 198.51.100.1 . tcp . 80 }\n"
+        "delete element inet podnet fwd_whole_v6 { 2001:db8::1 }\n")
+    assert table.add_script(table.HOSTPORTS, []) == ""
