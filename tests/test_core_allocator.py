@@ -207,11 +207,9 @@ def test_allocate_in_reads_the_store() -> None:
         4: ("10.0.0.4", "10.0.0.5", N4)}
 
 
-@pytest.mark.xfail(strict=True, reason="found by mutation testing (issue 14): a custom gateway "
-                   "inside the usable addresses is not counted in the probe bound of pick(), so "
-                   "a walk over the used addresses and the gateway gives up with code 100 while "
-                   ".5 and .6 are free")  # fmt: skip
 def test_custom_gateway_does_not_shorten_the_probe() -> None:
+    """A custom gateway inside the usable addresses counts in the probe bound: with .2 and .3
+    used and the gateway at .4, the walk from .2 still reaches .5 (found by mutation testing)."""
     store = FakeStore({4: {"10.0.0.2", "10.0.0.3"}}, {})
     got = allocator.allocate_in(store, [N4], rng=first, gateways={N4: "10.0.0.4"})  # type: ignore[arg-type]
     assert got == {4: ("10.0.0.5", "10.0.0.4", N4)}
