@@ -58,7 +58,7 @@ def test_log_file_where_root_would_run_it_is_refused(lab: Lab, tmp_path: Path) -
 
 
 def set_acl(path: Path, *, user: tuple[int, int] | None = None, group: tuple[int, int] | None = None,
-            mask: int = 7) -> None:  # fmt: skip
+            mask: int = 7, default: bool = False) -> None:  # fmt: skip
     """Give ``path`` a POSIX access ACL (no setfacl on these machines: the xattr itself):
     owner rwx, owning group r-x, others r-x, plus ``user``/``group`` = ``(id, perm)``."""
     undefined = 0xFFFFFFFF
@@ -70,12 +70,13 @@ def set_acl(path: Path, *, user: tuple[int, int] | None = None, group: tuple[int
         entries.append((8, group[1], group[0]))  # GROUP
     entries += [(0x10, mask, undefined), (0x20, 5, undefined)]  # MASK, OTHER
     raw = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
-    os.setxattr(path, "system.posix_acl_access", raw)
+    os.setxattr(path, f"system.posix_acl_{'default' if default else 'access'}", raw)
 
 
 @pytest.mark.parametrize("how", ["owned by nobody", "world-writable", "under a writable dir",
                                  "ACL for user nobody", "ACL for group nogroup",
-                                 "parent ACL for user nobody"])  # fmt: skip
+                                 "parent ACL for user nobody", "default ACL for user nobody",
+                                 "parent default ACL for user nobody"])  # fmt: skip
 def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: str) -> None:
     """Owned by another user, writable by others through its mode or through a POSIX ACL
     (whose mask then shows as the group bits of a root:root directory), or below such a
@@ -100,6 +101,11 @@ def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: s
         set_acl(data, group=(65534, 7))
     elif how == "parent ACL for user nobody":
         set_acl(parent, user=(65534, 7))
+    elif how == "default ACL for user nobody":  # what podnet creates in it (round 4: the API
+        data.mkdir(mode=0o750)                 # socket, chmod 0660) would let nobody write
+        set_acl(data, user=(65534, 7), mask=5, default=True)
+    elif how == "parent default ACL for user nobody":  # the data dir podnet makes inherits it
+        set_acl(parent, user=(65534, 7), mask=5, default=True)
     else:
         parent.chmod(0o777)
     if data.exists():  # what the other user plants
@@ -111,10 +117,12 @@ def test_a_data_dir_others_can_write_is_refused(lab: Lab, tmp_path: Path, how: s
         assert rc == 1 and out["code"] == 7 and out["msg"].startswith("dataDir:"), (verb, out)
         assert "root alone can change" in out["msg"], out
     assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o644
-    if how in ("under a writable dir", "parent ACL for user nobody"):
+    if how in ("under a writable dir", "parent ACL for user nobody",
+               "parent default ACL for user nobody"):  # fmt: skip
         assert not data.exists()  # nothing created where someone could have planted it
     if "ACL" in how:
-        assert "access ACL letting" in out["msg"], out
+        kind = "a default" if "default" in how else "an access"
+        assert f"{kind} ACL letting" in out["msg"], out
 
 
 @pytest.mark.parametrize("acl", ["read-only for nobody", "masked write for nobody", "root's"])
@@ -212,7 +220,10 @@ def test_ranges_that_would_change_other_pods_nat_are_refused(lab: Lab, tmp_path:
     assert rc == 0, res
     before = table(lab)
     for ranges in (("128.0.0.0/1",), ("0.0.0.0/5",), ("8.8.8.0/24",), ("127.0.0.0/8",),
-                   ("169.254.0.0/16",), ("2001:4860::/32",)):  # fmt: skip
+                   ("169.254.0.0/16",), ("2001:4860::/32",),
+                   # round 4: public IPv6 that Python 3.11's is_global lets through
+                   ("2002:808:808::/64",), ("::ffff:808:800/120",), ("2001:0:808:808::/64",),
+                   ("2001:1::/126",)):  # fmt: skip
         rc, out = lab.cni("ADD", conf(data, "evil", ranges), container_id="e1", netns=lab.pod())
         assert rc == 1 and out["code"] == 7 and "pod ranges are private" in out["msg"], out
     rc, out = lab.cni("ADD", conf(data, "evil", ipMasq=False), container_id="e2",

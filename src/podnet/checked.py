@@ -152,18 +152,33 @@ def interface(value: object, *, prefix: bool = True) -> Iface:
         raise BadValue(f"{show(text)} is not an address in CIDR form") from None
 
 
+#: The IPv6 prefixes a pod range may lie in: unique local (fc00::/7), the documentation ranges
+#: (2001:db8::/32, 3fff::/20) and local-use NAT64 (64:ff9b:1::/48). An allow-list, since
+#: ``is_global`` of Python 3.11 calls all of 2001::/23 non-global (Teredo's 2001::/32 too) and
+#: passes 6to4 (2002::/16) and IPv4-mapped addresses of public IPv4 ones.
+_V6_POD_PREFIXES = ("fc00::/7", "2001:db8::/32", "3fff::/20", "64:ff9b:1::/48")
+
+
 def pod_range_problem(net: Net) -> str | None:
     """Why ``net`` cannot be a pod range, or None. A range is node-wide: every pod's egress
     masquerade takes the destinations inside any range as internal, so a public range — up to
     ``0.0.0.0/1`` — would turn off the masquerade of every pod towards it. Pod ranges are
-    therefore non-global (RFC 1918, 100.64.0.0/10, ULA, the documentation ranges …) and never
-    loopback, link-local, multicast or unspecified."""
+    therefore non-global IPv4 (RFC 1918, 100.64.0.0/10, the documentation ranges …, never the
+    limited broadcast address) or IPv6 inside :data:`_V6_POD_PREFIXES`, and never loopback,
+    link-local, multicast or unspecified."""
+    from ipaddress import ip_network
+
+    public = net.is_global
+    if net.version == 6:
+        public = not any(net.subnet_of(ip_network(p)) for p in _V6_POD_PREFIXES)  # type: ignore[arg-type]
     for what, flag in (("a loopback", net.is_loopback), ("a link-local", net.is_link_local),
                        ("a multicast", net.is_multicast), ("an unspecified", net.is_unspecified),
-                       ("a public", net.is_global)):  # fmt: skip
+                       ("a public", public)):  # fmt: skip
         if flag:
             return (f"{net} is {what} range: pod ranges are private (RFC 1918, 100.64.0.0/10, "
                     "fc00::/7, …), since every range is internal to every pod's egress NAT")
+    if net.version == 4 and net.overlaps(ip_network("255.255.255.255/32")):
+        return f"{net} holds the limited broadcast address 255.255.255.255: not a pod range"
     return None
 
 

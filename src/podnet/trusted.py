@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["acl_fault", "fault", "resolve", "through_fault"]
 
-_S_IFMT, _S_IFLNK, _S_ISVTX = 0o170000, 0o120000, 0o1000
+_S_IFMT, _S_IFLNK, _S_IFDIR, _S_ISVTX = 0o170000, 0o120000, 0o040000, 0o1000
 #: Symlinks followed in one walk before it gives up (the kernel's limit).
 MAX_LINKS = 40
 
@@ -52,39 +52,52 @@ def fault(st: os.stat_result, path: str | None = None) -> str | None:
     return None
 
 
-#: ``system.posix_acl_access`` (the kernel's xattr format): a 4-byte version (2), then 8-byte
-#: entries ``tag:u16 perm:u16 id:u32``, little-endian.
+#: ``system.posix_acl_access`` / ``_default`` (the kernel's xattr format): a 4-byte version
+#: (2), then 8-byte entries ``tag:u16 perm:u16 id:u32``, little-endian.
 _ACL_XATTR, _ACL_VERSION = "system.posix_acl_access", 2
+_ACL_DEFAULT_XATTR = "system.posix_acl_default"
 _ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 1, 2, 4, 8, 0x10, 0x20
 _ACL_WRITE = 2
 
 
 def acl_fault(path: str, st: os.stat_result) -> str | None:
-    """Why the access ACL of ``path`` (not followed if a symlink) lets someone other than root
-    or this process's user write it, or None (no ACL, or one granting writes only to them).
-    A named user other than those, a named group other than root's, or the owning group when
-    it is not root's, with write permission that the mask keeps, is a fault; so is an ACL
-    that cannot be parsed. One ``getxattr`` (~1 µs)."""
+    """Why a POSIX ACL of ``path`` (not followed if a symlink) lets someone other than root or
+    this process's user write it, or what is created in it, or None.
+
+    The access ACL: a named user other than those, a named group other than root's, or the
+    owning group when it is not root's, with write permission that the mask keeps. A
+    directory's default ACL (inherited by what is created in it: the kernel then ignores the
+    umask, and a later ``chmod`` such as a socket's 0660 widens the mask): the same entries with
+    write, whatever its mask. An ACL that cannot be parsed is a fault too. One or two
+    ``getxattr`` (~1 µs each)."""
+    why = _acl_writer(path, _ACL_XATTR, st, masked=True)
+    if why is None and st.st_mode & _S_IFMT == _S_IFDIR:
+        why = _acl_writer(path, _ACL_DEFAULT_XATTR, st, masked=False)
+    return why
+
+
+def _acl_writer(path: str, xattr: str, st: os.stat_result, *, masked: bool) -> str | None:
+    kind = "an access" if xattr == _ACL_XATTR else "a default"
     try:
-        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+        raw = os.getxattr(path, xattr, follow_symlinks=False)
     except OSError:  # ENODATA: no ACL; EOPNOTSUPP: the filesystem has none
         return None
     if len(raw) < 4 or (len(raw) - 4) % 8 or int.from_bytes(raw[:4], "little") != _ACL_VERSION:
-        return "has an access ACL podnet cannot read"
+        return f"has {kind} ACL podnet cannot read"
     import struct  # only here: paths with an ACL are rare
 
     entries = [struct.unpack_from("<HHI", raw, i) for i in range(4, len(raw), 8)]
-    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 7)
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 7) if masked else 7
     trusted_uids = (0, os.geteuid())
     for tag, perm, ident in entries:
         if not perm & mask & _ACL_WRITE:
             continue
         if tag == _ACL_USER and ident not in trusted_uids:
-            return f"has an access ACL letting uid {ident} write"
+            return f"has {kind} ACL letting uid {ident} write"
         if tag == _ACL_GROUP and ident != 0:
-            return f"has an access ACL letting gid {ident} write"
+            return f"has {kind} ACL letting gid {ident} write"
         if tag == _ACL_GROUP_OBJ and st.st_gid != 0:
-            return f"has an access ACL letting its group gid {st.st_gid} write"
+            return f"has {kind} ACL letting its group gid {st.st_gid} write"
     return None
 
 
