@@ -27,6 +27,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         envgate.allowed()  # a malformed opt-out is a usage error even when not gated
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker under ``--dist loadgroup``: every test with an ``xdist_group`` mark
+    must carry its group in its node id (how xdist keeps a group on one worker). pytest 9 broke
+    that silently (node ids are no longer settable; pyproject pins pytest < 9): stop rather
+    than run grouped tests side by side."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or config.getvalue("dist") != "loadgroup":
+        return
+    lost = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"xdist groups are not applied (pytest {pytest.__version__}): "
+                                f"{lost[0]} and {len(lost) - 1} more would run apart")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
     """A skip the gate did not allow (a person's opt-out) is a failure: nothing skips quietly."""
