@@ -410,8 +410,8 @@ def leftover_state(node: str, data_dir: Path) -> dict[str, list[Any]]:
 
 def assert_clean(node: str, data_dir: Path, context: Callable[[], str]) -> None:
     """No rows, no ``pn*`` host veths, no hostPort map elements (DEL may still be finishing
-    when the runtime returns, so this waits up to 5 s)."""
-    deadline = time.monotonic() + 5
+    when the runtime returns, so this waits for it: up to 30 s, which only a hang reaches)."""
+    deadline = time.monotonic() + 30
     while True:
         state = leftover_state(node, data_dir)
         if not any(state.values()):
