@@ -377,7 +377,7 @@ def test_the_allow_list_takes_a_directory_itself_unless_its_entry_says_below(
     review: a NetConf's /var/lib/podnet/evil became a second store that took the node's
     table after a reboot); a PODNET_DATA_DIRS entry allows itself, or with ``/*`` what lies
     below it."""
-    from podnet.cni.errors import CNIError
+    from podnet.errors import CNIError
     from podnet.plugins.podnet_conf import store_keys
 
     if env is None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from podnet import checked
-from podnet.cni.errors import InvalidConfig
+from podnet.errors import InvalidConfig
 from podnet.firewall.dnat import Dnat
 from podnet.link import veth
 from podnet.networks import config as netconfig

@@ -84,7 +84,7 @@ def test_top_level_help_and_version() -> None:
 
 
 def test_error_line_is_one_line() -> None:
-    from podnet.cni.errors import CNIError
+    from podnet.errors import CNIError
 
     err = CNIError("plugin podnet failed (add): nft failed", "line one\nline two", code=104)
     assert (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from podnet.cni.errors import ADDRESS_IN_USE, INVALID_CONFIG, NO_FREE_ADDRESS, CNIError
+from podnet.errors import ADDRESS_IN_USE, INVALID_CONFIG, NO_FREE_ADDRESS, CNIError
 from podnet.ipam import allocator
 
 N4 = ipaddress.ip_network("10.0.0.0/29")  # usable: .2 - .6

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from podnet.cni import netconf
-from podnet.cni.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError, InvalidConfig
+from podnet.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError, InvalidConfig
 
 
 def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from podnet.cni import result
-from podnet.cni.errors import INVALID_CONFIG, InvalidConfig
+from podnet.errors import INVALID_CONFIG, InvalidConfig
 
 IFACES = [{"name": "eth0", "sandbox": "/run/netns/x"}]
 

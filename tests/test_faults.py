@@ -670,7 +670,7 @@ def test_failed_spawn_leaks_no_pipe() -> None:
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
-    from podnet.cni.errors import KernelError
+    from podnet.errors import KernelError
 
     before = fds()
     for argv in (["/nonexistent/tool"], ["/dev/null"], ["podnet-no-such-tool-x"]):

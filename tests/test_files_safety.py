@@ -35,8 +35,8 @@ import pytest
 import podnet
 from envgate import need
 from netns import VENV_BIN, Lab
-from podnet.cni.errors import CNIError
 from podnet.cni.skel import LOG_HEADER, Log
+from podnet.errors import CNIError
 from podnet.runtime.installer import PLUGINS, UnsafeSource, _SourceCheck
 from podnet.store import open_store
 

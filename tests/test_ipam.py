@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.ipam.allocator import allocate, pick, usable_count
 
 

@@ -22,7 +22,7 @@ import pytest
 from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, REFUSED, VENV_BIN, Lab
 from podnet.cni import env as cni_env
 from podnet.cni import skel
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.ipam import delegate
 from podnet.plugins import podnet_ipam
 from podnet.plugins.podnet_conf import PodnetConf

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.plugins.podnet_portmap import PortmapConf
 
 BASE = {"cniVersion": "1.0.0", "name": "mynet", "type": "podnet-portmap"}

@@ -19,7 +19,7 @@ import pytest
 
 import podnet.runtime as runtime
 from envgate import need
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.runtime import (
     ArgsError,
     Attachment,

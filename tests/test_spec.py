@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podnet.cni import fastjson, result, skel, version
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 
 V1 = {
     "cniVersion": "1.1.0",

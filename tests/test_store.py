@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.store import open_store
 from podnet.store.db import PortMapping
 from podnet.store.schema import MIGRATIONS

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from podnet.cni.errors import TryAgainLater
+from podnet.errors import TryAgainLater
 from podnet.store.lock import FairLock
 
 #: A holder process: takes the lock, says "held", holds it until a line on its stdin, then

@@ -23,7 +23,7 @@ A tool can be started before its input is known (``defer=True``, then :meth:`Spa
 its start-up (exec, dynamic linking: ~1-2 ms) then overlaps the plugin's own work, and a tool
 that is never fed exits without doing anything.
 
-Errors are :class:`~podnet.cni.errors.KernelError` subclasses (CNI code 104): a tool that is
+Errors are :class:`~podnet.errors.KernelError` subclasses (CNI code 104): a tool that is
 missing (:class:`ToolMissing`), exits non-zero (:class:`ToolError`, raised by :func:`run` and
 :meth:`Spawned.check`; callers that interpret exit codes use :meth:`Spawned.wait`), or overruns
 its deadline (:class:`ToolTimeout`). The tool's stderr is in ``details``.
@@ -35,7 +35,7 @@ import os
 import select
 import time
 
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ from starlette.types import Scope
 from podnet import __version__
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
-from podnet.cni.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.firewall.sync import TableOwned
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address

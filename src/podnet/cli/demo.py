@@ -45,7 +45,7 @@ from rich.markup import escape
 
 from podnet import checked
 from podnet.cli import state
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.runtime import (
     CNIRuntime,
     ResultCache,

@@ -1,7 +1,7 @@
 """``podnetctl``: the command line over podnet's libraries.
 
 Thin by design (sqlite-utils' model): each command parses its options, calls one library
-function and prints what it returns. Library errors (:class:`~podnet.cni.errors.CNIError` and
+function and prints what it returns. Library errors (:class:`~podnet.errors.CNIError` and
 its runtime subclasses, OS errors) become one line ``Error: …`` on stderr and exit status 1;
 usage errors exit 2 (click).
 """
@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from podnet import __version__
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 
 #: Subcommands imported only when run (or listed): ``podnetctl network …`` does not pay for the
 #: runtime's, the installer's or the API's imports (~25 ms of every call, measured).

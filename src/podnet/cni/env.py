@@ -2,13 +2,13 @@
 
 Used by the plugin skeleton (every verb is checked before its handler runs) and by the runtime
 (``podnetctl net``), so both refuse the same values. Every refusal is
-:class:`~podnet.cni.errors.InvalidEnv` (code 4) naming the variable.
+:class:`~podnet.errors.InvalidEnv` (code 4) naming the variable.
 """
 
 from __future__ import annotations
 
 from podnet import checked
-from podnet.cni.errors import InvalidEnv
+from podnet.errors import InvalidEnv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

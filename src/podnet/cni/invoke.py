@@ -8,7 +8,7 @@ It is on the plugin path, so it imports only :mod:`podnet.proc` and :mod:`podnet
 Environment (libcni ``invoke.Args.AsEnv``): the caller's environment with ``CNI_COMMAND``,
 ``CNI_CONTAINERID``, ``CNI_NETNS``, ``CNI_ARGS``, ``CNI_IFNAME`` and ``CNI_PATH`` set last.
 Errors (CNI SPEC 1.1.0 "Error"): a plugin that printed an error object gives a
-:class:`~podnet.cni.errors.CNIError` with its own ``code``, ``msg`` and ``details``; one that
+:class:`~podnet.errors.CNIError` with its own ``code``, ``msg`` and ``details``; one that
 failed without one gives code 999 naming it and quoting its output; a result that is not a JSON
 object gives code 6.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni import errors
-from podnet.cni.errors import CNIError, InvalidConfig
+from podnet import errors
+from podnet.errors import CNIError, InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

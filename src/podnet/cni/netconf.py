@@ -1,14 +1,14 @@
 """Parsing the spec's common NetConf keys and capability arguments into typed objects.
 
-Every check raises :class:`~podnet.cni.errors.InvalidConfig` (code 7) whose message names the
+Every check raises :class:`~podnet.errors.InvalidConfig` (code 7) whose message names the
 key (``runtimeConfig.portMappings[1].hostPort: …``), before any state is touched.
 """
 
 from __future__ import annotations
 
 from podnet import checked
-from podnet.cni.errors import IncompatibleVersion, InvalidConfig
 from podnet.cni.version import SUPPORTED_VERSIONS
+from podnet.errors import IncompatibleVersion, InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ registered per (from-generation, to-generation) as in containernetworking/cni's 
 from __future__ import annotations
 
 from podnet.checked import family
+from podnet.cni.version import CURRENT_VERSION
 
 TYPE_CHECKING = False  # typing costs ~10 ms of import per plugin call; type checkers see True
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     Result = dict[str, Any]
 
 
-CURRENT = "1.1.0"
+CURRENT = CURRENT_VERSION
 
 
 def _generation(version: str) -> str:
@@ -68,7 +69,7 @@ def convert(result: Result, to_version: str) -> Result:
     Empty lists are kept out of the output, as the reference plugins print them. Raises KeyError
     for an unsupported pair (callers validate versions before).
     """
-    from_version = str(result.get("cniVersion", "1.1.0"))
+    from_version = str(result.get("cniVersion", CURRENT))
     body = _CONVERTERS[(_generation(from_version), _generation(to_version))](result)
     if to_version != "1.1.0" and any("mtu" in i for i in body.get("interfaces", [])):
         # interfaces[].mtu (and socketPath, pciID) are new in 1.1.0.
@@ -109,11 +110,11 @@ def validate(result: Any, where: str = "prevResult") -> Result:
     ``interface`` index into ``interfaces``; ``routes`` a list of objects with a CIDR ``dst``
     and an optional ``gw``; ``dns`` an object. Returns ``result``.
 
-    Raises :class:`~podnet.cni.errors.InvalidConfig` (code 7) naming the first bad key, e.g.
+    Raises :class:`~podnet.errors.InvalidConfig` (code 7) naming the first bad key, e.g.
     ``prevResult.ips[0].address: 7 is not an address in CIDR form``.
     """
     from podnet import checked
-    from podnet.cni.errors import InvalidConfig
+    from podnet.errors import InvalidConfig
 
     def bad(key: str, what: str) -> InvalidConfig:
         return InvalidConfig(f"{where}.{key}: {what}"[:400])
@@ -184,7 +185,7 @@ def prev_result(config: dict[str, Any]) -> Result | None:
     """The config's ``prevResult`` validated with :func:`validate` — and converted once to the
     config's ``cniVersion``, so a plugin that passes it on cannot fail printing it after it
     changed something — or None when absent. Code 7."""
-    from podnet.cni.errors import InvalidConfig
+    from podnet.errors import InvalidConfig
 
     raw = config.get("prevResult")
     if raw is None:

@@ -13,8 +13,9 @@ import os
 import sys
 import time
 
-from podnet.cni import errors, fastjson, version
-from podnet.cni.errors import CNIError
+from podnet import errors
+from podnet.cni import fastjson, version
+from podnet.errors import CNIError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,6 +158,16 @@ class Log:
             pass
         finally:
             os.close(fd)
+
+
+def main(plugin: str, handlers: Mapping[str, Callable[[Call], dict[str, Any] | None]]) -> None:
+    """A plugin's console script: :func:`run` one CNI call, flush stdout, and leave with
+    :func:`os._exit` and the call's status (0, or 1 after a CNI error on stdout). Interpreter
+    finalisation only costs time here: every file, child and the database are closed by then.
+    Never returns."""
+    status = run(plugin, handlers)
+    sys.stdout.flush()
+    os._exit(status)
 
 
 def run(

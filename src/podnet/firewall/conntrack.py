@@ -159,7 +159,7 @@ def flush_tool(ports: Iterable[tuple[int, int]]) -> None:
     deleted": success here) and when it failed (permission, no ctnetlink). KernelError (104)
     for a failure, or when the tool is missing."""
     from podnet import proc
-    from podnet.cni.errors import KernelError
+    from podnet.errors import KernelError
 
     started = []
     for family, port in sorted(set(ports)):
@@ -188,7 +188,7 @@ def flush_udp_ports(
         return
     except OSError as err:
         first = f"ctnetlink: {err}"
-    from podnet.cni.errors import CNIError
+    from podnet.errors import CNIError
 
     try:
         flush_tool(ports)

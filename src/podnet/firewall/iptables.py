@@ -4,14 +4,14 @@ family), and the save format as data (:class:`Saved`, :func:`tokens`, :func:`quo
 
 The binaries are the ones on PATH (Debian's alternatives choose iptables-nft or
 iptables-legacy) unless a variant is named; both speak the same save/restore text. ``-w`` waits
-for the xtables lock. Every failure is :class:`~podnet.cni.errors.KernelError` (104) with the
+for the xtables lock. Every failure is :class:`~podnet.errors.KernelError` (104) with the
 tool's message in ``details``.
 """
 
 from __future__ import annotations
 
 from podnet import proc
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

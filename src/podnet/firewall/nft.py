@@ -2,14 +2,14 @@
 objects, tell "missing" from real failures.
 
 nft runs a script file as one transaction: all of it or nothing. Every failure is a
-:class:`~podnet.cni.errors.KernelError` (code 104) with nft's stderr in ``details``; a tool that
+:class:`~podnet.errors.KernelError` (code 104) with nft's stderr in ``details``; a tool that
 is missing or hangs fails the same way (:mod:`podnet.proc`).
 """
 
 from __future__ import annotations
 
 from podnet import proc
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 
 #: What nft prints when a table, chain, map or element named in the command does not exist.
 _MISSING = "No such file or directory"

@@ -6,12 +6,12 @@ and calls the same five methods whatever it is.
 Both serialise their read-modify-write of the shared tables with an flock
 (:data:`LOCK_PATH`): two ADDs that both saw no CNI-HOSTPORT-DNAT would otherwise both declare
 it, and under --noflush the second declaration flushes the first's rules (likewise for nft's
-listing). Every failure is a :class:`~podnet.cni.errors.KernelError` (104) with the tool's text.
+listing). Every failure is a :class:`~podnet.errors.KernelError` (104) with the tool's text.
 """
 
 from __future__ import annotations
 
-from podnet.cni.errors import CheckFailed, KernelError
+from podnet.errors import CheckFailed, KernelError
 from podnet.firewall import iptables
 
 TYPE_CHECKING = False
@@ -145,7 +145,7 @@ class IptablesMapper:
                         iptables.restore(family, script, f"garbage-collect hostPorts of {cid}")
 
     def status(self) -> None:
-        from podnet.cni.errors import Unavailable
+        from podnet.errors import Unavailable
 
         if not (iptables.usable(4) or iptables.usable(6)):
             raise Unavailable("neither iptables nor ip6tables is usable")
@@ -202,7 +202,7 @@ class NftMapper:
 
     def status(self) -> None:
         from podnet import proc
-        from podnet.cni.errors import CNIError, Unavailable
+        from podnet.errors import CNIError, Unavailable
 
         try:
             proc.which("nft")

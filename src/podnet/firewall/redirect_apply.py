@@ -8,7 +8,7 @@ error, never skipped (linkerd proxy-init #388 let IPv6 bypass the proxy that way
 
 from __future__ import annotations
 
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 from podnet.firewall import iptables, nft, redirect
 
 TYPE_CHECKING = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni.errors import InvalidConfig, KernelError
+from podnet.errors import InvalidConfig, KernelError
 from podnet.firewall import FORWARDS, T, hostports, nft
 
 TYPE_CHECKING = False

@@ -14,7 +14,7 @@ import ipaddress
 import os
 
 from podnet import checked
-from podnet.cni.errors import AddressInUse, InvalidConfig, NoFreeAddress
+from podnet.errors import AddressInUse, InvalidConfig, NoFreeAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from podnet.cni import invoke
-from podnet.cni.errors import CNIError, InvalidConfig
+from podnet.errors import CNIError, InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,8 +96,7 @@ def parse_result(result: dict[str, Any], plugin_type: str) -> tuple[Allocation, 
     not the address itself. Code 7 when there is no address, more than one of a family, or no
     usable gateway; 6 when an entry is malformed. ``dns`` is passed through (``{}`` if absent).
     """
-    from podnet import checked
-    from podnet.cni import errors
+    from podnet import checked, errors
 
     ips = result.get("ips")
     if not isinstance(ips, list) or not ips:

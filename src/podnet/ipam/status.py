@@ -10,11 +10,11 @@ if TYPE_CHECKING:
 
 
 def check_ranges(data_dir: str, busy_timeout: float, ranges: Sequence[Network]) -> None:
-    """Raise :class:`~podnet.cni.errors.Unavailable` (code 50) when the database in
+    """Raise :class:`~podnet.errors.Unavailable` (code 50) when the database in
     ``data_dir`` is unusable or some family of ``ranges`` has no free address (allocations of
     every owner count); return when ADD can be served (spec 1.1 "STATUS")."""
-    from podnet.cni import errors
-    from podnet.cni.errors import CNIError
+    from podnet import errors
+    from podnet.errors import CNIError
     from podnet.ipam.allocator import exhausted
     from podnet.store import open_store
 

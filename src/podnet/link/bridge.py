@@ -10,13 +10,13 @@ another store's bridge. Its IPv6 address is added ``nodad``; ``route_localnet`` 
 (127.0.0.1 → a hostPort of a pod on the bridge is DNATed out of the node's loopback, as on
 podnet's point-to-point host veths). Addresses are typed (:mod:`ipaddress` interfaces) and names
 checked (:func:`podnet.checked.name`); every ``ip`` failure is a
-:class:`~podnet.cni.errors.KernelError` (104) with ``ip``'s message.
+:class:`~podnet.errors.KernelError` (104) with ``ip``'s message.
 """
 
 from __future__ import annotations
 
 from podnet import checked, proc
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 from podnet.link import sysctl
 
 TYPE_CHECKING = False

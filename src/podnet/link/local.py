@@ -12,7 +12,7 @@ ask only when a candidate clash exists.
 from __future__ import annotations
 
 from podnet import checked, proc
-from podnet.cni.errors import KernelError
+from podnet.errors import KernelError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

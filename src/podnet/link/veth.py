@@ -15,7 +15,7 @@ import os
 
 from podnet import proc
 from podnet.checked import WORD_CHARS
-from podnet.cni.errors import InterfaceExists, InvalidEnv, KernelError
+from podnet.errors import InterfaceExists, InvalidEnv, KernelError
 from podnet.link import sysctl
 
 TYPE_CHECKING = False

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni import errors, skel
-from podnet.cni.errors import CNIError
+from podnet import errors
+from podnet.cni import skel, version
+from podnet.errors import CNIError
 from podnet.link import names
 
 TYPE_CHECKING = False
@@ -606,7 +607,7 @@ def _result(link: Any, alloc: dict[int, tuple[str, str, Any]]) -> dict[str, Any]
         ips.append({"address": f"{addr}/{plen}", "gateway": gw, "interface": 1})
         routes.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gw})
     return {
-        "cniVersion": "1.1.0",
+        "cniVersion": version.CURRENT_VERSION,
         "interfaces": [
             {"name": link.host_if, "mac": link.host_mac, "mtu": link.mtu},
             {"name": link.ifname, "mac": link.pod_mac, "mtu": link.mtu, "sandbox": link.netns},
@@ -838,13 +839,5 @@ HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "S
 
 
 def main() -> None:
-    """Console script ``podnet``: one CNI call per process.
-
-    Exits with :func:`os._exit` once stdout is flushed: interpreter finalisation only costs
-    time here (every file, child and the database are closed by then).
-    """
-    import sys
-
-    status = skel.run(PLUGIN, HANDLERS)
-    sys.stdout.flush()
-    os._exit(status)
+    """Console script ``podnet``: one CNI call per process (:func:`podnet.cni.skel.main`)."""
+    skel.main(PLUGIN, HANDLERS)

@@ -1,13 +1,13 @@
 """CHECK of a ``podnet`` attachment against the kernel (spec "CHECK"; cni-kindnet's is a no-op).
 
-Each mismatch raises :class:`~podnet.cni.errors.CheckFailed` (code 103) naming what differs.
+Each mismatch raises :class:`~podnet.errors.CheckFailed` (code 103) naming what differs.
 """
 
 from __future__ import annotations
 
 from podnet import proc
-from podnet.cni.errors import CheckFailed, InvalidConfig, KernelError
 from podnet.cni.fastjson import loads
+from podnet.errors import CheckFailed, InvalidConfig, KernelError
 from podnet.link.netns import NetNS
 
 TYPE_CHECKING = False

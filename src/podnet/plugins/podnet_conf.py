@@ -14,7 +14,7 @@ CNI_PATH podnet delegates to instead of using ``ranges`` — host-local, static,
 from __future__ import annotations
 
 from podnet.cni import netconf
-from podnet.cni.errors import InvalidConfig
+from podnet.errors import InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

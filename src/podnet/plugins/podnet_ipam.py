@@ -29,10 +29,9 @@ importing anything else).
 
 from __future__ import annotations
 
-import os
-
-from podnet.cni import errors, skel
-from podnet.cni.errors import CNIError
+from podnet import errors
+from podnet.cni import skel, version
+from podnet.errors import CNIError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ def ipam_result(
         ips.append({"address": f"{addr}/{net.prefixlen}", "gateway": gw})
         defaults.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gw})
     return {
-        "cniVersion": "1.1.0",
+        "cniVersion": version.CURRENT_VERSION,
         "ips": ips,
         "routes": defaults if routes is None else [dict(r) for r in routes],
         "dns": {},
@@ -215,10 +214,5 @@ HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "S
 
 
 def main() -> None:
-    """Console script ``podnet-ipam``: one CNI call per process (see ``podnet.plugins.podnet``
-    for why it leaves with :func:`os._exit`)."""
-    import sys
-
-    status = skel.run(PLUGIN, HANDLERS)
-    sys.stdout.flush()
-    os._exit(status)
+    """Console script ``podnet-ipam``: one CNI call per process (:func:`podnet.cni.skel.main`)."""
+    skel.main(PLUGIN, HANDLERS)

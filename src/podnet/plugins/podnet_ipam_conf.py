@@ -19,7 +19,7 @@ Invalid values → code 7 naming the key (``ipam.ranges[1]: …``).
 from __future__ import annotations
 
 from podnet.cni import netconf
-from podnet.cni.errors import InvalidConfig
+from podnet.errors import InvalidConfig
 from podnet.plugins.podnet_conf import parse_ranges, store_keys
 
 TYPE_CHECKING = False

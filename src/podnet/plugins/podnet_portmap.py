@@ -15,8 +15,9 @@ them all. Among podnet-portmap's own containers the reference's behaviour is kep
 
 from __future__ import annotations
 
-from podnet.cni import errors, netconf, skel
-from podnet.cni.errors import CNIError, InvalidConfig
+from podnet import errors
+from podnet.cni import netconf, skel
+from podnet.errors import CNIError, InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -312,10 +313,5 @@ HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "S
 
 
 def main() -> None:
-    """Console script ``podnet-portmap``: one CNI call per process."""
-    import os
-    import sys
-
-    status = skel.run(PLUGIN, HANDLERS)
-    sys.stdout.flush()
-    os._exit(status)
+    """Console script ``podnet-portmap``: one CNI call per process (``skel.main``)."""
+    skel.main(PLUGIN, HANDLERS)

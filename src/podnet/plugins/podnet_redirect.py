@@ -12,7 +12,7 @@ removes them when the netns still exists and succeeds when it does not.
 from __future__ import annotations
 
 from podnet.cni import netconf, skel
-from podnet.cni.errors import CheckFailed, InvalidConfig
+from podnet.errors import CheckFailed, InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -218,10 +218,5 @@ HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check}
 
 
 def main() -> None:
-    """Console script ``podnet-redirect``: one CNI call per process."""
-    import os
-    import sys
-
-    status = skel.run(PLUGIN, HANDLERS)
-    sys.stdout.flush()
-    os._exit(status)
+    """Console script ``podnet-redirect``: one CNI call per process (``skel.main``)."""
+    skel.main(PLUGIN, HANDLERS)

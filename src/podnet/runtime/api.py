@@ -27,9 +27,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podnet.cni import errors as codes
+from podnet import errors as codes
 from podnet.cni import version as spec_version
-from podnet.cni.errors import CNIError
+from podnet.errors import CNIError
 from podnet.runtime.args import (
     RuntimeConf,
     format_cni_args,

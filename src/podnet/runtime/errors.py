@@ -1,8 +1,8 @@
-"""The runtime library's exceptions: one tree under :class:`podnet.cni.errors.CNIError`.
+"""The runtime library's exceptions: one tree under :class:`podnet.errors.CNIError`.
 
 ::
 
-    CNIError                      (podnet.cni.errors: code, msg, details)
+    CNIError                      (podnet.errors: code, msg, details)
       CNIRuntimeError             base of everything podnet.runtime raises
         ConfigError               code 7  a config file that cannot be read or parsed
           NetworkNotFound         code 7  no config in the directory has that network name
@@ -19,8 +19,8 @@ code and details, and its message is libcni's ``plugin <type> failed (<verb>): <
 
 from __future__ import annotations
 
-from podnet.cni import errors as codes
-from podnet.cni.errors import CNIError
+from podnet import errors as codes
+from podnet.errors import CNIError
 
 __all__ = [
     "ArgsError",

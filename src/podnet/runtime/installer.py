@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from podnet.cni.errors import IO_FAILURE, CNIError
+from podnet.errors import IO_FAILURE, CNIError
 from podnet.runtime.conflist import validate_network_name
 
 __all__ = [

@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podnet.cni import errors as codes
+from podnet import errors as codes
 from podnet.cni import invoke
 from podnet.cni import version as spec_version
-from podnet.cni.errors import CNIError
 from podnet.cni.result import convert
+from podnet.errors import CNIError
 from podnet.runtime.errors import PluginNotFound
 
 DECODE = codes.DECODE_FAILURE

@@ -12,7 +12,7 @@ loses to newcomers: 32 parallel ADD/DEL measured 32 code-11 failures at a 5 s bu
 so the firewall always reflects the database in the order of commits.
 
 Every SQLite failure is mapped here, naming the database file: busy/locked past the timeout →
-:class:`~podnet.cni.errors.TryAgainLater` (11); anything else (I/O error, full disk, read-only,
+:class:`~podnet.errors.TryAgainLater` (11); anything else (I/O error, full disk, read-only,
 corrupt file) → code 5. A failed transaction is rolled back when one is still open, and a
 failing ROLLBACK never hides the original error.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from podnet.cni.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
+from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.networks import NetworkQueries, TrustQueries
 from podnet.store.schema import MIGRATIONS
 
@@ -320,7 +320,7 @@ class Store(NetworkQueries, TrustQueries):
         or bridge subnet: two allocators would hand out one address, and one's gateway would
         be the other's pod (issue 13, item 5)."""
         from podnet import checked
-        from podnet.cni.errors import InvalidConfig
+        from podnet.errors import InvalidConfig
 
         known = [(checked.network(cidr, strict=False), whose)
                  for cidr, whose in self.known_subnets()]  # fmt: skip
@@ -375,7 +375,7 @@ class Store(NetworkQueries, TrustQueries):
             whose = owners.get(subnet) or ""
             if subnet in known and known[subnet][1] != ip_masq and \
                     not whose.endswith("(podnet-ipam)") and self._range_in_use(subnet):
-                from podnet.cni.errors import InvalidConfig
+                from podnet.errors import InvalidConfig
 
                 raise InvalidConfig(
                     f"range {subnet} ({whose}) has ipMasq {str(known[subnet][1]).lower()} and "

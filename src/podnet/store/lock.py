@@ -16,7 +16,7 @@ How (a CLH queue lock, one file per waiter in ``<dataDir>/podnet.lock.d``):
 3. Release: write ``done`` into node ``N``, remove it, close it (the successor wakes).
 
 A waiter past its deadline leaves its node as it is and answers
-:class:`~podnet.cni.errors.TryAgainLater` (11); its successor skips over it.
+:class:`~podnet.errors.TryAgainLater` (11); its successor skips over it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import fcntl
 import os
 import time
 
-from podnet.cni.errors import IO_FAILURE, CNIError, TryAgainLater
+from podnet.errors import IO_FAILURE, CNIError, TryAgainLater
 
 _POLL = (0.0002, 0.002)  # seconds between attempts on one file: only one waiter polls it
 _COUNTER_WIDTH = 20
