@@ -1,5 +1,5 @@
-"""The demo's networks-and-forwards part (issue 8, item 7), run by :mod:`podnet.cli.demo` in its
-node namespace after the hostPort fetches:
+"""The demo's networks-and-forwards part (issue 8, item 7), run by :class:`podnet.cli.demo.Demo`
+in its node namespace after the hostPort fetches:
 
 1. bridge network ``demobr`` (10.0.3.1/24, fd00:3::1/64, NAT) made with ``podnetctl network
    create``, and a second conflist whose pods join it (``"network": "demobr"``);
@@ -20,13 +20,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from podnet import checked
+from podnet.cli.demo.kit import POD_PORT, Demo, DemoError, Pod, make_url, run_cmd
 from podnet.runtime import RuntimeConf, load_conflist
-
-if TYPE_CHECKING:
-    from podnet.cli.demo import Demo, Pod
 
 BRIDGE = "demobr"
 #: The node's own address facing the client namespace (the demo's setup gives it).
@@ -42,13 +39,12 @@ def _podnetctl() -> str:
 
 def run_networks(demo: Demo) -> None:
     """All steps of this part; DemoError from a failing fatal step."""
-    from podnet.cli.demo import POD_PORT, DemoError, Pod, _run, _url
 
     p = demo.progress
-    data = demo._dir("data")
+    data = demo.path_of("data")
 
     def ctl(*args: str) -> str:
-        out = _run("ip", "netns", "exec", demo.node, _podnetctl(), "network", "--data-dir", data,
+        out = run_cmd("ip", "netns", "exec", demo.node, _podnetctl(), "network", "--data-dir", data,
                    *args, check=False)  # fmt: skip
         if out.returncode != 0:
             raise DemoError(f"podnetctl network {' '.join(args)}: {out.stderr.strip()}")
@@ -61,16 +57,16 @@ def run_networks(demo: Demo) -> None:
     with p.step(f"conflist {BRIDGE_NETWORK}: podnet pods join {BRIDGE}"):
         conf = {"cniVersion": "1.1.0", "name": BRIDGE_NETWORK,
                 "plugins": [{"type": "podnet", "network": BRIDGE, "dataDir": data}]}  # fmt: skip
-        with open(os.path.join(demo._dir("net.d"), f"20-{BRIDGE_NETWORK}.conflist"), "w") as f:
+        with open(os.path.join(demo.path_of("net.d"), f"20-{BRIDGE_NETWORK}.conflist"), "w") as f:
             json.dump(conf, f, indent=2)
-    net = load_conflist(BRIDGE_NETWORK, demo._dir("net.d"))
+    net = load_conflist(BRIDGE_NETWORK, demo.path_of("net.d"))
     cni = demo.runtime()
     bridge_pods: list[Pod] = []
     try:
         for label in ("pod-c", "pod-d"):
             pod = Pod(label, f"pndemo-{demo.tag}-{label}", f"demo-{demo.tag}-{label}", 0)
             with p.step(f"ADD {label} to {BRIDGE}") as detail:
-                demo._netns(pod.netns)
+                demo.add_netns(pod.netns)
                 result = cni.add(net, RuntimeConf(pod.container_id, pod.path))
                 for ip in result.get("ips", []):
                     if checked.family(ip["address"]) == 6:
@@ -83,7 +79,7 @@ def run_networks(demo: Demo) -> None:
         c, d = bridge_pods
         client = f"pndemo-{demo.tag}-client"
         with p.step(f"client routes {LISTEN_RANGE} through the node"):
-            _run("ip", "-n", client, "route", "add", LISTEN_RANGE, "via", "192.0.2.1")
+            run_cmd("ip", "-n", client, "route", "add", LISTEN_RANGE, "via", "192.0.2.1")
         with p.step(f"forward {WHOLE} → pod-c (every port)") as detail:
             detail.append(ctl("forward", "create", BRIDGE, WHOLE, f"target_address={c.ipv4}"))
         with p.step(f"forward {PORTS}: tcp 8090 → pod-d:{POD_PORT}") as detail:
@@ -102,16 +98,16 @@ def run_networks(demo: Demo) -> None:
                 raise DemoError("a forward taking a hostPort's traffic was accepted")
         with p.step(f"{PORTS}:9999 dropped: no port of the forward, no default target "
                     "(seed 004)") as detail:
-            ok, body = demo.fetch(client, _url(PORTS, 9999), timeout=1.0)
+            ok, body = demo.fetch(client, make_url(PORTS, 9999), timeout=1.0)
             if ok:
                 raise DemoError(f"answered: {body!r}")
             detail.append(body.strip().splitlines()[-1] if body.strip() else "no answer")
         checks = [
-            (client, _url(WHOLE, POD_PORT), c, f"client → {WHOLE}:{POD_PORT} → pod-c"),
-            (client, _url(PORTS, 8090), d, f"client → {PORTS}:8090 → pod-d"),
-            (client, _url(PORTS, 8080), d, f"client → {PORTS}:8080 → pod-d"),
-            (c.netns, _url(WHOLE, POD_PORT), c, f"pod-c → {WHOLE} → pod-c (hairpin, itself)"),
-            (d.netns, _url(WHOLE, POD_PORT), c,
+            (client, make_url(WHOLE, POD_PORT), c, f"client → {WHOLE}:{POD_PORT} → pod-c"),
+            (client, make_url(PORTS, 8090), d, f"client → {PORTS}:8090 → pod-d"),
+            (client, make_url(PORTS, 8080), d, f"client → {PORTS}:8080 → pod-d"),
+            (c.netns, make_url(WHOLE, POD_PORT), c, f"pod-c → {WHOLE} → pod-c (hairpin, itself)"),
+            (d.netns, make_url(WHOLE, POD_PORT), c,
              f"pod-d → {WHOLE} → pod-c (hairpin, another pod of the bridge)"),  # fmt: skip
         ]
         demo.check_fetches(checks)
@@ -127,10 +123,11 @@ def run_networks(demo: Demo) -> None:
         with p.step(f"network delete {BRIDGE}", fatal=False):
             ctl("delete", BRIDGE)
     with p.step("no bridge and no forward element left", fatal=False):
-        links = json.loads(_run("ip", "-n", demo.node, "-j", "link", "show").stdout)
+        links = json.loads(run_cmd("ip", "-n", demo.node, "-j", "link", "show").stdout)
         if any(li["ifname"] == BRIDGE for li in links):
             raise DemoError(f"bridge {BRIDGE} is still there")
-        out = _run("ip", "netns", "exec", demo.node, "nft", "-j", "list", "table", "inet", "podnet")
+        out = run_cmd("ip", "netns", "exec", demo.node, "nft", "-j", "list", "table", "inet",
+                      "podnet")
         maps = [o["map"] for o in json.loads(out.stdout)["nftables"] if "map" in o]
         full = [m["name"] for m in maps if m["name"].startswith("fwd") and m.get("elem")]
         if full:

@@ -1,27 +1,6 @@
-"""``podnetctl demo``: podnet end to end, inside network namespaces of its own.
-
-What it does (issue 2, item 10), each step printed as one ``✓``/``✗`` line:
-
-1. a node namespace, a client namespace linked to it by a veth (node 192.0.2.1 / 2001:db8:1::1,
-   client .2 / ::2 — documentation ranges) and two pod namespaces; a temporary directory holding
-   NETCONFPATH, CNI_PATH (the plugin installed by :func:`podnet.runtime.install`), the plugin's
-   dataDir and the result cache;
-2. seed 001's conflist (``"type": "podnet"``, 10.244.2.0/24 plus a ULA IPv6 range) run through
-   :class:`podnet.runtime.CNIRuntime` for both pods — every plugin call inside the node
-   namespace — with hostPort 8080 → pod-a:80 and 8081 → pod-b:80;
-3. an HTTP server in each pod (busybox httpd, or ``python -m http.server``), fetched (curl, or
-   urllib) through the pod IPs, the node's addresses from the client, 127.0.0.1 inside the node,
-   pod-a → pod-b's hostPort and pod-a → its own hostPort (hairpin);
-4. networks and forwards (:mod:`podnet.cli.demo_networks`): a bridge network with two pods, a
-   whole-address forward and a port forward fetched from the client, hairpin from the target
-   and from another pod, then all of it removed;
-5. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
-   veth, hostPort map element or cache entry is left;
-6. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
-   SIGTERM. The machine's own interfaces, routes and firewall are never touched.
-
-:func:`run_demo` returns True when every check passed.
-"""
+"""The demo's kit: the namespaces, runtime, servers, checks and teardown every part of
+``podnetctl demo`` uses (:mod:`podnet.cli.demo`), and its first parts: pods with hostPorts
+through the runtime, the fetches, the SQLite state, DEL and the check that nothing is left."""
 
 from __future__ import annotations
 
@@ -34,7 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -130,7 +109,7 @@ def _one_line(err: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_cmd(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
@@ -140,7 +119,7 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def _url(ip: str, port: int) -> str:
+def make_url(ip: str, port: int) -> str:
     return f"http://[{ip}]:{port}/" if checked.family(ip) == 6 else f"http://{ip}:{port}/"
 
 
@@ -161,14 +140,16 @@ class Demo:
     def node(self) -> str:
         return f"pndemo-{self.tag}-node"
 
-    def _dir(self, name: str) -> str:
+    def path_of(self, name: str) -> str:
+        """The path of ``name`` in the demo's temporary directory."""
         return os.path.join(self.tmp, name)
 
     # -- setup --------------------------------------------------------------------------------
-    def _netns(self, name: str) -> None:
+    def add_netns(self, name: str) -> None:
+        """A network namespace of the demo (loopback up), deleted by :meth:`teardown`."""
         self.namespaces.append(name)  # recorded first: teardown must see a half-made one
-        _run("ip", "netns", "add", name)
-        _run("ip", "-n", name, "link", "set", "lo", "up")
+        run_cmd("ip", "netns", "add", name)
+        run_cmd("ip", "-n", name, "link", "set", "lo", "up")
 
     def setup(self) -> None:
         p = self.progress
@@ -185,24 +166,24 @@ class Demo:
             # as the node's administrator would in the runtime's environment: the demo's
             # conflists name a data dir in its temporary directory (given back at teardown)
             self._data_dirs = os.environ.get("PODNET_DATA_DIRS")
-            allowed = [self._data_dirs, self._dir("data")]
+            allowed = [self._data_dirs, self.path_of("data")]
             os.environ["PODNET_DATA_DIRS"] = ":".join(filter(None, allowed))
             done = install(
-                bin_dir=self._dir("bin"),
-                conf_dir=self._dir("net.d"),
+                bin_dir=self.path_of("bin"),
+                conf_dir=self.path_of("net.d"),
                 name=NETWORK,
                 ranges=RANGES,
-                data_dir=self._dir("data"),
+                data_dir=self.path_of("data"),
             )
             detail.append(
                 f"{self.tmp}: " + ", ".join(os.path.relpath(d.path, self.tmp) for d in done)
             )
         with p.step(f"node namespace {self.node}"):
-            self._netns(self.node)
+            self.add_netns(self.node)
         client = f"pndemo-{self.tag}-client"
         with p.step(f"client namespace {client} ({CLIENT4}, {CLIENT6}) linked to the node"):
-            self._netns(client)
-            _run(
+            self.add_netns(client)
+            run_cmd(
                 "ip",
                 "link",
                 "add",
@@ -218,28 +199,28 @@ class Demo:
                 client,
             )
             for ns, a4, a6 in ((self.node, NODE4, NODE6), (client, CLIENT4, CLIENT6)):
-                _run("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", "up0")
-                _run("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", "up0", "nodad")
-                _run("ip", "-n", ns, "link", "set", "up0", "up")
-            _run("ip", "-n", self.node, "route", "add", "default", "via", CLIENT4)
-            _run("ip", "-n", self.node, "-6", "route", "add", "default", "via", CLIENT6)
+                run_cmd("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", "up0")
+                run_cmd("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", "up0", "nodad")
+                run_cmd("ip", "-n", ns, "link", "set", "up0", "up")
+            run_cmd("ip", "-n", self.node, "route", "add", "default", "via", CLIENT4)
+            run_cmd("ip", "-n", self.node, "-6", "route", "add", "default", "via", CLIENT6)
         for label, host_port in (("pod-a", 8080), ("pod-b", 8081)):
             pod = Pod(label, f"pndemo-{self.tag}-{label}", f"demo-{self.tag}-{label}", host_port)
             with p.step(f"pod namespace {pod.netns}"):
-                self._netns(pod.netns)
+                self.add_netns(pod.netns)
             self.pods.append(pod)
 
     # -- CNI ----------------------------------------------------------------------------------
     def runtime(self) -> CNIRuntime:
         return CNIRuntime(
-            [self._dir("bin")],
-            cache=ResultCache(self._dir("cache")),
+            [self.path_of("bin")],
+            cache=ResultCache(self.path_of("cache")),
             executor=SubprocessExec(wrapper=("ip", "netns", "exec", self.node), timeout=TIMEOUT),
         )
 
     def add(self) -> None:
         p = self.progress
-        net = load_conflist(NETWORK, self._dir("net.d"))
+        net = load_conflist(NETWORK, self.path_of("net.d"))
         p.section(f"ADD through the runtime (network {net.name}, cniVersion {net.cni_version})")
         cni = self.runtime()
         for pod in self.pods:
@@ -263,7 +244,7 @@ class Demo:
     def delete(self) -> None:
         p = self.progress
         p.section("DEL through the runtime")
-        net = load_conflist(NETWORK, self._dir("net.d"))
+        net = load_conflist(NETWORK, self.path_of("net.d"))
         cni = self.runtime()
         for pod in self.pods:
             with p.step(f"DEL {pod.label}", fatal=False):
@@ -292,7 +273,7 @@ class Demo:
         p = self.progress
         kind = self.server_kind()
         for pod in pods:
-            www = self._dir(f"www-{pod.label}")
+            www = self.path_of(f"www-{pod.label}")
             os.makedirs(www)
             with open(os.path.join(www, "index.html"), "w") as f:
                 f.write(f"hello from {pod.label}\n")
@@ -324,7 +305,7 @@ class Demo:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise DemoError(f"the server in {pod.label} exited with status {proc.returncode}")
-            if self.fetch(pod.netns, _url(pod.ipv4 or pod.ipv6, POD_PORT), timeout=0.5)[0]:
+            if self.fetch(pod.netns, make_url(pod.ipv4 or pod.ipv6, POD_PORT), timeout=0.5)[0]:
                 return
             time.sleep(0.05)
         raise DemoError(f"the server in {pod.label} did not answer within 5 s")
@@ -340,7 +321,7 @@ class Demo:
                 "print(o.open(sys.argv[1], timeout=float(sys.argv[2])).read().decode(), end='')\n"
             )
             argv = [sys.executable, "-c", code, url, str(timeout)]
-        proc = _run("ip", "netns", "exec", netns, *argv, check=False)
+        proc = run_cmd("ip", "netns", "exec", netns, *argv, check=False)
         if proc.returncode != 0:
             return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         return True, proc.stdout
@@ -351,20 +332,23 @@ class Demo:
         a, b = self.pods
         client = f"pndemo-{self.tag}-client"
         checks = [
-            (self.node, _url(a.ipv4, POD_PORT), a, "node → pod-a at its IPv4 address"),
-            (self.node, _url(a.ipv6, POD_PORT), a, "node → pod-a at its IPv6 address"),
-            (client, _url(NODE4, a.host_port), a, f"client → node {NODE4}:{a.host_port} → pod-a"),
-            (client, _url(NODE6, b.host_port), b, f"client → node [{NODE6}]:{b.host_port} → pod-b"),
+            (self.node, make_url(a.ipv4, POD_PORT), a, "node → pod-a at its IPv4 address"),
+            (self.node, make_url(a.ipv6, POD_PORT), a, "node → pod-a at its IPv6 address"),
+            (client, make_url(NODE4, a.host_port), a,
+             f"client → node {NODE4}:{a.host_port} → pod-a"),
+            (client, make_url(NODE6, b.host_port), b,
+             f"client → node [{NODE6}]:{b.host_port} → pod-b"),
             (
                 self.node,
-                _url("127.0.0.1", a.host_port),
+                make_url("127.0.0.1", a.host_port),
                 a,
                 f"node → 127.0.0.1:{a.host_port} → pod-a",
             ),
-            (a.netns, _url(NODE4, b.host_port), b, f"pod-a → node {NODE4}:{b.host_port} → pod-b"),
+            (a.netns, make_url(NODE4, b.host_port), b,
+             f"pod-a → node {NODE4}:{b.host_port} → pod-b"),
             (
                 a.netns,
-                _url(NODE4, a.host_port),
+                make_url(NODE4, a.host_port),
                 a,
                 f"pod-a → its own hostPort {NODE4}:{a.host_port} (hairpin)",
             ),
@@ -388,7 +372,7 @@ class Demo:
         """Print the pods and ports tables; returns ``(pods, ports)`` row counts."""
         from podnet.store import open_store
 
-        with open_store(self._dir("data"), create=False) as store:
+        with open_store(self.path_of("data"), create=False) as store:
             pods, ports = state.pod_records(store), state.port_records(store)
         self.progress.section(title)
         console = self.progress.console
@@ -404,7 +388,7 @@ class Demo:
             if pods or ports:
                 raise DemoError(f"{pods} pod rows and {ports} portmap rows remain")
         with p.step("no host veths in the node namespace", fatal=False):
-            links = json.loads(_run("ip", "-n", self.node, "-j", "link", "show").stdout)
+            links = json.loads(run_cmd("ip", "-n", self.node, "-j", "link", "show").stdout)
             ours = {pod.host_if for pod in self.pods}
             left = [li["ifname"] for li in links if li["ifname"] in ours]
             if left:
@@ -413,14 +397,14 @@ class Demo:
             from podnet.firewall import hostports
 
             table = (hostports.FAMILY, hostports.TABLE)
-            out = _run("ip", "netns", "exec", self.node, "nft", "-j", "list", "table", *table)
+            out = run_cmd("ip", "netns", "exec", self.node, "nft", "-j", "list", "table", *table)
             maps = [o["map"] for o in json.loads(out.stdout)["nftables"] if "map" in o]
             full = [m["name"] for m in maps if m.get("elem")]
             if full:
                 raise DemoError(f"maps with elements: {', '.join(full)}")
             detail.append(f"{len(maps)} maps in table {' '.join(table)}")
         with p.step("no cached results", fatal=False):
-            left = ResultCache(self._dir("cache")).entries()
+            left = ResultCache(self.path_of("cache")).entries()
             if left:
                 raise DemoError(f"{len(left)} cache entries remain")
 
@@ -445,7 +429,7 @@ class Demo:
                 errors = []
                 for ns in reversed(self.namespaces):
                     if os.path.exists(f"/run/netns/{ns}"):
-                        done = _run("ip", "netns", "del", ns, check=False)
+                        done = run_cmd("ip", "netns", "del", ns, check=False)
                         if done.returncode != 0:
                             errors.append(f"{ns}: {done.stderr.strip()}")
                 if errors:
@@ -464,6 +448,11 @@ class Demo:
             signal.signal(signal.SIGINT, previous)
 
     # -- all of it -----------------------------------------------------------------------------
+    def parts(self) -> list[Callable[[Demo], None]]:
+        """The parts run after the fetches, each given this demo (none in the kit itself: the
+        package's :class:`podnet.cli.demo.Demo` adds networks and forwards)."""
+        return []
+
     def run(self) -> bool:
         """Every step, then teardown whatever happened; True when all checks passed."""
         p = self.progress
@@ -478,9 +467,8 @@ class Demo:
             self.add()
             self.serve()
             self.fetches()
-            from podnet.cli.demo_networks import run_networks
-
-            run_networks(self)
+            for part in self.parts():
+                part(self)
             self.show_state("State (SQLite)")
             self.delete()
             self.verify_empty()
@@ -502,9 +490,3 @@ class Demo:
             p.console.print("[bold green]demo passed: every check succeeded[/bold green]")
         return p.failures == 0
 
-
-def run_demo(console: Console | None = None) -> bool:
-    """Run the demo, printing progress to ``console`` (default: stdout); True if all passed."""
-    if console is None:
-        console = state.console()
-    return Demo(Progress(console)).run()
