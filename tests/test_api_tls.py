@@ -285,3 +285,22 @@ def test_sigterm_with_an_idle_tls_client_stops_promptly(tmp_path: Path,
         if server is not None:
             server.kill()
         lab.close()
+
+
+@pytest.mark.parametrize(("listen", "why"), [
+    ("localhost:8443", "--listen 'localhost:8443'"),
+    ("[fe80::1%eth0]:8443", "scoped"),
+    ("127.0.0.1:0", "the port must be 1-65535"),
+    ("127.0.0.1:x", "the port must be 1-65535"),
+    ("127.0.0.1", "--listen '127.0.0.1'"),
+])  # fmt: skip
+def test_listen_is_an_address_and_a_port(tmp_path: Path, listen: str, why: str) -> None:
+    """--listen takes ADDR:PORT, the address parsed where it enters (no host name, no zone):
+    anything else is a one-line usage error (exit 2) and no server starts."""
+    pem = tmp_path / "x.pem"
+    pem.write_text("")
+    out = subprocess.run([PODNETCTL, "serve", "--data-dir", str(tmp_path / "data"), "--listen",
+                          listen, "--tls-cert", str(pem), "--tls-key", str(pem)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and why in out.stderr, out
+    assert not (tmp_path / "data").exists()

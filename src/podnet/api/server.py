@@ -161,14 +161,29 @@ def unix_socket(path: str, gid: int) -> socket.socket:
     return sock
 
 
+def parse_listen(listen: str) -> tuple[str, int, int]:
+    """``ADDR:PORT`` (``[v6]:PORT``; no address: ``::``) as ``(address, port, family)``: the
+    address parsed (:func:`podnet.checked.ip`: no host names, no scoped IPv6), the port
+    1-65535. ValueError naming what is wrong."""
+    from podnet import checked
+
+    host, sep, port = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") or "::"
+    try:
+        addr = checked.ip(host)
+    except checked.BadValue as err:
+        raise ValueError(f"--listen {listen!r}: {err}") from None
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--listen {listen!r}: the port must be 1-65535 (ADDR:PORT)")
+    return checked.text(addr), int(port), checked.family(addr)
+
+
 def tcp_socket(listen: str) -> socket.socket:
-    """A listening TCP socket on ``ADDR:PORT`` (``[v6]:PORT`` for IPv6)."""
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or "::"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    """A listening TCP socket on ``ADDR:PORT`` (``[v6]:PORT`` for IPv6; :func:`parse_listen`)."""
+    host, port, family = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if family == 6 else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, int(port)))
+    sock.bind((host, port))
     sock.listen(128)
     sock.setblocking(False)
     return sock

@@ -35,11 +35,17 @@ def serve(data_dir: str, group: str | None, listen: str | None, tls_cert: str | 
     (so `LXD_DIR=<data-dir> lxc network forward …` works), optionally also over TLS.
 
     Stops gracefully on SIGTERM. Every request is logged on one line."""
+    from podnet.api.server import parse_listen
     from podnet.api.server import serve as run
     from podnet.networks.ops import Manager
 
     if listen and not (tls_cert and tls_key):
         raise click.UsageError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")
+    if listen:
+        try:
+            parse_listen(listen)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
     manager = Manager(data_dir, warn=lambda msg: click.echo(f"Warning: {msg}", err=True))
     try:
         run(manager, group=group, listen=listen, tls_cert=tls_cert, tls_key=tls_key,
