@@ -86,7 +86,7 @@ def _table_owner_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     stores the tests made: every one in the session's temporary directory, and those whose
     database a test has removed. Records of other stores stay."""
     yield
-    from podnet.firewall.sync import prune_claims
+    from podnet.reconcile import prune_claims
 
     prune_claims(str(tmp_path_factory.getbasetemp()))
 

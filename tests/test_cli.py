@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from podnet.cli.main import cli, error_line
 from podnet.runtime import PLUGINS, ResultCache
 from podnet.store import open_store
-from podnet.store.db import PortMapping
+from podnet.values import PortMapping
 
 PODNETCTL = str(Path(sys.executable).parent / "podnetctl")
 

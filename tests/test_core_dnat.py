@@ -9,7 +9,7 @@ from ipaddress import ip_address
 import pytest
 
 from podnet.firewall import dnat
-from podnet.firewall.dnat import Dnat
+from podnet.values import Dnat
 
 
 def test_fields_and_default_owner() -> None:

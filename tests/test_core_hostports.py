@@ -4,7 +4,7 @@ element (issue 14, item 5: mutation testing of the pure core)."""
 from __future__ import annotations
 
 from podnet.firewall import hostports
-from podnet.store.db import PortMapping
+from podnet.values import PortMapping
 
 
 def test_dnat_of_keeps_the_container_as_owner() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ipaddress import ip_address
 
-from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_iptables as rules
-from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions, SavedNat
+from podnet.firewall.portmap_iptables import PortmapOptions, SavedNat
+from podnet.values import ContainerNet, PortMappingArg
 from portmap_helpers import as_saved
 
 NET, CID = "mynet", "ctr1"

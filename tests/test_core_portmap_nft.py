@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import nft
 from podnet.firewall import portmap_nft as pn
-from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+from podnet.firewall.portmap_iptables import PortmapOptions
+from podnet.values import ContainerNet, PortMappingArg
 
 NET, CID = "mynet", "ctr1"
 CHAIN = pn.chain_name(NET, CID)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from podnet.firewall import table
-from podnet.firewall.dnat import Dnat
 from podnet.firewall.table import BridgeNat, TableState
+from podnet.values import Dnat
 
 
 def test_bridge_nat_fields() -> None:

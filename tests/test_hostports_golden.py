@@ -9,9 +9,8 @@ import pytest
 
 import golden
 from podnet.firewall import hostports, table
-from podnet.firewall.dnat import Dnat
 from podnet.firewall.table import BridgeNat, TableState
-from podnet.store.db import PortMapping
+from podnet.values import Dnat, PortMapping
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -264,7 +264,7 @@ def test_table_owner_records_are_forgotten_only_when_their_store_is(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """prune_claims forgets records of stores whose database is gone and, given a directory,
     those of stores inside it (the demo's and the test session's teardown), nothing else."""
-    from podnet.firewall import sync
+    from podnet import reconcile as sync
 
     claims = tmp_path / "tables"
     claims.mkdir()

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, REFUSED, Lab
-from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
-from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+from podnet.firewall.portmap_iptables import PortmapOptions
+from podnet.values import ContainerNet, PortMappingArg
 from portmap_helpers import PORTMAP_DATA
 
 REF = "/usr/lib/cni"

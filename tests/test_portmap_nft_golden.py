@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import golden
-from podnet.cni.netconf import PortMappingArg
 from podnet.firewall import portmap_nft
-from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+from podnet.firewall.portmap_iptables import PortmapOptions
+from podnet.values import ContainerNet, PortMappingArg
 
 GOLDEN = Path(__file__).parent / "golden" / "portmap_nft"
 V4 = ContainerNet.from_cidr("172.16.30.2/24")

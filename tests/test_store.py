@@ -10,8 +10,8 @@ import pytest
 
 from podnet.errors import CNIError
 from podnet.store import open_store
-from podnet.store.db import PortMapping
 from podnet.store.schema import MIGRATIONS
+from podnet.values import PortMapping
 
 #: Seed 001's DDL, copied verbatim into the tests (not podnet's own copy: that would compare the
 #: product with itself).
@@ -81,9 +81,11 @@ def test_hostport_holders(tmp_path: Path, held: str, asked: str, clash: bool) ->
         cip = "fd00::2" if ":" in held else "10.0.0.2"
         store.insert_portmaps([PortMapping("a", held, 80, "tcp", cip, 80)])
         asked_cip = "fd00::3" if ":" in asked else "10.0.0.3"
-        holders = store.hostport_holders(PortMapping("b", asked, 80, "tcp", asked_cip, 80))
+        holders = store.claim_holders(PortMapping("b", asked, 80, "tcp", asked_cip, 80).dnat())
         assert bool(holders) is clash
-        assert not store.hostport_holders(PortMapping("b", asked, 80, "udp", asked_cip, 80))
+        assert [(h.kind, h.name) for h in holders] == ([("hostPort", "a")] if clash else [])
+        udp = PortMapping("b", asked, 80, "udp", asked_cip, 80).dnat()
+        assert not store.claim_holders(udp)
 
 
 def test_locked_database_is_code_11(tmp_path: Path) -> None:
@@ -169,7 +171,7 @@ def test_seed_004_tables_match(tmp_path: Path, table: str) -> None:
 
 
 def test_forward_rows_cascade_with_their_network(tmp_path: Path) -> None:
-    from podnet.firewall.dnat import Dnat
+    from podnet.values import Dnat
 
     with open_store(str(tmp_path)) as store, store.write():
         nid = store.insert_network("br0", "bridge", "", {"ipv4.address": "10.0.0.1/24"})

@@ -42,10 +42,10 @@ from podnet import __version__
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
-from podnet.firewall.sync import TableOwned
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address
 from podnet.networks.ops import Manager
+from podnet.reconcile import TableOwned
 
 __all__ = ["API_EXTENSIONS", "create_app"]
 

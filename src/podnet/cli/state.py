@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net co
     from rich.table import Table
 
     from podnet.store import Store
-    from podnet.store.db import PortMapping
+    from podnet.values import PortMapping
 
 Record = dict[str, Any]
 

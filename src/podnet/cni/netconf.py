@@ -9,37 +9,14 @@ from __future__ import annotations
 from podnet import checked
 from podnet.cni.version import SUPPORTED_VERSIONS
 from podnet.errors import IncompatibleVersion, InvalidConfig
+from podnet.values import PortMappingArg
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from podnet.checked import IP
 
 PROTOCOLS = ("tcp", "udp")
-
-
-class PortMappingArg:
-    """One ``runtimeConfig.portMappings`` item (CNI CONVENTIONS.md "portMappings").
-
-    ``host_port``/``container_port``: 1-65535; ``protocol``: "tcp" | "udp" (lower-cased);
-    ``host_ip``: an address (:mod:`ipaddress`); None for any address of both families,
-    ``0.0.0.0`` or ``::`` for any address of that family only (as the reference portmap reads
-    them).
-    """
-
-    __slots__ = ("host_port", "container_port", "protocol", "host_ip")
-
-    def __init__(self, host_port: int, container_port: int, protocol: str,
-                 host_ip: IP | None) -> None:  # fmt: skip
-        self.host_port = host_port
-        self.container_port = container_port
-        self.protocol = protocol
-        self.host_ip = host_ip
-
-    def __repr__(self) -> str:
-        host = "*" if self.host_ip is None else str(self.host_ip)
-        return f"{host}:{self.host_port}/{self.protocol}->{self.container_port}"
 
 
 def require_version(raw: dict[str, Any]) -> str:

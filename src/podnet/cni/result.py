@@ -21,7 +21,7 @@ from podnet.cni.version import CURRENT_VERSION
 TYPE_CHECKING = False  # typing costs ~10 ms of import per plugin call; type checkers see True
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     Result = dict[str, Any]
@@ -197,3 +197,30 @@ def prev_result(config: dict[str, Any]) -> Result | None:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise InvalidConfig(f"prevResult: cannot be given as a {version} result: {err}") from None
     return prev
+
+
+def attachment(host_if: str, host_mac: str, ifname: str, pod_mac: str, netns: str, mtu: int,
+               alloc: Mapping[int, tuple[str, str, object]],
+               prefixes: Mapping[int, int]) -> Result:  # fmt: skip
+    """podnet's 1.x result for one attachment (spec "Success"): both veth ends (the pod end,
+    index 1, in ``netns``; ``mtu`` bytes), per family of ``alloc`` (``{family: (address,
+    gateway, range)}``) the address with the subnet's prefix from ``prefixes`` (a bridge port)
+    or ``/32``/``/128`` (a routed pod) and a default route through its gateway; empty ``dns``.
+    The version is :data:`podnet.cni.version.CURRENT_VERSION`."""
+    from podnet.checked import FAMILIES
+
+    ips, routes = [], []
+    for version, (addr, gw, _range) in sorted(alloc.items()):
+        plen = prefixes.get(version) or FAMILIES[version].host_prefix
+        ips.append({"address": f"{addr}/{plen}", "gateway": gw, "interface": 1})
+        routes.append({"dst": FAMILIES[version].default_route, "gw": gw})
+    return {
+        "cniVersion": CURRENT_VERSION,
+        "interfaces": [
+            {"name": host_if, "mac": host_mac, "mtu": mtu},
+            {"name": ifname, "mac": pod_mac, "mtu": mtu, "sandbox": netns},
+        ],
+        "ips": ips,
+        "routes": routes,
+        "dns": {},
+    }

@@ -1,7 +1,7 @@
 """Firewall state as data: pure functions build nftables text, one backend applies it atomically.
 
 The names of podnet's own table live here, so the incremental paths of ADD and DEL
-(:mod:`podnet.firewall.hostports`, :mod:`podnet.firewall.sync`) need not import the whole-table
+(:mod:`podnet.firewall.hostports`, :mod:`podnet.reconcile`) need not import the whole-table
 renderer :mod:`podnet.firewall.table`.
 """
 

@@ -19,79 +19,17 @@ same at any size.
 
 from __future__ import annotations
 
-from podnet.checked import text
+from podnet.values import ANY, KINDS, PORT, WHOLE, Claim, Dnat
+
+__all__ = ["ANY", "KINDS", "PORT", "WHOLE", "Dnat", "add_script", "delete_script", "lookup",
+           "map_decl", "map_name", "map_of", "map_type", "statement"]  # fmt: skip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from podnet.checked import IP
-
-PORT, ANY, WHOLE = "port", "any", "whole"
-KINDS = (PORT, ANY, WHOLE)
 
 _ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
-
-
-class Dnat:
-    """One translation. ``family`` 4|6; ``listen``: an address, or None for any address of the
-    family; ``protocol`` "tcp"|"udp" and ``port`` 1-65535, both None for the whole address;
-    ``target`` an address; ``target_port`` (None exactly when ``port`` is); ``owner``: who holds
-    it (a container ID, a forward). Addresses are typed values or the canonical text of a row
-    podnet wrote; both are kept as text checked by :func:`podnet.checked.text` (ValueError for
-    anything a tool could read as syntax), protocols must be tcp or udp and ports integers, so
-    no element can carry more than its own fields into an nft script."""
-
-    __slots__ = ("family", "listen", "protocol", "port", "target", "target_port", "owner")
-
-    def __init__(
-        self,
-        family: int,
-        listen: IP | str | None,
-        protocol: str | None,
-        port: int | None,
-        target: IP | str,
-        target_port: int | None,
-        owner: str = "",
-    ) -> None:
-        if family not in (4, 6) or protocol not in (None, "tcp", "udp"):
-            raise ValueError(f"refusing a DNAT of family {family!r}, protocol {protocol!r}")
-        for value in (port, target_port):
-            if value is not None and (not isinstance(value, int) or not 0 < value < 65536):
-                raise ValueError(f"refusing a DNAT with port {value!r}")
-        self.family = family
-        self.listen = None if listen is None else text(listen)
-        self.protocol = protocol
-        self.port = port
-        self.target = text(target)
-        self.target_port = target_port
-        self.owner = owner
-
-    @property
-    def kind(self) -> str:
-        """:data:`PORT` (given address and port), :data:`ANY` (any address, given port) or
-        :data:`WHOLE` (given address, every port)."""
-        if self.port is None:
-            return WHOLE
-        return ANY if self.listen is None else PORT
-
-    def key(self) -> str:
-        """The map key: ``addr . proto . port``, ``proto . port`` or ``addr``."""
-        if self.kind == WHOLE:
-            return str(self.listen)
-        port = f"{self.protocol} . {self.port}"
-        return port if self.listen is None else f"{self.listen} . {port}"
-
-    def value(self) -> str:
-        """The map value: ``target . target_port`` or ``target``."""
-        return self.target if self.kind == WHOLE else f"{self.target} . {self.target_port}"
-
-    def element(self) -> str:
-        """``key : value``, as nft prints it."""
-        return f"{self.key()} : {self.value()}"
-
-    def __repr__(self) -> str:
-        return f"Dnat({self.element()} [{self.owner}])"
 
 
 def map_name(prefix: str, kind: str, family: int) -> str:
@@ -100,8 +38,8 @@ def map_name(prefix: str, kind: str, family: int) -> str:
     return f"{prefix}{middle}_v{family}"
 
 
-def map_of(prefix: str, d: Dnat) -> str:
-    """The map holding ``d``."""
+def map_of(prefix: str, d: Claim) -> str:
+    """The map holding ``d`` (a :class:`~podnet.values.Claim` or Dnat)."""
     return map_name(prefix, d.kind, d.family)
 
 

@@ -15,19 +15,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from podnet.firewall.dnat import Dnat
-    from podnet.store.db import PortMapping
+    from podnet.values import Dnat, PortMapping
 
 __all__ = ["FAMILY", "TABLE", "add_script", "delete_script", "dnat_of", "expected_element",
            "map_name"]  # fmt: skip
 
 
 def dnat_of(m: PortMapping) -> Dnat:
-    """A hostPort as the table's DNAT model: any address for hostIP 0.0.0.0 / ::."""
-    from podnet.firewall.dnat import Dnat
-
-    return Dnat(m.family, None if m.wildcard else m.host_ip, m.protocol, m.host_port,
-                m.container_ip, m.container_port, m.container_id)  # fmt: skip
+    """A hostPort as the table's DNAT model (:meth:`podnet.values.PortMapping.dnat`)."""
+    return m.dnat()
 
 
 def map_name(m: PortMapping) -> str:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from podnet.checked import IP
-    from podnet.cni.netconf import PortMappingArg
+    from podnet.values import ContainerNet, PortMappingArg
 
 TOP_DNAT = "CNI-HOSTPORT-DNAT"
 SETMARK = "CNI-HOSTPORT-SETMARK"
@@ -85,26 +85,6 @@ class PortmapOptions:
     def own_masq_chains(self) -> bool:
         """Whether podnet creates CNI-HOSTPORT-SETMARK/-MASQ (snat without an external chain)."""
         return self.snat and self.external_set_mark_chain is None
-
-
-class ContainerNet:
-    """A sandbox address from prevResult: ``family`` 4|6, ``ip`` (plain), ``network`` (the
-    CIDR of its subnet, e.g. ``172.16.30.0/24`` for ``172.16.30.2/24``)."""
-
-    __slots__ = ("family", "ip", "network")
-
-    def __init__(self, family: int, ip: str, network: str) -> None:
-        self.family = family
-        self.ip = ip
-        self.network = network
-
-    @classmethod
-    def from_cidr(cls, cidr: str) -> ContainerNet:
-        """From a prevResult address (``10.0.0.2/24``); BadValue for anything else."""
-        from podnet import checked
-
-        iface = checked.interface(cidr)
-        return cls(iface.version, checked.text(iface.ip), checked.text(iface.network))
 
 
 def dnat_chain_name(network: str, container_id: str) -> str:

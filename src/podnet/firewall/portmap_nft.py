@@ -24,14 +24,17 @@ and ``externalSetMarkChain`` are iptables match/chain names and are refused with
 from __future__ import annotations
 
 from podnet.checked import text
+from podnet.firewall.dnat import map_of
+
+DISPATCH = "dispatch"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from podnet.cni.netconf import PortMappingArg
-    from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+    from podnet.firewall.portmap_iptables import PortmapOptions
+    from podnet.values import ContainerNet, PortMappingArg
 
 FAMILY = "inet"
 TABLE = "podnet_portmap"
@@ -101,18 +104,15 @@ def _key_text(key: Any) -> str:
     return " . ".join(str(p) for p in parts)
 
 
-def _specific(m: PortMappingArg) -> bool:
-    return m.host_ip is not None and not m.host_ip.is_unspecified
-
-
-def element_key(m: PortMappingArg) -> str:
-    """``hostIP . proto . port`` (a given hostIP) or ``proto . port`` (any)."""
-    port = f"{m.protocol} . {m.host_port}"
-    return f"{text(m.host_ip)} . {port}" if m.host_ip is not None and _specific(m) else port
+def element_key(m: PortMappingArg, family: int) -> str:
+    """``hostIP . proto . port`` (a given hostIP) or ``proto . port`` (any): the claim's key
+    (:meth:`podnet.values.Claim.key`, as podnet's own table keys its hostPorts)."""
+    return m.claim(family).key()
 
 
 def map_for(m: PortMappingArg, family: int) -> str:
-    return f"dispatch_v{family}" if _specific(m) else f"dispatch_any_v{family}"
+    """``dispatch_v4`` (a given hostIP) or ``dispatch_any_v4`` (and _v6)."""
+    return map_of(DISPATCH, m.claim(family))
 
 
 def _mappings_of(family: int, mappings: Sequence[PortMappingArg]) -> list[PortMappingArg]:
@@ -133,7 +133,7 @@ def container_rules(options: PortmapOptions, container: ContainerNet,
     out = []
     for m in _mappings_of(container.family, mappings):
         match = f"{m.protocol} dport {m.host_port}"
-        if m.host_ip is not None and _specific(m):
+        if m.host_ip is not None and m.specific:
             match = f"{ip} daddr {text(m.host_ip)} {match}"
         if options.snat:
             if options.masq_all:
@@ -190,7 +190,7 @@ def setup_script(listing: Listing, options: PortmapOptions, network: str, contai
     wanted: set[tuple[str, str]] = set()
     for c in containers:
         for m in _mappings_of(c.family, mappings):
-            wanted.add((map_for(m, c.family), element_key(m)))
+            wanted.add((map_for(m, c.family), element_key(m, c.family)))
     for name, elements in listing.elements.items():
         for key, target in elements.items():
             if target == chain and (name, key) not in wanted:
@@ -236,7 +236,7 @@ def missing(listing: Listing, network: str, container_id: str,
         return [f"chain {chain} of table {T}"]
     for c in containers:
         for m in _mappings_of(c.family, mappings):
-            name, key = map_for(m, c.family), element_key(m)
+            name, key = map_for(m, c.family), element_key(m, c.family)
             if listing.elements[name].get(key) != chain:
                 out.append(f"element {key} of map {name}")
             ip = "ip6" if c.family == 6 else "ip"

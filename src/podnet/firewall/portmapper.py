@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Protocol
 
-    from podnet.cni.netconf import PortMappingArg
-    from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+    from podnet.firewall.portmap_iptables import PortmapOptions
+    from podnet.values import ContainerNet, PortMappingArg
 
     class PortMapper(Protocol):
         """What a backend does for one network (``name``) and its options."""

@@ -1,5 +1,5 @@
 """podnet's whole table, ``inet podnet``, as nftables text: hostPorts, network forwards, egress
-masquerade and source NAT of every network (pure; :mod:`podnet.firewall.sync` applies it).
+masquerade and source NAT of every network (pure; :mod:`podnet.reconcile` applies it).
 
 Both kinds of DNAT are :class:`~podnet.firewall.dnat.Dnat` entries in hash maps, rendered by
 :mod:`podnet.firewall.dnat`: ``hostports_v4``/``hostports_any_v4`` and ``fwd_v4``/
@@ -40,7 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from podnet.firewall.dnat import Dnat
+    from podnet.values import Dnat
 
 __all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableState",
            "add_script", "delete_script", "script"]  # fmt: skip

@@ -216,3 +216,14 @@ def fill_defaults(config: Mapping[str, str], taken: Iterable[Net], *, create: bo
             taken.append(checked.interface(out[key]).network)
             out.setdefault(f"ipv{family}.nat", "true")
     return out
+
+
+def addresses(config: Mapping[str, str]) -> dict[int, Iface]:
+    """The bridge's own address of each family the network has (``ipvN.address`` with its
+    prefix; its ``.network`` is the subnet, its ``.ip`` the pods' gateway): ``{4: …, 6: …}``."""
+    out = {}
+    for family in (4, 6):
+        iface = address(config, family)
+        if iface is not None:
+            out[family] = iface
+    return out

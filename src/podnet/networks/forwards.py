@@ -20,9 +20,9 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from podnet import checked
-from podnet.firewall.dnat import Dnat
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward
+from podnet.values import Dnat
 
 __all__ = [
     "NetworkView",

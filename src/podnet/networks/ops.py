@@ -6,7 +6,7 @@ Every change runs under the store's write lock (:meth:`podnet.store.Store.locked
 write transaction, and changes the kernel (bridge, table ``inet podnet``) before the transaction
 commits: a failure rolls the transaction back, and the kernel change is either not made (nft
 applies a script atomically) or undone here, so database and kernel stay as they were. A
-forward's kernel change touches only that forward's map elements (:func:`podnet.firewall.sync.
+forward's kernel change touches only that forward's map elements (:func:`podnet.reconcile.
 forwards`), so its cost does not grow with the number of forwards.
 
 Refusals are :class:`~podnet.networks.errors.NetworkError` with LXD's message and the HTTP
@@ -25,13 +25,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from podnet import checked
-from podnet.firewall import sync
+from podnet import reconcile as sync
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, Network, clean
 from podnet.store import Store, open_store
 from podnet.store.networks import ForwardRow, NetworkRow
+from podnet.values import Dnat, PortMapping
 
 __all__ = ["Manager", "NETWORK_TYPES"]
 
@@ -410,35 +411,28 @@ class Manager:
                     f'NIC (the source NAT address of network "{other.name}")'
                 )
 
-    def _check_hostports(self, store: Store, dnats: Sequence[Any]) -> None:
+    def _check_hostports(self, store: Store, dnats: Sequence[Dnat]) -> None:
         """A forward may not take traffic a hostPort publishes (and the reverse is refused by
         the plugins). hostPorts answer only on the node's own addresses, so only a forward
         whose listen address is local can: one listing a hostPort's protocol and port on that
         address or on any address of its family, or a default target on an address where any
         hostPort answers. 409 naming the holder (podnet's or podnet-portmap's)."""
-        from podnet.link.local import is_local, local_prefixes
+        from podnet.claims import first_conflict
+        from podnet.values import FORWARD
 
-        local = None
-        seen = set()
-        for d in dnats:
-            key = (d.listen, d.protocol, d.port)
-            if key in seen:
-                continue
-            seen.add(key)
-            if local is None:
-                local = local_prefixes()
-            if not is_local(str(d.listen), local):
-                continue
-            held = store.hostport_holder(d.family, str(d.listen), d.protocol, d.port)
-            if held:
-                cid, host_ip, host_port, proto = held
-                where = "any address" if host_ip in ("0.0.0.0", "::") else host_ip
-                what = f"{d.protocol}/{d.port}" if d.protocol else "every port"
-                raise NetworkError(
-                    f"Forward {what} on {d.listen} (an address of this node) would take the "
-                    f"traffic of hostPort {proto}/{host_port} on {where} held by container {cid}",
-                    409,
-                )
+        found = first_conflict(store, dnats, of=FORWARD)
+        if found is not None:
+            d, holder = found
+            h = holder.what
+            assert isinstance(h, PortMapping)
+            where = "any address" if h.wildcard else h.host_ip
+            what = f"{d.protocol}/{d.port}" if d.protocol else "every port"
+            raise NetworkError(
+                f"Forward {what} on {d.listen} (an address of this node) would take the "
+                f"traffic of hostPort {h.protocol}/{h.host_port} on {where} held by container "
+                f"{holder.name}",
+                409,
+            )
 
     def create_forward(self, network: str, forward: Forward) -> Forward:
         """Create a forward (``forward.listen_address`` plus description, config, ports).

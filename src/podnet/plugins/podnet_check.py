@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
-    from podnet.store.db import Pod, PortMapping
+    from podnet.store.db import Pod
+    from podnet.values import PortMapping
 
 
 def _ip_json(*args: str) -> list[dict[str, Any]]:
@@ -120,7 +121,7 @@ def _check_host_side(pod: Pod, bridge: str) -> None:
 
 
 def _check_hostports(entries: list[PortMapping]) -> None:
-    from podnet.firewall import sync
+    from podnet import reconcile as sync
 
     problem = sync.check(entries)
     if problem:

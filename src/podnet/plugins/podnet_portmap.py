@@ -23,12 +23,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from podnet.cni.netconf import PortMappingArg
     from podnet.cni.skel import Call
-    from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+    from podnet.firewall.portmap_iptables import PortmapOptions
     from podnet.firewall.portmapper import PortMapper
     from podnet.store import Store
-    from podnet.store.db import PortMapping
+    from podnet.values import ContainerNet, PortMapping, PortMappingArg
 
 PLUGIN = "podnet-portmap"
 BACKENDS = ("iptables", "nftables")
@@ -136,7 +135,7 @@ def container_nets(prev: dict[str, Any], ifname: str) -> list[ContainerNet]:
     """The first sandbox address of each family on ``ifname`` in ``prev`` (reference portmap
     forwards to one IPv4 and one IPv6 address)."""
     from podnet.cni.result import sandbox_addresses
-    from podnet.firewall.portmap_iptables import ContainerNet
+    from podnet.values import ContainerNet
 
     out: dict[int, ContainerNet] = {}
     for cidr in sandbox_addresses(prev, ifname):
@@ -178,7 +177,7 @@ def _claims(call: Call, nets: list[ContainerNet],
     """The hostPorts ``mappings`` publish for the container's addresses ``nets``, one per
     family for a hostIP of any address (as podnet records its own)."""
     from podnet.checked import FAMILIES
-    from podnet.store.db import PortMapping
+    from podnet.values import PortMapping
 
     out = []
     for net in nets:
@@ -195,29 +194,13 @@ def _claim(store: Store, conf: PortmapConf, call: Call, claims: list[PortMapping
     """Record ``claims`` in the node's store (one write transaction), after checking no podnet
     hostPort, nor a forward on one of the node's addresses, takes their traffic: code 101
     naming the holder."""
-    from podnet.link.local import is_local, local_prefixes
+    from podnet.claims import first_conflict, hostport_message
+    from podnet.values import HOSTPORT
 
     with store.write():
-        local = None
-        for entry in claims:
-            where = None if entry.wildcard else entry.host_ip
-            for network, listen in store.forward_claims(entry.family, entry.protocol,
-                                                        entry.host_port, where):  # fmt: skip
-                local = local_prefixes() if local is None else local
-                if is_local(listen, local):
-                    raise errors.HostPortConflict(
-                        f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is taken "
-                        f"by the forward of {listen} (an address of this node) in network "
-                        f"{network}"
-                    )
-            held = store.hostport_holders(entry, portmap=False)
-            if held:
-                h = held[0]
-                raise errors.HostPortConflict(
-                    f"hostPort {entry.protocol}/{entry.host_port} on {entry.host_ip} is already "
-                    f"held by podnet container {h.container_id} ({h.host_ip}:{h.host_port}/"
-                    f"{h.protocol} -> {h.container_ip}:{h.container_port})"
-                )
+        found = first_conflict(store, [c.dnat() for c in claims], of=HOSTPORT, portmap=False)
+        if found is not None:
+            raise errors.HostPortConflict(hostport_message(*found))
         store.set_portmap_claims(conf.name, call.container_id, claims)
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 
+from podnet.checked import FAMILIES
 from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.networks import NetworkQueries, TrustQueries
 from podnet.store.schema import MIGRATIONS
+from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from podnet.store.lock import FairLock
+    from podnet.values import Claim
 else:
     try:
         # The C module itself: the sqlite3 package only adds the default datetime adapters
@@ -106,48 +109,6 @@ class Pod:
 
     def as_dict(self) -> dict[str, object]:
         return {slot: getattr(self, slot) for slot in self.__slots__}
-
-
-class PortMapping:
-    """A row of ``portmap_entries``: host_ip ("0.0.0.0"/"::" = any), ports 1-65535, tcp|udp."""
-
-    __slots__ = ("container_id", "host_ip", "host_port", "protocol", "container_ip",
-                 "container_port")  # fmt: skip
-
-    def __init__(
-        self,
-        container_id: str,
-        host_ip: str,
-        host_port: int,
-        protocol: str,
-        container_ip: str,
-        container_port: int,
-    ) -> None:
-        self.container_id = container_id
-        self.host_ip = host_ip
-        self.host_port = host_port
-        self.protocol = protocol
-        self.container_ip = container_ip
-        self.container_port = container_port
-
-    @property
-    def family(self) -> int:
-        from podnet.checked import family
-
-        return family(self.container_ip)
-
-    @property
-    def wildcard(self) -> bool:
-        return self.host_ip in ("0.0.0.0", "::")
-
-    def as_dict(self) -> dict[str, object]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
-
-    def __repr__(self) -> str:
-        return (
-            f"PortMapping({self.host_ip}:{self.host_port}/{self.protocol} -> "
-            f"{self.container_ip}:{self.container_port} [{self.container_id}])"
-        )
 
 
 #: SQLite primary result codes meaning "someone else holds the lock".
@@ -526,31 +487,52 @@ class Store(NetworkQueries, TrustQueries):
             cur = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
         return [PortMapping(*r) for r in cur.fetchall()]
 
-    def hostport_holders(self, entry: PortMapping, *, podnet: bool = True,
-                         portmap: bool = True) -> list[PortMapping]:  # fmt: skip
-        """Entries that clash with ``entry``: same protocol and hostPort and either the same
-        hostIP, or one side a wildcard of the same family (the overlap cni-kindnet missed) —
-        podnet's (``portmap_entries``, when ``podnet``) and podnet-portmap's
-        (``portmap_claims``, when ``portmap``; their ``container_id`` reads
-        ``podnet-portmap <network>/<container>``)."""
-        from podnet.checked import FAMILIES
-
-        wildcard = FAMILIES[entry.family].wildcard
-        where = ("host_port = ? AND protocol = ? AND (host_ip = ? OR host_ip = ? OR ? = ?) "
-                 "AND (instr(host_ip, ':') > 0) = ?")  # fmt: skip
-        params = (entry.host_port, entry.protocol, entry.host_ip, wildcard, entry.host_ip,
-                  wildcard, entry.family == 6)  # fmt: skip
-        rows = []
-        if podnet:
-            rows += self.conn.execute(
-                "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
-                f"FROM portmap_entries WHERE {where}", params).fetchall()  # fmt: skip
-        if portmap:
-            rows += self.conn.execute(
-                "SELECT 'podnet-portmap ' || network || '/' || container_id, host_ip, host_port, "
-                f"protocol, container_ip, container_port FROM portmap_claims WHERE {where}",
-                params).fetchall()  # fmt: skip
-        return [PortMapping(*r) for r in rows]
+    def claim_holders(self, claim: Claim, *, hostports: bool = True, portmap: bool = True,
+                      forwards: bool = True) -> list[Holder]:  # fmt: skip
+        """Who already takes traffic ``claim`` takes (:meth:`podnet.values.Claim.overlaps`, one
+        rule for every pair): podnet's hostPorts (``portmap_entries``, when ``hostports``),
+        podnet-portmap's (``portmap_claims``, when ``portmap``; their holder reads
+        ``podnet-portmap <network>/<container>``), and network forwards (``forward_dnats``,
+        when ``forwards``; holder: the network's name). Forwards first, then hostPorts, each in
+        the order they were made. Whether a hostPort and a forward really meet depends on the
+        forward's listen address being the node's own: :mod:`podnet.claims` decides."""
+        out: list[Holder] = []
+        wildcard = FAMILIES[claim.family].wildcard
+        if forwards:
+            where = "d.family = ?"
+            params: list[object] = [claim.family]
+            if claim.port is not None:
+                where += " AND (d.protocol IS NULL OR (d.protocol = ? AND d.listen_port = ?))"
+                params += [claim.protocol, claim.port]
+            if claim.listen is not None:
+                where += " AND d.listen_address = ?"
+                params.append(claim.listen)
+            for name, fam, la, proto, lp, ta, tp in self.conn.execute(
+                "SELECT n.name, d.family, d.listen_address, d.protocol, d.listen_port, "
+                "d.target_address, d.target_port FROM forward_dnats d "
+                "JOIN networks_forwards f ON f.id = d.forward_id "
+                f"JOIN networks n ON n.id = f.network_id WHERE {where} ORDER BY d.rowid",
+                params,
+            ).fetchall():  # fmt: skip
+                out.append(Holder(FORWARD, name, Dnat(fam, la, proto, lp, ta, tp, name)))
+        where = "(instr(host_ip, ':') > 0) = ?"
+        params = [claim.family == 6]
+        if claim.port is not None:
+            where += " AND protocol = ? AND host_port = ?"
+            params += [claim.protocol, claim.port]
+        if claim.listen is not None:
+            where += " AND host_ip IN (?, ?)"
+            params += [claim.listen, wildcard]
+        for table, holder, wanted in (
+            ("portmap_entries", "container_id", hostports),
+            ("portmap_claims", "'podnet-portmap ' || network || '/' || container_id", portmap),
+        ):
+            if wanted:
+                rows = self.conn.execute(
+                    f"SELECT {holder}, host_ip, host_port, protocol, container_ip, container_port "
+                    f"FROM {table} WHERE {where} ORDER BY id", params).fetchall()  # fmt: skip
+                out += [Holder(HOSTPORT, r[0], PortMapping(*r)) for r in rows]
+        return out
 
     # -- podnet-portmap's hostPorts -----------------------------------------------------
     def portmap_claims(self) -> list[tuple[str, PortMapping]]:

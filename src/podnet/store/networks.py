@@ -13,8 +13,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from podnet.firewall.dnat import Dnat
     from podnet.store.db import _Conn
+    from podnet.values import Dnat
 
 
 class NetworkRow:
@@ -249,7 +249,7 @@ class NetworkQueries:
         """The translations of one forward, or of every forward (owner: the forward id). A row
         :class:`~podnet.firewall.dnat.Dnat` refuses (a scoped address an older podnet stored)
         is left out: nft never took it."""
-        from podnet.firewall.dnat import Dnat
+        from podnet.values import Dnat
 
         q = f"SELECT forward_id, {_DNAT_COLUMNS} FROM forward_dnats"
         if forward_id is None:
@@ -273,53 +273,6 @@ class NetworkQueries:
             "forward_dnats d WHERE d.forward_id = f.id AND d.protocol IS NULL) ORDER BY f.id"
         ).fetchall()
         return [r[0] for r in rows]
-
-    def forward_claims(self, family: int, protocol: str, port: int,
-                       host_ip: str | None) -> list[tuple[str, str]]:  # fmt: skip
-        """Forwards that could take the traffic of a hostPort ``protocol``/``port`` on
-        ``host_ip`` (None: any address of ``family``): those listing that port, or taking the
-        whole address (a default target), on ``host_ip`` — or, for any address, on any
-        address of ``family``. ``[(network name, listen address)]``; whether they do depends on
-        which listen addresses are the node's own (the caller decides)."""
-        if host_ip is None:
-            where = ("d.family = ? AND ((d.protocol = ? AND d.listen_port = ?) "
-                     "OR d.protocol IS NULL)")  # fmt: skip
-            params: tuple[object, ...] = (family, protocol, port)
-        else:
-            where = ("d.listen_address = ? AND ((d.protocol = ? AND d.listen_port = ?) "
-                     "OR d.protocol IS NULL)")  # fmt: skip
-            params = (host_ip, protocol, port)
-        rows = self.conn.execute(
-            "SELECT DISTINCT n.name, d.listen_address FROM forward_dnats d "
-            "JOIN networks_forwards f ON f.id = d.forward_id "
-            f"JOIN networks n ON n.id = f.network_id WHERE {where}",
-            params,
-        ).fetchall()
-        return [(r[0], r[1]) for r in rows]
-
-    def hostport_holder(self, family: int, listen: str, protocol: str | None,
-                        port: int | None) -> tuple[str, str, int, str] | None:  # fmt: skip
-        """A hostPort whose traffic a forward on ``listen`` (an address of the node) would
-        take: same protocol and port — any, for a default target — on ``listen`` itself or on
-        any address of ``family``; podnet's or podnet-portmap's (``container_id`` then reads
-        ``podnet-portmap <network>/<container>``). ``(container_id, host_ip, host_port,
-        protocol)``."""
-        from podnet.checked import FAMILIES
-
-        wildcard = FAMILIES[family].wildcard
-        where = "host_ip IN (?, ?)"
-        params: list[object] = [listen, wildcard]
-        if protocol is not None:
-            where += " AND protocol = ? AND host_port = ?"
-            params += [protocol, port]
-        for select in ("container_id", "'podnet-portmap ' || network || '/' || container_id"):
-            table = "portmap_entries" if select == "container_id" else "portmap_claims"
-            row = self.conn.execute(
-                f"SELECT {select}, host_ip, host_port, protocol FROM {table} WHERE {where} "
-                "ORDER BY id LIMIT 1", params).fetchone()  # fmt: skip
-            if row:
-                return (row[0], row[1], row[2], row[3])
-        return None
 
 
 class TrustQueries:

@@ -437,7 +437,7 @@ class Demo:
             if self.tmp:
                 with p.step(f"removed {self.tmp}", fatal=False):
                     shutil.rmtree(self.tmp)
-                    from podnet.firewall.sync import prune_claims
+                    from podnet.reconcile import prune_claims
 
                     prune_claims(str(self.tmp))  # its node's table owner record (/run/podnet)
                 if self._data_dirs is None:

@@ -27,11 +27,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
-    from podnet.firewall.dnat import Dnat
     from podnet.firewall.table import TableState
     from podnet.proc import Spawned
     from podnet.store import Store
-    from podnet.store.db import PortMapping
+    from podnet.values import Dnat, PortMapping
 
     Warn = Callable[[str], None]
 

@@ -1,0 +1,98 @@
+"""Network drivers: one interface per network type, and the registry keyed by type (issue 15,
+item 1; modelled on LXD's network drivers and the reference plugins' ``PortMapper``).
+
+A driver (:class:`podnet.drivers.base.Driver`) does for its network type what the layers below
+offer: validate a network's config; create, restore and delete the network on the node; attach
+and detach a pod (address choice, link, the reach of its hostPorts and forwards); check; GC.
+The ``podnet`` plugin, the CLI and the API only ever ask :func:`get` (a network's ``type``) or
+:func:`for_netconf` (a conflist) — adding a type touches the registry, nothing else.
+
+Built in: ``ptp`` (addresses from the conflist's ``ranges``, one veth pair per pod with a host
+route), ``bridge`` (a podnet-managed Linux bridge, LXD's keys) and ``delegated`` (``ptp`` links
+with addresses from an IPAM plugin, CNI SPEC "Plugin Delegation"). An administrator adds
+drivers with ``PODNET_DRIVERS`` in the environment of the runtime and of podnetctl —
+``type=module:Class`` entries separated by commas, imported only when a network of that type is
+met — like ``PODNET_DATA_DIRS``, a node setting no NetConf or API client can change.
+
+Only the chosen driver's module is imported: the plugin's start-up pays for one.
+"""
+
+from __future__ import annotations
+
+import os
+
+from podnet.errors import InvalidConfig
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.drivers.base import Driver
+    from podnet.plugins.podnet_conf import StoreConf
+
+#: Built-in drivers: type → ``module:Class``.
+BUILTIN = {
+    "ptp": "podnet.drivers.ptp:PtpDriver",
+    "bridge": "podnet.drivers.bridge:BridgeDriver",
+    "delegated": "podnet.drivers.delegated:DelegatedDriver",
+}
+#: Types the ``network`` commands and the API may create (``ptp`` networks come from conflists,
+#: ``delegated`` attachments have no network of their own).
+CREATABLE_BUILTIN = ("bridge",)
+ENV = "PODNET_DRIVERS"
+
+_loaded: dict[str, Driver] = {}
+
+
+def _extra() -> dict[str, str]:
+    """``PODNET_DRIVERS`` as ``{type: "module:Class"}``; InvalidConfig (7) for a malformed
+    entry, naming it."""
+    out = {}
+    for item in os.environ.get(ENV, "").split(","):
+        if not item.strip():
+            continue
+        kind, sep, where = item.strip().partition("=")
+        module_name, colon, class_name = where.partition(":")
+        if not sep or not colon or not kind.isidentifier() or not class_name.isidentifier():
+            raise InvalidConfig(f"{ENV}: {item.strip()!r} is not type=module:Class")
+        out[kind] = where
+    return out
+
+
+def types() -> list[str]:
+    """Every registered type: built in, then ``PODNET_DRIVERS``'."""
+    return [*BUILTIN, *(t for t in _extra() if t not in BUILTIN)]
+
+
+def creatable() -> list[str]:
+    """Types a ``network create`` may name: ``bridge`` and every ``PODNET_DRIVERS`` type."""
+    return [*CREATABLE_BUILTIN, *(t for t in _extra() if t not in BUILTIN)]
+
+
+def register(kind: str, driver: Driver) -> None:
+    """Register ``driver`` for ``kind`` in this process (in-process users and tests)."""
+    _loaded[kind] = driver
+
+
+def get(kind: str) -> Driver:
+    """The driver of network type ``kind``; InvalidConfig (7) for an unknown type."""
+    if kind in _loaded:
+        return _loaded[kind]
+    where = BUILTIN.get(kind) or _extra().get(kind)
+    if where is None:
+        raise InvalidConfig(f"network type {kind!r} has no driver (known: {', '.join(types())})")
+    module_name, _, class_name = where.partition(":")
+    try:
+        cls = getattr(__import__(module_name, fromlist=[class_name]), class_name)
+    except (ImportError, AttributeError) as err:
+        raise InvalidConfig(f"{ENV}: driver {where} for type {kind!r} cannot be loaded",
+                            str(err)) from None
+    driver: Driver = cls()
+    _loaded[kind] = driver
+    return driver
+
+
+def for_netconf(conf: StoreConf, network_type: str | None) -> Driver:
+    """The driver a conflist asks for: ``delegated`` with an ``ipam`` object, the type of its
+    ``network`` (``network_type``, read from the store by the caller), else ``ptp``."""
+    if conf.ipam_type:
+        return get("delegated")
+    return get(network_type or "ptp")
