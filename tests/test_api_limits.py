@@ -522,7 +522,7 @@ def test_an_unexpected_exception_tells_the_log_not_the_client(tmp_path: Path,
     import asyncio
 
     from podnet.api.app import create_app
-    from podnet.networks.ops import Manager
+    from podnet.drivers.manager import Manager
 
     class Broken(Manager):
         def list_networks(self) -> Any:

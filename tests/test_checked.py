@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from podnet import checked
+from podnet.drivers.conf import PodnetConf
 from podnet.errors import InvalidConfig
 from podnet.link import veth
 from podnet.networks import config as netconfig
 from podnet.networks import forwards
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort
-from podnet.plugins.podnet_conf import PodnetConf
 from podnet.values import Dnat
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "podnet"

@@ -22,10 +22,10 @@ import pytest
 from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, REFUSED, VENV_BIN, Lab
 from podnet.cni import env as cni_env
 from podnet.cni import skel
+from podnet.drivers.conf import PodnetConf
 from podnet.errors import CNIError
 from podnet.ipam import delegate
 from podnet.plugins import podnet_ipam
-from podnet.plugins.podnet_conf import PodnetConf
 from podnet.plugins.podnet_ipam_conf import IpamConf
 from podnet.store import open_store
 from podnet.store.db import OWNER_IPAM, OWNER_PODNET, ipam_key

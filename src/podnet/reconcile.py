@@ -1,6 +1,6 @@
 """Keeping table ``inet podnet`` in step with the store: incremental updates, a rebuild when the
 table is new, stale or was changed behind podnet's back — for hostPorts (the ``podnet`` plugin)
-and network forwards (:mod:`podnet.networks.ops`) alike.
+and network forwards (:mod:`podnet.drivers.manager`) alike.
 
 The store is the truth; the kernel may lag behind it but never holds more than it: callers
 commit rows *before* :func:`add` publishes their map elements, and call :func:`delete` *before*

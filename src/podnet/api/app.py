@@ -18,7 +18,7 @@ may reach the routes at all (trust, content type, size): :mod:`podnet.api.guard`
 POST answers 201 with a ``Location`` and ``metadata: null``; PUT, PATCH and DELETE answer 200
 with ``metadata: {}``. Single-object GETs carry ``ETag: "<sha256 hex>"`` computed as LXD
 computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one call into
-:class:`podnet.networks.ops.Manager`, the same operations ``podnetctl network`` runs.
+:class:`podnet.drivers.manager.Manager`, the same operations ``podnetctl network`` runs.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from starlette.types import Scope
 from podnet import __version__
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
+from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address
-from podnet.networks.ops import Manager
 from podnet.reconcile import TableOwned
 
 __all__ = ["API_EXTENSIONS", "create_app"]

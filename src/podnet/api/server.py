@@ -52,7 +52,7 @@ from podnet.api.listener import (
     budget,
     fingerprint,
 )
-from podnet.networks.ops import Manager
+from podnet.drivers.manager import Manager
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
 

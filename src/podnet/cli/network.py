@@ -1,7 +1,7 @@
 """``podnetctl network …`` and ``podnetctl network forward …``: networks and forwards with
 ``lxc``'s argument order, output and messages (``Network forward 198.51.100.1 created``,
 ``Error: …`` and exit 1), working on the store directly (``--data-dir`` / ``PODNET_DATA_DIR``),
-no daemon. Each command is one call into :class:`podnet.networks.ops.Manager`.
+no daemon. Each command is one call into :class:`podnet.drivers.manager.Manager`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import click
 
 from podnet.checked import printable
 from podnet.cli.lxcfmt import FORMATS, dump_yaml, load_yaml, render_list
+from podnet.drivers.conf import DEFAULT_DATA_DIR
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import FORWARD_KEYS, PORT_KEYS, Forward, ForwardPort
-from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
 
 FORWARD_TEMPLATE = """### This is a YAML representation of the network forward.
 ### Any line starting with a '# will be ignored.
@@ -62,10 +62,10 @@ format_option = click.option("--format", "-f", "fmt", default="table", show_defa
 
 
 def _manager(ctx: click.Context) -> Any:
-    """The :class:`~podnet.networks.ops.Manager` for this run, made on first use from the
+    """The :class:`~podnet.drivers.manager.Manager` for this run, made on first use from the
     store options (``--data-dir``, ``--busy-timeout``, ``--init``) given before or after the
     subcommand."""
-    from podnet.networks.ops import Manager
+    from podnet.drivers.manager import Manager
 
     obj = ctx.find_object(dict)
     assert obj is not None, "the network group sets ctx.obj"

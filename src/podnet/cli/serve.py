@@ -7,7 +7,7 @@ from typing import TextIO
 
 import click
 
-from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
+from podnet.drivers.conf import DEFAULT_DATA_DIR
 
 data_dir_option = click.option(
     "--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
@@ -37,7 +37,7 @@ def serve(data_dir: str, group: str | None, listen: str | None, tls_cert: str | 
     Stops gracefully on SIGTERM. Every request is logged on one line."""
     from podnet.api.server import parse_listen
     from podnet.api.server import serve as run
-    from podnet.networks.ops import Manager
+    from podnet.drivers.manager import Manager
 
     if listen and not (tls_cert and tls_key):
         raise click.UsageError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")

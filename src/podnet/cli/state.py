@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from podnet import checked
-from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
+from podnet.drivers.conf import DEFAULT_DATA_DIR
 
 if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net commands skip them)
     from rich.console import Console

@@ -26,7 +26,7 @@ from podnet.errors import InvalidConfig
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.drivers.base import Driver
-    from podnet.plugins.podnet_conf import StoreConf
+    from podnet.drivers.conf import StoreConf
 
 #: Built-in drivers: type → ``module:Class``.
 BUILTIN = {

@@ -10,7 +10,7 @@ from podnet.drivers.base import Choice, Driver, link_alias
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.cni.skel import Call
-    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.drivers.conf import PodnetConf
     from podnet.store import Store
     from podnet.store.db import Pod
     from podnet.store.networks import NetworkRow

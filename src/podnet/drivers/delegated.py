@@ -19,10 +19,11 @@ from podnet.errors import CNIError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Allocation
-    from podnet.plugins.podnet_conf import PodnetConf, StoreConf
+    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.undo import Undo
 
@@ -62,11 +63,9 @@ class DelegatedDriver(PtpDriver):
         description = f"network {conf.name} (ipam {conf.ipam_type})"
         return Choice(alloc, store.sync_ranges(subnets, conf.ip_masq, description))
 
-    def attach(self, call: Call, conf: PodnetConf) -> dict[str, object]:
-        """ADD, with the IPAM result's ``dns`` in the result."""
-        result = super().attach(call, conf)
+    def finish_result(self, call: Call, result: dict[str, Any]) -> None:
+        """The IPAM result's ``dns`` in ADD's result."""
         result["dns"] = self._answer.pop(call.container_id)[1]
-        return result
 
     def release(self, call: Call, conf: StoreConf) -> Callable[[], None] | None:
         """The IPAM plugin's DEL, started once podnet's row is gone (so the address is not

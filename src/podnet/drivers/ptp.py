@@ -12,7 +12,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.checked import Net
     from podnet.cni.skel import Call
-    from podnet.plugins.podnet_conf import PodnetConf, StoreConf
+    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
 
 

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
-    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.drivers.conf import PodnetConf
 
 PLUGIN = "podnet"
 
 
 def _conf(call: Call) -> PodnetConf:
-    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.drivers.conf import PodnetConf
 
     return PodnetConf(call.config)
 
@@ -58,27 +58,32 @@ def cmd_add(call: Call) -> dict[str, Any]:
     CNI_IFNAME exists in the netns, 104 kernel failure (the tool's message in ``details``), 11
     database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own. A failed ADD
     leaves no row, link or map element."""
+    from podnet.drivers import pods
+
     conf = _conf(call)
-    return _driver(conf).attach(call, conf)
+    return pods.attach(_driver(conf), call, conf)
 
 
 def cmd_del(call: Call) -> None:
     """DEL (spec "DEL"): release (CNI_CONTAINERID, CNI_IFNAME, network); idempotent, works with
     an empty, stale or deleted CNI_NETNS. Reads only the config keys it uses
-    (:class:`~podnet.plugins.podnet_conf.StoreConf`), so it is not refused over, say, a range,
+    (:class:`~podnet.drivers.conf.StoreConf`), so it is not refused over, say, a range,
     and never needs the network to still exist (:func:`podnet.drivers.pods.detach`)."""
     from podnet import drivers
-    from podnet.plugins.podnet_conf import StoreConf
+    from podnet.drivers import pods
+    from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    drivers.for_netconf(conf, None).detach(call, conf)
+    pods.detach(drivers.for_netconf(conf, None), call, conf)
 
 
 def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the driver's check; code 103 naming the first difference. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
+    from podnet.drivers import pods
+
     conf = _conf(call)
-    _driver(conf).check(call, conf)
+    pods.check(_driver(conf), call, conf)
 
 
 def cmd_gc(call: Call) -> None:
@@ -86,10 +91,11 @@ def cmd_gc(call: Call) -> None:
     ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
     at the end."""
     from podnet import drivers
-    from podnet.plugins.podnet_conf import StoreConf
+    from podnet.drivers import pods
+    from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    drivers.for_netconf(conf, None).gc(call, conf)
+    pods.gc(drivers.for_netconf(conf, None), call, conf)
 
 
 def cmd_status(call: Call) -> None:

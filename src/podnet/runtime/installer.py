@@ -91,7 +91,7 @@ def plugin_script(entry_point: str, interpreter: str | None = None,
     ``interpreter`` defaults to ``sys.executable``; it must be an absolute path without
     whitespace that fits a ``#!`` line. ``data_dirs``: data dirs the node's administrator (who
     installs) allows NetConfs besides the default, added to ``PODNET_DATA_DIRS`` by the file
-    itself (:func:`podnet.plugins.podnet_conf.allowed_data_dirs`). ValueError otherwise.
+    itself (:func:`podnet.drivers.conf.allowed_data_dirs`). ValueError otherwise.
     """
     from podnet import checked
 
@@ -391,7 +391,7 @@ def network_conflist(
     Raises ArgsError for a bad network name, InvalidConfig (7) naming the key for bad ranges or
     a relative ``data_dir``.
     """
-    from podnet.plugins.podnet_conf import PodnetConf
+    from podnet.drivers.conf import PodnetConf
 
     validate_network_name(name)
     plugin: dict[str, Any] = {"type": "podnet", "ranges": list(ranges)}
@@ -412,7 +412,7 @@ def network_conflist(
 def _allowing(data_dir: str | None) -> Iterator[None]:
     """Validate with ``data_dir`` among the allowed data dirs (``PODNET_DATA_DIRS``): the
     administrator installing names it, and the plugin files will allow it."""
-    from podnet.plugins.podnet_conf import DATA_DIRS_ENV
+    from podnet.drivers.conf import DATA_DIRS_ENV
 
     saved = os.environ.get(DATA_DIRS_ENV)
     if data_dir and isinstance(data_dir, str) and ":" not in data_dir:
@@ -485,7 +485,7 @@ def install(
         conf = network_conflist(name=name, ranges=ranges, data_dir=data_dir)
         conf_text = json.dumps(conf, indent=2) + "\n"
     elif data_dir is not None:
-        from podnet.plugins.podnet_conf import store_keys
+        from podnet.drivers.conf import store_keys
 
         with _allowing(data_dir):
             store_keys({"dataDir": data_dir, "busyTimeout": 5}, where="")
@@ -527,7 +527,7 @@ def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> s
     container runtimes start: bridges, their pods' ports and table ``inet podnet`` (with
     hostPorts and forwards) come back from the store — which, being first, is then the owner of
     the node's table for this boot (``--init``: a node with no store yet gets an empty one)."""
-    from podnet.plugins.podnet_conf import DEFAULT_DATA_DIR
+    from podnet.drivers.conf import DEFAULT_DATA_DIR
 
     command = (f"{podnetctl or _podnetctl()} network --data-dir {data_dir or DEFAULT_DATA_DIR} "
                "--init")

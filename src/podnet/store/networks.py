@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from podnet.store.db import _Conn
+    from podnet.store.conn import _Conn
     from podnet.values import Dnat
 
 

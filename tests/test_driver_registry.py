@@ -1,0 +1,72 @@
+"""A new network type is a registered driver (issue 15, acceptance): :mod:`tests.ext_driver`
+attaches pods to a bridge podnet does not manage, and ADD, CHECK, DEL and GC pass through the
+real ``podnet`` plugin with no change to the plugin — only ``PODNET_DRIVERS`` names it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from netns import Lab
+from podnet.store import open_store
+
+TESTS = str(Path(__file__).resolve().parent)
+ENV = {"PODNET_DRIVERS": "extbridge=ext_driver:ExtBridgeDriver", "PYTHONPATH": TESTS}
+
+
+def _conf(data_dir: Path) -> dict:
+    return {"cniVersion": "1.1.0", "name": "ext", "type": "podnet", "network": "ext0",
+            "dataDir": str(data_dir)}
+
+
+def _links(lab: Lab) -> dict[str, dict]:
+    out = subprocess.run(["ip", "-n", lab.node, "-j", "-d", "link", "show"], capture_output=True,
+                         text=True, check=True).stdout
+    return {link["ifname"]: link for link in json.loads(out)}
+
+
+@pytest.mark.root
+def test_registered_driver_passes_add_check_del_gc(lab: Lab, tmp_path: Path) -> None:
+    subprocess.run(["ip", "-n", lab.node, "link", "add", "brx", "type", "bridge"], check=True)
+    subprocess.run(["ip", "-n", lab.node, "addr", "add", "10.77.0.1/24", "dev", "brx"], check=True)
+    subprocess.run(["ip", "-n", lab.node, "link", "set", "brx", "up"], check=True)
+    with open_store(str(tmp_path)) as store, store.write():
+        store.insert_network("ext0", "extbridge", "", {"parent": "brx",
+                                                     "ipv4.address": "10.77.0.1/24"})
+    pod = lab.pod()
+
+    rc, result = lab.cni("ADD", _conf(tmp_path), container_id="c1", netns=pod, env=ENV)
+    assert rc == 0, result
+    [address] = [ip["address"] for ip in result["ips"]]
+    assert address.startswith("10.77.0.") and address.endswith("/24") and address != "10.77.0.1/24"
+    host_if = result["interfaces"][0]["name"]
+    links = _links(lab)
+    assert links[host_if].get("master") == "brx"            # a port of the foreign bridge
+    assert links["brx"].get("ifalias", "") == ""              # which podnet did not mark
+    route = lab.exec(pod, "ip", "-j", "route", "get", "10.77.0.1").stdout
+    assert json.loads(route)[0]["dev"] == "eth0"     # on the bridge's subnet, no gateway hop
+
+    check = {**_conf(tmp_path), "prevResult": result}
+    rc, out = lab.cni("CHECK", check, container_id="c1", netns=pod, env=ENV)
+    assert rc == 0, out
+
+    # Without the registration the same network is refused by name, before anything is made.
+    rc, out = lab.cni("ADD", _conf(tmp_path), container_id="c2", netns=lab.pod())
+    assert rc == 1 and out["code"] == 7 and "'extbridge' has no driver" in out["msg"], out
+
+    rc, out = lab.cni("DEL", _conf(tmp_path), container_id="c1", netns=pod, env=ENV)
+    assert rc == 0, out
+    assert host_if not in _links(lab) and "brx" in _links(lab)   # the bridge stays: not podnet's
+
+    # GC: an attachment not in valid-attachments goes, the bridge stays.
+    rc, result = lab.cni("ADD", _conf(tmp_path), container_id="c3", netns=pod, env=ENV)
+    assert rc == 0, result
+    gc = {**_conf(tmp_path), "cni.dev/valid-attachments": []}
+    rc, out = lab.cni("GC", gc, env=ENV)
+    assert rc == 0, out
+    assert result["interfaces"][0]["name"] not in _links(lab) and "brx" in _links(lab)
+    with open_store(str(tmp_path)) as store:
+        assert store.pods() == []
