@@ -60,7 +60,7 @@ def _patch_imports() -> None:
 
     sys.modules.setdefault("hashlib", _Hashlib)  # type: ignore[arg-type]
 
-    from podnet.firewall import portmap_iptables as rules
+    from podnet.values import ContainerNet
 
     def from_cidr(cls: Any, cidr: str) -> Any:
         import _socket
@@ -76,7 +76,7 @@ def _patch_imports() -> None:
         return cls(version, _socket.inet_ntop(family, raw),
                    f"{_socket.inet_ntop(family, net)}/{plen}")  # fmt: skip
 
-    rules.ContainerNet.from_cidr = classmethod(from_cidr)  # type: ignore[method-assign,assignment]
+    ContainerNet.from_cidr = classmethod(from_cidr)  # type: ignore[method-assign,assignment]
 
 
 def _patch_nft() -> None:

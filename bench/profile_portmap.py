@@ -83,7 +83,8 @@ backend, reps, container_ip, bench_dir = sys.argv[2], int(sys.argv[3]), sys.argv
 from podnet import proc
 from podnet.cni.netconf import parse_port_mappings
 from podnet.firewall import portmap_iptables as rules
-from podnet.firewall.portmap_iptables import ContainerNet, PortmapOptions
+from podnet.firewall.portmap_iptables import PortmapOptions
+from podnet.values import ContainerNet
 
 def ms(fn, n=reps):
     out = []

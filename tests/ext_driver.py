@@ -6,12 +6,16 @@ never deleted, never required to carry podnet's alias. Loaded by the real plugin
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from podnet import errors
+from podnet import checked, errors
 from podnet.drivers.bridge import BridgeDriver
+from podnet.networks.errors import NetworkError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
     from podnet.drivers.conf import PodnetConf
@@ -21,6 +25,31 @@ if TYPE_CHECKING:
 
 class ExtBridgeDriver(BridgeDriver):
     type = "extbridge"
+
+    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
+        unknown = sorted(set(config) - {"parent", "ipv4.address"})
+        if unknown:
+            raise NetworkError(f'Invalid option for network "{name}": {unknown[0]}')
+        try:
+            checked.name(config.get("parent", ""))
+            checked.interface(config.get("ipv4.address", ""))
+        except checked.BadValue as err:
+            raise NetworkError(f'Invalid value for network "{name}": {err}') from None
+        return dict(config)
+
+    def settle(self, name: str, config: dict[str, str], taken, owner: str,
+               before: Mapping[str, str] | None = None) -> dict[str, str]:
+        return config
+
+    # the bridge is the administrator's: never created, changed or deleted
+    def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
+        return lambda: None
+
+    def delete(self, name: str, owner: str, warn) -> Callable[[], object]:
+        return lambda: None
+
+    def restore(self, store, row, owner: str) -> list[str]:
+        return []
 
     def bridge_name(self, net: NetworkRow) -> str:
         return net.config["parent"]

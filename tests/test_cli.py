@@ -288,8 +288,8 @@ def test_installed_plugin_ignores_callers_python_environment(tmp_path: Path) -> 
 def data_dir(tmp_path: Path) -> str:
     d = str(tmp_path / "data")
     with open_store(d) as store, store.write():
-        store.sync_ranges(["10.244.2.0/24", "fd00:1::/64"], True, "network podnet")
-        store.insert_pod(
+        store.ranges.sync(["10.244.2.0/24", "fd00:1::/64"], True, "network podnet")
+        store.pods.insert(
             container_id="c1",
             netns="/run/netns/p1",
             interface_name="pn0000000000001",
@@ -305,7 +305,7 @@ def data_dir(tmp_path: Path) -> str:
             name="web",
             namespace="prod",
         )
-        store.insert_portmaps(
+        store.pods.insert_portmaps(
             [
                 PortMapping("c1", "0.0.0.0", 8080, "tcp", "10.244.2.5", 80),
                 PortMapping("c1", "::", 8080, "tcp", "fd00:1::5", 80),

@@ -176,7 +176,7 @@ class Holder:
 
 
 class FakeStore:
-    """The two queries :func:`allocator.allocate_in` makes of a store."""
+    """The two queries :func:`allocator.allocate_in` makes of a store (``store.pods``)."""
 
     def __init__(self, used: dict[int, set[str]], holders: dict[tuple[int, str], str]) -> None:
         self.used = used
@@ -187,7 +187,11 @@ class FakeStore:
         self.asked.append(family)
         return set(self.used.get(family, set()))
 
-    def address_holder(self, family: int, addr: str) -> Holder | None:
+    @property
+    def pods(self) -> FakeStore:
+        return self
+
+    def holder_of(self, family: int, addr: str) -> Holder | None:
         cid = self.holders.get((family, addr))
         return None if cid is None else Holder(cid)
 

@@ -12,6 +12,7 @@ import pytest
 
 from netns import Lab
 from podnet.store import open_store
+from runtimes import PODNETCTL
 
 TESTS = str(Path(__file__).resolve().parent)
 ENV = {"PODNET_DRIVERS": "extbridge=ext_driver:ExtBridgeDriver", "PYTHONPATH": TESTS}
@@ -33,9 +34,17 @@ def test_registered_driver_passes_add_check_del_gc(lab: Lab, tmp_path: Path) -> 
     subprocess.run(["ip", "-n", lab.node, "link", "add", "brx", "type", "bridge"], check=True)
     subprocess.run(["ip", "-n", lab.node, "addr", "add", "10.77.0.1/24", "dev", "brx"], check=True)
     subprocess.run(["ip", "-n", lab.node, "link", "set", "brx", "up"], check=True)
-    with open_store(str(tmp_path)) as store, store.write():
-        store.insert_network("ext0", "extbridge", "", {"parent": "brx",
-                                                     "ipv4.address": "10.77.0.1/24"})
+    ctl = ["ip", "netns", "exec", lab.node, "env", f"PODNET_DRIVERS={ENV['PODNET_DRIVERS']}",
+           f"PYTHONPATH={TESTS}", PODNETCTL, "network", "--data-dir", str(tmp_path)]
+    # podnetctl and its API know the type only through the registry
+    bad = subprocess.run([*ctl[:5], *ctl[6:], "--init", "create", "ext0", "--type=extbridge"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "Unknown driver" in bad.stderr, bad
+    made = subprocess.run([*ctl, "--init", "create", "ext0", "--type=extbridge", "parent=brx",
+                           "ipv4.address=10.77.0.1/24"], capture_output=True, text=True)
+    assert made.returncode == 0, made
+    listed = subprocess.run([*ctl, "list", "-f", "csv"], capture_output=True, text=True)
+    assert "ext0,extbridge" in listed.stdout, listed
     pod = lab.pod()
 
     rc, result = lab.cni("ADD", _conf(tmp_path), container_id="c1", netns=pod, env=ENV)
@@ -69,4 +78,7 @@ def test_registered_driver_passes_add_check_del_gc(lab: Lab, tmp_path: Path) -> 
     assert rc == 0, out
     assert result["interfaces"][0]["name"] not in _links(lab) and "brx" in _links(lab)
     with open_store(str(tmp_path)) as store:
-        assert store.pods() == []
+        assert store.pods.all() == []
+    gone = subprocess.run([*ctl, "delete", "ext0"], capture_output=True, text=True)
+    assert gone.returncode == 0, gone
+    assert "brx" in _links(lab)                      # deleting the network left the bridge

@@ -118,7 +118,7 @@ def test_loose_database_of_an_older_version_is_restricted(tmp_path: Path) -> Non
         assert {p: mode(data / p) for p in ("podnet.db", "podnet.db-wal", "podnet.db-shm")} == {
             "podnet.db": 0o644, "podnet.db-wal": 0o644, "podnet.db-shm": 0o644}
         with open_store(str(data)) as store:
-            assert store.ranges() == []  # migrated
+            assert store.ranges.all() == []  # migrated
         assert {p: mode(data / p) for p in ("podnet.db", "podnet.db-wal", "podnet.db-shm")} == {
             "podnet.db": 0o600, "podnet.db-wal": 0o600, "podnet.db-shm": 0o600}
         assert old.execute("SELECT x FROM leftover").fetchall() == [(1,)]
@@ -161,7 +161,7 @@ def traced(code: str, *args: str) -> list[str]:
 
 
 MARKED = """
-from podnet.store.db import _prepare_files
+from podnet.store.files import _prepare_files
 try: os.stat('/begin-mark')
 except OSError: pass
 _prepare_files(sys.argv[1], sys.argv[1] + '/podnet.db')

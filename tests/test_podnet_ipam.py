@@ -28,7 +28,7 @@ from podnet.ipam import delegate
 from podnet.plugins import podnet_ipam
 from podnet.plugins.podnet_ipam_conf import IpamConf
 from podnet.store import open_store
-from podnet.store.db import OWNER_IPAM, OWNER_PODNET, ipam_key
+from podnet.store.pods import OWNER_IPAM, OWNER_PODNET, ipam_key
 from podnet.store.schema import MIGRATIONS
 from test_plugin_e2e import host_veths
 
@@ -259,7 +259,7 @@ def test_shares_a_database_with_podnet_rows(tmp_path: Path) -> None:
     an allocation in several networks."""
     with open_store(str(tmp_path)) as store, store.write():
         for i in range(2, 6):
-            store.insert_pod(container_id=f"p{i}", netns="/x", interface_name=f"pn{i}",
+            store.pods.insert(container_id=f"p{i}", netns="/x", interface_name=f"pn{i}",
                              interface_mtu=1500, ifname="eth0", network_name="brnet", host_mac="",
                              pod_mac="", ip_address_v4=f"10.22.0.{i}")
     conf = ipam_conf(tmp_path, ["10.22.0.0/29"])  # usable .2-.6: podnet holds .2-.5
@@ -293,9 +293,9 @@ def test_owner_migration_marks_existing_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with open_store(str(tmp_path)) as store:
-        pod = store.get_pod("old")
+        pod = store.pods.get("old")
         assert pod is not None and pod.owner == OWNER_PODNET
-        assert store.address_holder(4, "10.22.0.9") is not None
+        assert store.pods.holder_of(4, "10.22.0.9") is not None
 
 
 def test_ipam_key_never_equals_a_container_id() -> None:

@@ -34,6 +34,7 @@ import golden
 from netns import CLIENT_ADDR4, CLIENT_ADDR6, NODE_ADDR4, NODE_ADDR6, REFUSED, Lab
 from podnet.firewall import portmap_iptables as rules
 from podnet.plugins.podnet_portmap import PortmapConf
+from podnet.values import ContainerNet
 from portmap_helpers import (
     BASE_PATH,
     PODNET_PORTMAP,
@@ -69,10 +70,10 @@ GOLDEN = Path(__file__).parent / "golden" / "portmap"
 NET = "mynet"
 CID = "0f3b2c1d9e8a"
 OTHER_CID = "77aa55bb33cc"  # a second container of the same network in the saved tables
-V4 = rules.ContainerNet.from_cidr("172.16.30.2/24")  # seed 000's example
-V6 = rules.ContainerNet.from_cidr("fd00:10:30::2/64")
-OTHER_V4 = rules.ContainerNet.from_cidr("172.16.30.3/24")
-OTHER_V6 = rules.ContainerNet.from_cidr("fd00:10:30::3/64")
+V4 = ContainerNet.from_cidr("172.16.30.2/24")  # seed 000's example
+V6 = ContainerNet.from_cidr("fd00:10:30::2/64")
+OTHER_V4 = ContainerNet.from_cidr("172.16.30.3/24")
+OTHER_V6 = ContainerNet.from_cidr("fd00:10:30::3/64")
 SEED_PORTS = [tcp(8080, 80), tcp(8043, 443)]
 HOST_IP_PORTS = [tcp(8080, 80, "192.0.2.1"), tcp(8443, 443, "2001:db8:1::1"), udp(5353, 53),
                  udp(5354, 54, "0.0.0.0"), tcp(8444, 444, "::")]
@@ -104,7 +105,7 @@ def parsed(options: dict[str, Any], mappings: list[dict[str, Any]]) -> PortmapCo
     return PortmapConf(portmap_conf("podnet-portmap", None, mappings, name=NET, **options))
 
 
-def container(family: int, other: bool = False) -> rules.ContainerNet:
+def container(family: int, other: bool = False) -> ContainerNet:
     if other:
         return OTHER_V6 if family == 6 else OTHER_V4
     return V6 if family == 6 else V4

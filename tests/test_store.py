@@ -52,16 +52,16 @@ def test_connection_setup_and_migrations(tmp_path: Path) -> None:
 
 
 def _pod(store, cid: str, v4: str) -> None:  # type: ignore[no-untyped-def]
-    store.insert_pod(container_id=cid, netns="/x", interface_name="pn" + cid, interface_mtu=1500,
+    store.pods.insert(container_id=cid, netns="/x", interface_name="pn" + cid, interface_mtu=1500,
                      ifname="eth0", network_name="n", host_mac="", pod_mac="", ip_address_v4=v4)
 
 
 def test_cascade_deletes_portmaps(tmp_path: Path) -> None:
     with open_store(str(tmp_path)) as store, store.write():
         _pod(store, "a", "10.0.0.2")
-        store.insert_portmaps([PortMapping("a", "0.0.0.0", 80, "tcp", "10.0.0.2", 80)])
-        store.delete_pod("a")
-        assert store.portmaps() == []
+        store.pods.insert_portmaps([PortMapping("a", "0.0.0.0", 80, "tcp", "10.0.0.2", 80)])
+        store.pods.delete("a")
+        assert store.pods.portmaps() == []
 
 
 @pytest.mark.parametrize(
@@ -79,13 +79,13 @@ def test_hostport_holders(tmp_path: Path, held: str, asked: str, clash: bool) ->
     with open_store(str(tmp_path)) as store, store.write():
         _pod(store, "a", "10.0.0.2")
         cip = "fd00::2" if ":" in held else "10.0.0.2"
-        store.insert_portmaps([PortMapping("a", held, 80, "tcp", cip, 80)])
+        store.pods.insert_portmaps([PortMapping("a", held, 80, "tcp", cip, 80)])
         asked_cip = "fd00::3" if ":" in asked else "10.0.0.3"
-        holders = store.claim_holders(PortMapping("b", asked, 80, "tcp", asked_cip, 80).dnat())
+        holders = store.pods.claim_holders(PortMapping("b", asked, 80, "tcp", asked_cip, 80).dnat())
         assert bool(holders) is clash
         assert [(h.kind, h.name) for h in holders] == ([("hostPort", "a")] if clash else [])
         udp = PortMapping("b", asked, 80, "udp", asked_cip, 80).dnat()
-        assert not store.claim_holders(udp)
+        assert not store.pods.claim_holders(udp)
 
 
 def test_locked_database_is_code_11(tmp_path: Path) -> None:
@@ -119,11 +119,11 @@ def test_detach_keeps_the_lock_and_reconnects(tmp_path: Path) -> None:
         with pytest.raises(CNIError) as info:
             other.acquire(0.2)  # the lock is still ours
         assert info.value.code == 11
-        assert [p.container_id for p in store.pods()] == ["c1", "c2"]
+        assert [p.container_id for p in store.pods.all()] == ["c1", "c2"]
         with store.write():
             _pod(store, "c3", "10.0.0.4")
     with open_store(str(tmp_path)) as store:
-        assert len(store.pods()) == 3
+        assert len(store.pods.all()) == 3
 
 
 def test_writers_serialise(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_writers_serialise(tmp_path: Path) -> None:
         t.join()
     assert not errors
     with open_store(str(tmp_path)) as store:
-        assert len(store.pods()) == 32
+        assert len(store.pods.all()) == 32
 
 
 SEED_004 = Path(__file__).parent / "seeds" / "004_schema.sql"
@@ -174,12 +174,12 @@ def test_forward_rows_cascade_with_their_network(tmp_path: Path) -> None:
     from podnet.values import Dnat
 
     with open_store(str(tmp_path)) as store, store.write():
-        nid = store.insert_network("br0", "bridge", "", {"ipv4.address": "10.0.0.1/24"})
-        node = store.node_id("host1")
-        fid = store.insert_forward(nid, node, "198.51.100.1", "", "[]", {"user.a": "b"})
-        store.set_forward_dnats(fid, [Dnat(4, "198.51.100.1", None, None, "10.0.0.2", None)])
+        nid = store.networks.insert("br0", "bridge", "", {"ipv4.address": "10.0.0.1/24"})
+        node = store.networks.node_id("host1")
+        fid = store.networks.insert_forward(nid, node, "198.51.100.1", "", "[]", {"user.a": "b"})
+        store.networks.set_forward_dnats(fid, [Dnat(4, "198.51.100.1", None, None, "10.0.0.2", None)])
         with pytest.raises(sqlite3.IntegrityError):  # UNIQUE (network_id, node_id, listen_address)
-            store.insert_forward(nid, node, "198.51.100.1", "", "[]", {})
-        store.delete_network(nid)
+            store.networks.insert_forward(nid, node, "198.51.100.1", "", "[]", {})
+        store.networks.delete(nid)
         for table in ("networks_forwards", "networks_forwards_config", "forward_dnats", "networks_config"):
             assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0

@@ -37,7 +37,7 @@ def first_conflict(store: Store, claims: Sequence[Claim], *, of: str, hostports:
     (``ip``) only when a hostPort meets a forward."""
     local: list[Net] | None = None
     for claim in claims:
-        for holder in store.claim_holders(claim, hostports=hostports, portmap=portmap,
+        for holder in store.pods.claim_holders(claim, hostports=hostports, portmap=portmap,
                                           forwards=of == HOSTPORT):  # fmt: skip
             if (holder.kind == FORWARD) == (of == FORWARD):
                 return claim, holder  # hostPort against hostPort

@@ -59,13 +59,13 @@ def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = No
             warn(f"left out of table inet podnet: {what}: {err}")
 
     ranges = []
-    for _, cidr, _, masq in store.ranges():
+    for _, cidr, _, masq in store.ranges.all():
         try:
             ranges.append((checked.text(checked.network(cidr)), masq))
         except ValueError as err:
             skip(f"range {checked.show(cidr)}", err)
     mappings = []
-    for m in store.portmaps():
+    for m in store.pods.portmaps():
         if m.container_id in without:
             continue
         try:
@@ -73,9 +73,7 @@ def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = No
         except ValueError as err:
             skip(f"a hostPort of {m.container_id}", err)
     bridges = []
-    for net in store.networks():
-        if net.type != "bridge":
-            continue
+    for net in store.networks.all():  # every network with addresses of its own (not ptp's ranges)
         subnets, nat, nat_address = {}, {}, {}
         try:
             for family in (4, 6):
@@ -89,14 +87,15 @@ def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = No
         except ValueError as err:
             skip(f"network {net.name}", err)
             continue
-        bridges.append(table.BridgeNat(net.name, subnets, nat, nat_address))
+        if subnets:
+            bridges.append(table.BridgeNat(net.name, subnets, nat, nat_address))
     drops = []
-    for address in store.forward_drops():
+    for address in store.networks.forward_drops():
         try:
             drops.append(checked.text(checked.ip(address)))
         except ValueError as err:
             skip(f"the drop of forward {checked.show(address)}", err)
-    return table.TableState(ranges, mappings, store.forward_dnats(), bridges, drops)
+    return table.TableState(ranges, mappings, store.networks.forward_dnats(), bridges, drops)
 
 
 def renderable(entries: Sequence[PortMapping], warn: Warn | None) -> list[PortMapping]:

@@ -203,7 +203,7 @@ class Trust:
         from podnet.store import open_store
 
         with open_store(self.manager.data_dir, busy_timeout=self.manager.busy_timeout) as store:
-            rows = store.trusted()
+            rows = store.trust.all()
         self.fingerprints = {fp for fp, _, _ in rows}
         for fp, _, pem in rows:
             if fp not in self.loaded:

@@ -84,7 +84,7 @@ def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
         raise click.ClickException(f"not a PEM certificate: {err}") from None
     fp = fingerprint(der)
     with _store(data_dir) as store, store.write():
-        added = store.add_trusted(fp, name or certificate.name, ssl.DER_cert_to_PEM_cert(der))
+        added = store.trust.add(fp, name or certificate.name, ssl.DER_cert_to_PEM_cert(der))
     click.echo(f"{'Added' if added else 'Already trusted'} {fp}")
 
 
@@ -93,7 +93,7 @@ def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
 def trust_list(data_dir: str) -> None:
     """List the trusted client certificates (fingerprint and name)."""
     with _store(data_dir) as store:
-        for fp, name, _ in store.trusted():
+        for fp, name, _ in store.trust.all():
             click.echo(f"{fp}  {name}")
 
 
@@ -105,7 +105,7 @@ def trust_remove(fingerprint_prefix: str, data_dir: str) -> None:
     if len(fingerprint_prefix) < 12:
         raise click.ClickException("give at least 12 hex digits of the fingerprint")
     with _store(data_dir) as store, store.write():
-        removed = store.remove_trusted(fingerprint_prefix.lower())
+        removed = store.trust.remove(fingerprint_prefix.lower())
     if not removed:
         raise click.ClickException("Certificate not found")
     if len(removed) > 1:

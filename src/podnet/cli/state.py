@@ -64,7 +64,7 @@ def _endpoint(ip: str, port: int) -> str:
 def pod_records(store: Store) -> list[Record]:
     """Every pod (``Pod.as_dict()``) plus ``pod`` = ``namespace/name`` when known."""
     out = []
-    for pod in store.pods():
+    for pod in store.pods.all():
         rec = pod.as_dict()
         rec["pod"] = "/".join(str(rec[k]) for k in ("namespace", "name") if rec.get(k))
         out.append(rec)
@@ -77,8 +77,8 @@ def port_records(store: Store) -> list[Record]:
     plus ``host`` and ``target`` as ``ip:port`` text."""
     out = []
     mappings: list[tuple[str, str | None, PortMapping]] = [
-        ("podnet", None, m) for m in store.portmaps()]
-    mappings += [("podnet-portmap", network, m) for network, m in store.portmap_claims()]
+        ("podnet", None, m) for m in store.pods.portmaps()]
+    mappings += [("podnet-portmap", network, m) for network, m in store.pods.portmap_claims()]
     for plugin, network, m in mappings:
         rec = m.as_dict()
         rec["plugin"] = plugin
@@ -95,9 +95,9 @@ def range_records(store: Store) -> list[Record]:
     from podnet.ipam.allocator import usable_count
 
     out = []
-    for rid, subnet, description, masq in store.ranges():
+    for rid, subnet, description, masq in store.ranges.all():
         net = checked.network(subnet)
-        used = sum(1 for a in store.used_addresses(net.version) if checked.ip(a) in net)
+        used = sum(1 for a in store.pods.used_addresses(net.version) if checked.ip(a) in net)
         out.append(
             {
                 "id": rid,

@@ -11,9 +11,10 @@ A driver answers for one network type. Pod side (the ``podnet`` plugin's verbs):
   driver's own steps to DEL, CHECK, GC, STATUS and ADD's result.
 
 Network side (``podnetctl network`` and the API, through :mod:`podnet.drivers.manager`):
-:meth:`Driver.validate`, :meth:`Driver.create`, :meth:`Driver.restore`, :meth:`Driver.delete`,
-and :meth:`Driver.forward_targets` (which subnets a forward may target: the forward backend is
-podnet's nft table, shared by every driver, :mod:`podnet.reconcile`).
+:meth:`Driver.validate`, :meth:`Driver.settle`, :meth:`Driver.create`, :meth:`Driver.update`,
+:meth:`Driver.delete`, :meth:`Driver.restore`, :meth:`Driver.users`, and :meth:`Driver.subnets`
+(which addresses a forward may target; the forward backend is podnet's nft table, shared by
+every driver, :mod:`podnet.reconcile`).
 
 The verbs themselves are written once, over these hooks, in :mod:`podnet.drivers.pods`. A call
 killed before its COMMIT may leave the veth with no row: the
@@ -31,15 +32,15 @@ from podnet.link import names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
     from podnet.checked import Iface, Net
     from podnet.cni.skel import Call
     from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
-    from podnet.store.db import Pod
     from podnet.store.networks import NetworkRow
+    from podnet.store.pods import Pod
     from podnet.undo import Undo
 
     #: ``{family: (address, gateway, range)}``, as :func:`podnet.ipam.allocator.allocate_in` gives.
@@ -96,30 +97,64 @@ class Driver:
     #: once :meth:`before_pair` made the node ready (a bridge port).
     pair_before_commit = True
 
-    # -- network side --------------------------------------------------------------------
+    # -- network side (drivers.manager) --------------------------------------------------
+    #: Whether ``podnetctl network create`` and the API may create and change its networks.
+    creatable = False
+
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
-        """The config of network ``name`` checked, in canonical form; NetworkError (400)
-        naming the key otherwise. Default: this type has no networks of its own."""
+        """The config of network ``name`` checked, canonical; NetworkError (400) naming the key.
+        Default: this type's networks are not made by hand."""
         from podnet.networks.errors import NetworkError
 
-        raise NetworkError(f"Networks of type {self.type!r} cannot be created here", 400)
+        raise NetworkError(f"{self.type} networks are created by the podnet plugin")
 
-    def create(self, store: Store, row: NetworkRow, owner: str) -> None:
-        """Make network ``row`` exist on the node (links, addresses); KernelError (104)."""
+    def settle(self, name: str, config: dict[str, str], taken: Sequence[tuple[Net, str]],
+               owner: str, before: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+        """Under the write lock: ``config`` with its defaults filled (``auto`` subnets avoid
+        ``taken``: ``(subnet, its holder)``), checked against the other networks and ranges and
+        the node's routes that are not ``owner``'s (409). ``before``: the config it replaces."""
+        return config
+
+    def subnets(self, config: Mapping[str, str]) -> dict[int, list[Net]]:
+        """The network's subnets per family (forward targets, overlap checks): default the
+        ``ipv4.ranges``/``ipv6.ranges`` a conflist recorded."""
+        from podnet import checked
+
+        out: dict[int, list[Net]] = {4: [], 6: []}
+        for key in ("ipv4.ranges", "ipv6.ranges"):
+            for cidr in config.get(key, "").split(","):
+                if cidr.strip():
+                    net = checked.network(cidr.strip())
+                    out[net.version].append(net)
+        return out
+
+    def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
+        """The containers attached to network ``row`` (``any_owner``: podnet-ipam's rows too)."""
+        return [str(p.container_id) for p in store.pods.all() if p.network_name == row.name
+                and (any_owner or p.owner in (None, "podnet"))]  # fmt: skip
+
+    def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
+        """Make network ``name`` exist on the node (inside the write transaction that records
+        it); returns the undo. KernelError (104); NetworkError 409 for a link not ``owner``'s."""
+        return lambda: None
+
+    def update(self, name: str, before: Mapping[str, str], config: Mapping[str, str],
+               owner: str) -> Callable[[], object]:  # fmt: skip
+        """Apply a changed config on the node; returns the undo."""
+        return lambda: None
+
+    def forget(self, store: Store, row: NetworkRow) -> None:
+        """Inside the write transaction that deletes ``row``: the store's own leftovers."""
+
+    def delete(self, name: str, owner: str,
+               warn: Callable[[str], None] | None) -> Callable[[], object]:  # fmt: skip
+        """Before a network is deleted: returns what removes it from the node once the rows are
+        gone (only what ``owner`` made)."""
+        return lambda: None
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """Bring network ``row`` back after a reboot or a cleanup; what was done, one line each."""
         return []
-
-    def delete(self, store: Store, row: NetworkRow, owner: str) -> None:
-        """Remove what :meth:`create` made; what is not podnet's (``owner``) stays."""
-
-    def forward_targets(self, row: NetworkRow) -> list[Net]:
-        """The subnets a forward of network ``row`` may target."""
-        from podnet import checked
-
-        return [checked.network(c) for key in ("ipv4.ranges", "ipv6.ranges")
-                for c in row.config.get(key, "").split(",") if c]  # fmt: skip
 
     # -- pod side: hooks -----------------------------------------------------------------
     def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:
@@ -186,7 +221,7 @@ def require_netns(call: Call) -> None:
 
 def refuse_existing(store: Store, container_id: str) -> None:
     """Code 102 when the container already has an attachment in this store."""
-    existing = store.get_pod(container_id)
+    existing = store.pods.get(container_id)
     if existing is not None:
         raise errors.InterfaceExists(
             f"container {container_id} already has a podnet attachment ({existing.ifname} in "

@@ -4,16 +4,20 @@ keys (seed 004; :mod:`podnet.networks.config`). The bridge carries the alias
 
 from __future__ import annotations
 
-from podnet import errors
+from podnet import checked, errors
 from podnet.drivers.base import Choice, Driver, link_alias
+from podnet.networks.errors import NetworkError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.drivers.conf import PodnetConf
     from podnet.store import Store
-    from podnet.store.db import Pod
     from podnet.store.networks import NetworkRow
+    from podnet.store.pods import Pod
 
 
 class BridgeDriver(Driver):
@@ -22,10 +26,108 @@ class BridgeDriver(Driver):
 
     type = "bridge"
     pair_before_commit = False
+    creatable = True
+
+    # -- network side ----------------------------------------------------------------------
+    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
+        """LXD's bridge keys and messages (:func:`podnet.networks.config.validate`)."""
+        from podnet.networks import config as netconfig
+
+        return netconfig.validate(name, dict(config))
+
+    def settle(self, name: str, config: dict[str, str], taken: Sequence[tuple[Net, str]],
+               owner: str, before: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+        """``auto`` subnets picked clear of ``taken`` and the node's routes (kept on an existing
+        network), NAT defaults; 409 when a subnet overlaps another network or range, or a route
+        of the node that is not this store's."""
+        from podnet.networks import config as netconfig
+
+        if before is not None:
+            for family in (4, 6):
+                key = f"ipv{family}.address"
+                if config.get(key) == "auto" and netconfig.subnet(before, family):
+                    config[key] = before[key]  # auto on an existing network keeps its subnet
+        config = netconfig.fill_defaults(config, [n for n, _ in taken] + _routes(),
+                                         create=before is None)  # fmt: skip
+        _check_overlap(name, config, taken)
+        _check_routes(name, config, owner, before)
+        return config
+
+    def subnets(self, config: Mapping[str, str]) -> dict[int, list[Net]]:
+        """The bridge's subnet per family (``ipvN.address``)."""
+        from podnet.networks.config import addresses
+
+        out: dict[int, list[Net]] = {4: [], 6: []}
+        for family, iface in addresses(config).items():
+            out[family].append(iface.network)
+        return out
+
+    def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
+        return [cid for cid, _, _ in store.networks.pods(row.id)]
+
+    def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
+        """The bridge with its addresses and MTU; the undo deletes it unless it was already
+        this store's (a leftover). 409 when a link of that name is not podnet's."""
+        from podnet.link import bridge
+        from podnet.networks.config import addresses
+
+        mine = _ours(name, owner)
+        bridge.create(name, list(addresses(config).values()), int(config.get("bridge.mtu", "0")),
+                      owner=owner)  # fmt: skip
+        return (lambda: None) if mine else (lambda: bridge.delete(name, owner=owner))
+
+    def update(self, name: str, before: Mapping[str, str], config: Mapping[str, str],
+               owner: str) -> Callable[[], object]:  # fmt: skip
+        """New addresses and MTU on the bridge (an unset ``bridge.mtu`` goes back to the
+        default, not the last value set); 409 when the bridge is gone."""
+        from podnet.link import bridge
+        from podnet.networks import config as netconfig
+
+        if not _ours(name, owner):
+            raise NetworkError(
+                f'The bridge of network "{name}" is gone: run podnetctl network restore', 409
+            )
+        old = list(netconfig.addresses(before).values())
+        new = list(netconfig.addresses(config).values())
+        bridge.configure(name, old, new, netconfig.mtu(config), owner=owner)
+        return lambda: bridge.configure(name, new, old, netconfig.mtu(before), owner=owner)
+
+    def delete(self, name: str, owner: str,
+               warn: Callable[[str], None] | None) -> Callable[[], object]:  # fmt: skip
+        """The bridge, once the rows are gone — only a bridge podnet made: a link of that name
+        without this store's mark is left alone (with a warning)."""
+        from podnet.link import bridge
+
+        try:
+            mine = _ours(name, owner)
+        except NetworkError as err:  # a link of that name that is not podnet's
+            if warn is not None:
+                warn(f"{err}; left it alone")
+            mine = False
+        return (lambda: bridge.delete(name, owner=owner)) if mine else (lambda: None)
+
+    def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
+        """The bridge with its addresses, and the host ends of its pods' veths back on it."""
+        from podnet.link import bridge
+        from podnet.networks.config import addresses
+
+        try:
+            bridge.create(row.name, list(addresses(row.config).values()),
+                          int(row.config.get("bridge.mtu", "0")), owner=owner)  # fmt: skip
+        except bridge.NotOurs as err:
+            return [f"nothing for bridge {row.name}: {err.msg}"]
+        done = [f"bridge {row.name}"]
+        for _, _, host_if in store.networks.pods(row.id):
+            if bridge.alias_of(host_if) == owner:
+                bridge.attach(host_if, row.name, owner=owner)
+                done.append(f"  port {host_if}")
+        return done
+
+    # -- pod side --------------------------------------------------------------------------
 
     def network_of(self, conf: PodnetConf, store: Store) -> NetworkRow:
         """The conflist's ``network``; 7 when it does not exist or is of another type."""
-        net = store.network(conf.network)
+        net = store.networks.get(conf.network)
         if net is None or net.type != self.type:
             what = ("does not exist" if net is None
                     else f"is a {net.type} network, not a {self.type}")  # fmt: skip
@@ -70,7 +172,7 @@ class BridgeDriver(Driver):
             return
         bridge.create(choice.bridge, choice.bridge_addresses, choice.mtu, owner=owner)
         assert choice.network_id is not None
-        for _, _, other in store.network_pods(choice.network_id):
+        for _, _, other in store.networks.pods(choice.network_id):
             if other != host_if and bridge.alias_of(other) == owner:
                 bridge.attach(other, choice.bridge, owner=owner)
 
@@ -87,8 +189,78 @@ class BridgeDriver(Driver):
         """The bridge and subnet prefixes of a stored pod of this network (CHECK)."""
         from podnet.networks.config import addresses
 
-        net = next((n for n in store.networks() if n.id == pod.network_id), None)
+        net = next((n for n in store.networks.all() if n.id == pod.network_id), None)
         if net is None:
             return "", {}
         ifaces = addresses(net.config)
         return self.bridge_name(net), {f: i.network.prefixlen for f, i in ifaces.items()}
+
+
+def _ours(name: str, owner: str) -> bool:
+    """Whether a bridge ``name`` exists and carries ``owner``'s mark (a leftover of a network of
+    this store); NetworkError 409 when a link of that name is not podnet's."""
+    from podnet.link import bridge
+
+    try:
+        return bridge.require_ours(name, owner)
+    except bridge.NotOurs as err:
+        raise NetworkError(err.msg, 409) from None
+
+
+def _check_routes(name: str, config: Mapping[str, str], owner: str,
+                  before: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    """409 when a subnet new to the network overlaps a route of the node that is not this
+    store's (:func:`podnet.link.local.foreign_routes`): the bridge would take the traffic of
+    hosts the node already reaches."""
+    from podnet.link.local import foreign_routes
+    from podnet.networks import config as netconfig
+
+    new = [n for f in (4, 6) if (n := netconfig.subnet(config, f)) is not None
+           and (before is None or netconfig.subnet(before, f) != n)]  # fmt: skip
+    clash = foreign_routes(new, owner) if new else []
+    if clash:
+        dst, dev = clash[0]
+        raise NetworkError(
+            f'Invalid value for network "{name}": its subnet overlaps the route to {dst} '
+            f"(dev {dev}) of the node",
+            409,
+        )
+
+
+def _check_overlap(name: str, config: Mapping[str, str],
+                   taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
+    from podnet.networks import config as netconfig
+
+    for family in (4, 6):
+        net = netconfig.subnet(config, family)
+        if net is None:
+            continue
+        for other, holder in taken:
+            if other.version == family and net.overlaps(other):
+                raise NetworkError(
+                    f'Invalid value for network "{name}" option "ipv{family}.address": '
+                    f"subnet {net} overlaps {holder}",
+                    409,
+                )
+
+
+def _routes() -> list[Net]:
+    """Destinations the node already routes (``auto`` must not pick one of them)."""
+    from podnet import proc
+    from podnet.cni.fastjson import loads
+
+    out: list[Net] = []
+    for family in ("-4", "-6"):
+        try:
+            rc, text, _ = proc.spawn(["ip", "-j", family, "route", "show"]).wait()
+            routes = loads(text) if rc == 0 and text.strip() else []
+        except (ValueError, Exception):  # noqa: BLE001 - a best-effort hint only
+            continue
+        for route in routes if isinstance(routes, list) else []:
+            dst = route.get("dst") if isinstance(route, dict) else None
+            if isinstance(dst, str) and dst != "default":
+                try:
+                    out.append(checked.network(dst, strict=False))
+                except checked.BadValue:
+                    pass
+    return out

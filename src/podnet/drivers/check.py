@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
-    from podnet.store.db import Pod
+    from podnet.store.pods import Pod
     from podnet.values import PortMapping
 
 

@@ -58,10 +58,10 @@ class DelegatedDriver(PtpDriver):
         its subnets recorded as ranges."""
         alloc, _ = self._answer[call.container_id]
         _take_over(store, call, conf, alloc)
-        refuse_node_routes(conf, store.ranges(), [net for _, _, net in alloc.values()])
+        refuse_node_routes(conf, store.ranges.all(), [net for _, _, net in alloc.values()])
         subnets = sorted({str(net) for _, _, net in alloc.values()})
         description = f"network {conf.name} (ipam {conf.ipam_type})"
-        return Choice(alloc, store.sync_ranges(subnets, conf.ip_masq, description))
+        return Choice(alloc, store.ranges.sync(subnets, conf.ip_masq, description))
 
     def finish_result(self, call: Call, result: dict[str, Any]) -> None:
         """The IPAM result's ``dns`` in ADD's result."""
@@ -108,22 +108,22 @@ def _take_over(store: Store, call: Call, conf: PodnetConf, alloc: Allocation) ->
     later finds nothing left to do. Any other holder means two allocators hand out one range:
     code 7 naming the holder.
     """
-    from podnet.store.db import OWNER_IPAM, ipam_key
+    from podnet.store.pods import OWNER_IPAM, ipam_key
 
     mine = ipam_key(call.container_id, call.ifname, conf.name)
     for family, (_, gateway, _) in sorted(alloc.items()):
-        held = store.address_holder(family, gateway)
+        held = store.pods.holder_of(family, gateway)
         if held is not None:  # it would go on the node side of this pod's veth
             raise errors.InvalidConfig(
                 f"gateway {gateway} from IPAM plugin {conf.ipam_type} is the address of "
                 f"{held.container_id} in {store.path}"
             )
     for family, (addr, _, _) in sorted(alloc.items()):
-        holder = store.address_holder(family, addr)
+        holder = store.pods.holder_of(family, addr)
         if holder is None:
             continue
         if holder.owner == OWNER_IPAM and holder.container_id == mine:
-            store.delete_pod(mine)
+            store.pods.delete(mine)
             continue
         who = (f"podnet-ipam allocation {holder.container_id}" if holder.owner == OWNER_IPAM
                else f"container {holder.container_id}")  # fmt: skip

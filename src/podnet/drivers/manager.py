@@ -16,16 +16,16 @@ status the API answers (400, 404, 409, 412); kernel and database failures are CN
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podnet import checked
 from podnet import reconcile as sync
+from podnet.errors import CNIError
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
 from podnet.networks.errors import NetworkError
@@ -34,13 +34,11 @@ from podnet.store import Store, open_store
 from podnet.store.networks import ForwardRow, NetworkRow
 from podnet.values import Dnat, PortMapping
 
-__all__ = ["Manager", "NETWORK_TYPES"]
+if TYPE_CHECKING:
+    from podnet.checked import Net
+    from podnet.drivers.base import Driver
 
-NETWORK_TYPES = ("bridge", "ptp")
-PTP_KEYS = ("ipv4.ranges", "ipv6.ranges")
-
-Net = ipaddress.IPv4Network | ipaddress.IPv6Network
-Iface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+__all__ = ["Manager"]
 
 
 def _forward_of(row: ForwardRow) -> Forward:
@@ -57,19 +55,17 @@ def _ports_json(forward: Forward) -> str:
 
 def view(row: NetworkRow) -> fwd.NetworkView:
     """What forward validation needs of a stored network: its subnets per family."""
-    subnets: dict[int, list[Net]] = {4: [], 6: []}
-    if row.type == "bridge":
-        for family in (4, 6):
-            net = netconfig.subnet(row.config, family)
-            if net is not None:
-                subnets[family].append(net)
-    else:
-        for key in PTP_KEYS:
-            for cidr in row.config.get(key, "").split(","):
-                if cidr.strip():
-                    net = checked.network(cidr.strip())
-                    subnets[net.version].append(net)
-    return fwd.NetworkView(row.name, row.type, subnets)
+    return fwd.NetworkView(row.name, row.type, _driver(row.type).subnets(row.config))
+
+
+def _driver(kind: str) -> Driver:
+    """The driver of network type ``kind``; NetworkError (400) when it cannot be loaded."""
+    from podnet import drivers
+
+    try:
+        return drivers.get(kind)
+    except CNIError as err:
+        raise NetworkError(f"{err.msg} {err.details}".strip()) from None
 
 
 class Manager:
@@ -112,18 +108,13 @@ class Manager:
 
     # -- reading -----------------------------------------------------------------------------
     def _network(self, store: Store, name: str, prefix: str = "") -> NetworkRow:
-        row = store.network(name)
+        row = store.networks.get(name)
         if row is None:
             raise NetworkError(f"{prefix}Network not found", 404)
         return row
 
     def _used_by(self, store: Store, row: NetworkRow) -> list[str]:
-        if row.type == "bridge":
-            cids = [cid for cid, _, _ in store.network_pods(row.id)]
-        else:
-            cids = [str(p.container_id) for p in store.pods() if p.network_name == row.name
-                    and p.owner in (None, "podnet")]  # fmt: skip
-        return [f"/1.0/instances/{cid}" for cid in cids]
+        return [f"/1.0/instances/{cid}" for cid in _driver(row.type).users(store, row)]
 
     def _as_network(self, store: Store, row: NetworkRow) -> Network:
         return Network(row.name, row.type, row.description, dict(row.config),
@@ -132,7 +123,7 @@ class Manager:
     def list_networks(self) -> list[Network]:
         """Every network (bridge and ptp), by name."""
         with self._store() as store:
-            return [self._as_network(store, row) for row in store.networks()]
+            return [self._as_network(store, row) for row in store.networks.all()]
 
     def get_network(self, name: str) -> Network:
         """One network; 404 ``Network not found``."""
@@ -143,13 +134,13 @@ class Manager:
         """The forwards of ``network``, oldest first; 404 for an unknown network."""
         with self._store() as store:
             row = self._network(store, network, "Failed loading network: ")
-            return [_forward_of(f) for f in store.forwards(row.id)]
+            return [_forward_of(f) for f in store.networks.forwards(row.id)]
 
     def get_forward(self, network: str, listen_address: str) -> Forward:
         """One forward (the address in any spelling); 404 ``Network forward not found``."""
         with self._store() as store:
             row = self._network(store, network, "Failed loading network: ")
-            found = store.forward(row.id, _canonical(listen_address))
+            found = store.networks.forward(row.id, _canonical(listen_address))
             if found is None:
                 raise NetworkError("Network forward not found", 404)
             return _forward_of(found)
@@ -159,7 +150,7 @@ class Manager:
         if member is None:
             return
         with self._store() as store:
-            known = set(store.node_names()) | {self.node}
+            known = set(store.networks.node_names()) | {self.node}
         if member not in known:
             raise NetworkError(f'Member "{member}" not found', 404)
 
@@ -167,219 +158,115 @@ class Manager:
     def _taken_subnets(self, store: Store, skip: str = "") -> list[tuple[Net, str]]:
         """Every subnet a network or podnet range holds, with its owner's description."""
         out: list[tuple[Net, str]] = []
-        for row in store.networks():
+        for row in store.networks.all():
             if row.name == skip:
                 continue
             for nets in view(row).subnets.values():
                 out += [(n, f'network "{row.name}"') for n in nets]
-        for _, cidr, description, _ in store.ranges():
+        for _, cidr, description, _ in store.ranges.all():
             out.append((checked.network(cidr), f"range {cidr} ({description or 'podnet'})"))
         return out
 
     def create_network(self, name: str, *, type: str = "bridge", description: str = "",
                        config: Mapping[str, str] | None = None) -> Network:  # fmt: skip
-        """Create a bridge network: validate (LXD's keys and messages), fill defaults (``auto``
-        addresses, NAT), record it and create the bridge with its addresses, forwarding on,
-        NAT in table ``inet podnet``. 400 bad name/config/type, 409 existing name or a subnet
+        """Create a network of a creatable type (``bridge``, or one an administrator
+        registered, :mod:`podnet.drivers`): validate (LXD's keys and messages), fill defaults
+        (``auto`` addresses, NAT), record it and let its driver make it on the node, then NAT
+        in table ``inet podnet``. 400 bad name/config/type, 409 existing name or a subnet
         overlapping another network or range."""
-        from podnet.link import bridge
+        from podnet import drivers
 
         netconfig.check_name(name)
         description = clean(description)
         config = {clean(k): clean(v) for k, v in (config or {}).items()}
-        if type == "ptp":
-            raise NetworkError(
-                "ptp networks are created by the podnet plugin from a conflist's ranges"
-            )
-        if type != "bridge":
-            raise NetworkError("Unknown driver" if type else "No network type provided")
-        valid = netconfig.validate(name, dict(config or {}))
+        if not type:
+            raise NetworkError("No network type provided")
+        if type not in drivers.types():
+            raise NetworkError("Unknown driver")
+        driver = _driver(type)
+        valid = driver.validate(name, config)
         with self._store() as store, store.locked():
-            if store.network(name) is not None:
+            if store.networks.get(name) is not None:
                 raise NetworkError("The network already exists", 409)
-            taken = self._taken_subnets(store)
-            valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes())
-            self._check_overlap(name, valid, taken)
-            self._check_routes(name, valid)
-            addresses = _addresses(valid)
-            mtu = int(valid.get("bridge.mtu", "0"))
-            mine = self._bridge_is_ours(name)
+            valid = driver.settle(name, valid, self._taken_subnets(store), self.owner)
             with store.write():
-                store.insert_network(name, "bridge", description, valid)
-                bridge.create(name, addresses, mtu, owner=self.owner)
+                store.networks.insert(name, type, description, valid)
+                undo = driver.create(name, valid, self.owner)
                 try:
                     sync.rebuild(store)
                 except BaseException:
-                    if not mine:
-                        bridge.delete(name, owner=self.owner)
+                    undo()
                     raise
             return self._as_network(store, self._network(store, name))
-
-    def _unshared(self, store: Store, row: NetworkRow) -> list[str]:
-        """The ranges of ptp network ``row`` that no other network lists and no pod (of any
-        owner: podnet-ipam shares the store) holds an address in."""
-        others = {r for other in store.networks() if other.id != row.id and other.type == "ptp"
-                  for r in _ptp_ranges(other)}  # fmt: skip
-        out = []
-        for cidr in _ptp_ranges(row):
-            net = checked.network(cidr)
-            held = any(checked.ip(a) in net for a in store.used_addresses(net.version))
-            if cidr not in others and not held:
-                out.append(cidr)
-        return out
-
-    def _bridge_is_ours(self, name: str) -> bool:
-        """Whether a bridge ``name`` exists and carries this store's mark (a leftover of a
-        network of this store); NetworkError 409 when a link of that name is not podnet's."""
-        from podnet.link import bridge
-
-        try:
-            return bridge.require_ours(name, self.owner)
-        except bridge.NotOurs as err:
-            raise NetworkError(err.msg, 409) from None
-
-    def _check_routes(self, name: str, config: Mapping[str, str],
-                      before: Mapping[str, str] | None = None) -> None:  # fmt: skip
-        """409 when a subnet new to the network overlaps a route of the node that is not this
-        store's (:func:`podnet.link.local.foreign_routes`): the bridge would take the traffic
-        of hosts the node already reaches."""
-        from podnet.link.local import foreign_routes
-
-        new = [n for f in (4, 6) if (n := netconfig.subnet(config, f)) is not None
-               and (before is None or netconfig.subnet(before, f) != n)]  # fmt: skip
-        clash = foreign_routes(new, self.owner) if new else []
-        if clash:
-            dst, dev = clash[0]
-            raise NetworkError(
-                f'Invalid value for network "{name}": its subnet overlaps the route to {dst} '
-                f"(dev {dev}) of the node",
-                409,
-            )
-
-    def _check_overlap(self, name: str, config: Mapping[str, str],
-                       taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
-        for family in (4, 6):
-            net = netconfig.subnet(config, family)
-            if net is None:
-                continue
-            for other, owner in taken:
-                if other.version == family and net.overlaps(other):
-                    raise NetworkError(
-                        f'Invalid value for network "{name}" option "ipv{family}.address": '
-                        f"subnet {net} overlaps {owner}",
-                        409,
-                    )
 
     def update_network(self, name: str, *, description: str | None = None,
                        config: Mapping[str, str] | None = None, patch: bool = False,
                        etag: str | None = None) -> Network:  # fmt: skip
-        """Change a bridge network: PUT (``patch`` False) replaces description and config,
-        PATCH merges config keys (an empty value removes one) and keeps an absent description.
+        """Change a network: PUT (``patch`` False) replaces description and config, PATCH
+        merges config keys (an empty value removes one) and keeps an absent description.
         ``etag`` (If-Match) must be the current one (412). A new subnet is refused while pods
         or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network."""
-        from podnet.link import bridge
-
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
             if etag is not None and etag.strip('"') != current.etag():
                 raise _stale(current.etag(), etag)
-            if row.type != "bridge":
-                raise NetworkError(f'Network "{name}" of type ptp is managed by the podnet plugin')
+            driver = _driver(row.type)
+            if not driver.creatable:
+                raise NetworkError(
+                    f'Network "{name}" of type {row.type} is managed by the podnet plugin'
+                )
             merged = dict(row.config) if patch else {}
             merged.update({clean(k): clean(v) for k, v in (config or {}).items()})
             description = None if description is None else clean(description)
-            valid = netconfig.validate(name, merged)
-            for family in (4, 6):
-                key = f"ipv{family}.address"
-                if valid.get(key) == "auto" and netconfig.subnet(row.config, family):
-                    valid[key] = row.config[key]  # auto on an existing network keeps its subnet
-            taken = self._taken_subnets(store, skip=name)
-            valid = netconfig.fill_defaults(valid, [n for n, _ in taken] + _routes(),
-                                            create=False)  # fmt: skip
-            self._check_overlap(name, valid, taken)
-            self._check_routes(name, valid, row.config)
-            moved = [f for f in (4, 6)
-                     if netconfig.subnet(valid, f) != netconfig.subnet(row.config, f)]  # fmt: skip
-            if moved and (store.network_pods(row.id) or store.forwards(row.id)):
+            valid = driver.validate(name, merged)
+            valid = driver.settle(name, valid, self._taken_subnets(store, skip=name), self.owner,
+                                  row.config)  # fmt: skip
+            old, new = driver.subnets(row.config), driver.subnets(valid)
+            moved = [f for f in (4, 6) if old.get(f, []) != new.get(f, [])]
+            if moved and (store.networks.pods(row.id) or store.networks.forwards(row.id)):
                 raise NetworkError(
                     f"Cannot change the IPv{moved[0]} subnet of network \"{name}\" while pods or "
                     "forwards use it"
                 )
             new_description = row.description if (patch and description is None) else \
                 (description or "")  # fmt: skip
-            old_addresses, new_addresses = _addresses(row.config), _addresses(valid)
-            if not self._bridge_is_ours(name):
-                raise NetworkError(
-                    f'The bridge of network "{name}" is gone: run podnetctl network restore', 409
-                )
             with store.write():
-                store.update_network(row.id, new_description, valid)
-                # an unset bridge.mtu goes back to the default, not the last value set
-                bridge.configure(name, old_addresses, new_addresses, netconfig.mtu(valid),
-                                 owner=self.owner)  # fmt: skip
+                store.networks.update(row.id, new_description, valid)
+                undo = driver.update(name, row.config, valid, self.owner)
                 try:
                     sync.rebuild(store)
                 except BaseException:
-                    bridge.configure(name, new_addresses, old_addresses, netconfig.mtu(row.config),
-                                     owner=self.owner)  # fmt: skip
+                    undo()
                     raise
             return self._as_network(store, self._network(store, name))
 
     def delete_network(self, name: str) -> None:
-        """Delete a network with its forwards: a bridge network with its bridge (only a bridge
-        podnet made: a link of that name without this store's mark is left alone), a ptp
-        network (a conflist that no longer exists, say) with its ranges, which leave the
-        masquerade sets. 400 while pods use it, 404 unknown."""
-        from podnet.link import bridge
-
+        """Delete a network with its forwards, and what its driver made on the node (a bridge
+        network's bridge, only a bridge podnet made); a ptp network (a conflist that no longer
+        exists, say) with its ranges, which leave the masquerade sets. 400 while pods use it,
+        404 unknown."""
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
-            if row.type == "bridge":
-                in_use = bool(store.network_pods(row.id))
-            else:
-                in_use = any(p.network_name == name for p in store.pods())
-            if in_use:
+            driver = _driver(row.type)
+            if driver.users(store, row, any_owner=True):
                 raise NetworkError("The network is currently in use")
-            mine = False
-            if row.type == "bridge":
-                try:
-                    mine = self._bridge_is_ours(name)
-                except NetworkError as err:  # a link of that name that is not podnet's
-                    if self.warn is not None:
-                        self.warn(f"{err}; left it alone")
+            remove = driver.delete(name, self.owner, self.warn)
             with store.write():
-                store.delete_network(row.id)
-                if row.type == "ptp":
-                    store.delete_ranges(self._unshared(store, row))
+                store.networks.delete(row.id)
+                driver.forget(store, row)
                 # without its forwards, NAT and ranges, before the rows go
                 sync.rebuild(store)
-            if mine:
-                bridge.delete(name, owner=self.owner)
+            remove()
 
     def restore(self) -> list[str]:
-        """After a reboot or a cleanup behind podnet's back: every bridge with its addresses,
-        the host ends of its pods' veths back on it, and table ``inet podnet`` rebuilt (with
-        forwards). Idempotent. Returns what it did, one line each."""
-        from podnet.link import bridge
-
+        """After a reboot or a cleanup behind podnet's back: every network's links back (a
+        bridge with its addresses and its pods' host ends), and table ``inet podnet`` rebuilt
+        (with forwards). Idempotent. Returns what it did, one line each."""
         done = []
         with self._store() as store, store.locked():
-            for row in store.networks():
-                if row.type != "bridge":
-                    continue
-                try:
-                    bridge.create(row.name, _addresses(row.config),
-                                  int(row.config.get("bridge.mtu", "0")),
-                                  owner=self.owner)  # fmt: skip
-                except bridge.NotOurs as err:
-                    done.append(f"nothing for bridge {row.name}: {err.msg}")
-                    continue
-                done.append(f"bridge {row.name}")
-                for _, _, host_if in store.network_pods(row.id):
-                    if bridge.alias_of(host_if) == self.owner:
-                        bridge.attach(host_if, row.name, owner=self.owner)
-                        done.append(f"  port {host_if}")
+            for row in store.networks.all():
+                done += _driver(row.type).restore(store, row, self.owner)
             sync.rebuild(store)
             done.append("table inet podnet")
         return done
@@ -387,7 +274,7 @@ class Manager:
     # -- forwards ----------------------------------------------------------------------------
     def _check_listen(self, store: Store, row: NetworkRow, listen: str) -> None:
         """One forward per listen address across all networks; not inside any subnet."""
-        holder = store.forward_network_of(listen)
+        holder = store.networks.forward_network_of(listen)
         if holder == row.name:
             raise NetworkError("A forward for that listen address already exists", 409)
         addr = checked.ip(listen)
@@ -403,7 +290,7 @@ class Manager:
                     f'Forward listen address "{listen}{suffix}" overlaps with another network or '
                     f"NIC ({owner} holds {net})"
                 )
-        for other in store.networks():  # another network's SNAT address (its own is allowed)
+        for other in store.networks.all():  # another network's SNAT address (its own is allowed)
             if other.name != row.name and listen in (other.config.get("ipv4.nat.address"),
                                                      other.config.get("ipv6.nat.address")):
                 raise NetworkError(
@@ -452,14 +339,15 @@ class Manager:
                 raise NetworkError(prefix + str(err), err.status) from None
             new.config = {k: v for k, v in new.config.items() if v != ""}
             with store.write():
-                node = store.node_id(self.node)
-                fid = store.insert_forward(row.id, node, new.listen_address, new.description,
-                                           _ports_json(new), new.config)  # fmt: skip
+                node = store.networks.node_id(self.node)
+                fid = store.networks.insert_forward(row.id, node, new.listen_address,
+                                                    new.description, _ports_json(new),
+                                                    new.config)  # fmt: skip
                 for d in dnats:
                     d.owner = str(fid)
-                store.set_forward_dnats(fid, dnats)
+                store.networks.set_forward_dnats(fid, dnats)
                 sync.forwards(store, new.listen_address, None, dnats, self.warn)
-            found = store.forward(row.id, new.listen_address)
+            found = store.networks.forward(row.id, new.listen_address)
             assert found is not None
             return _forward_of(found)
 
@@ -499,7 +387,7 @@ class Manager:
         prefix = "Failed updating forward: "
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
-            found = store.forward(row.id, _canonical(listen_address))
+            found = store.networks.forward(row.id, _canonical(listen_address))
             if found is None:
                 raise NetworkError(("" if client else prefix) + "Network forward not found", 404)
             current = _forward_of(found)
@@ -512,14 +400,15 @@ class Manager:
             new.config = {k: v for k, v in new.config.items() if v != ""}
             if new.etag() == current.etag():
                 return current
-            old = store.forward_dnats(found.id)
+            old = store.networks.forward_dnats(found.id)
             with store.write():
-                store.update_forward(found.id, new.description, _ports_json(new), new.config)
+                store.networks.update_forward(found.id, new.description, _ports_json(new),
+                                              new.config)  # fmt: skip
                 for d in dnats:
                     d.owner = str(found.id)
-                store.set_forward_dnats(found.id, dnats)
+                store.networks.set_forward_dnats(found.id, dnats)
                 sync.forwards(store, new.listen_address, old, dnats, self.warn)
-            again = store.forward(row.id, new.listen_address)
+            again = store.networks.forward(row.id, new.listen_address)
             assert again is not None
             return _forward_of(again)
 
@@ -563,12 +452,12 @@ class Manager:
         """Delete a forward and its map elements. 404 unknown network or forward."""
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
-            found = store.forward(row.id, _canonical(listen_address))
+            found = store.networks.forward(row.id, _canonical(listen_address))
             if found is None:
                 raise NetworkError("Failed deleting forward: Network forward not found", 404)
-            old = store.forward_dnats(found.id)
+            old = store.networks.forward_dnats(found.id)
             with store.write():
-                store.delete_forward(found.id)
+                store.networks.delete_forward(found.id)
                 sync.forwards(store, found.listen_address, old, None, self.warn)
 
 
@@ -581,36 +470,3 @@ def _canonical(text: str) -> str:
     from podnet.networks.model import canonical_address
 
     return canonical_address(text)
-
-
-def _addresses(config: Mapping[str, str]) -> list[Iface]:
-    """The bridge's gateway interfaces from ``ipv4.address`` / ``ipv6.address``."""
-    return [a for a in (netconfig.address(config, 4), netconfig.address(config, 6)) if a]
-
-
-def _ptp_ranges(row: NetworkRow) -> list[str]:
-    """The ranges a ptp network recorded (``ipv4.ranges``, ``ipv6.ranges``), canonical."""
-    return [str(checked.network(c.strip())) for key in PTP_KEYS
-            for c in row.config.get(key, "").split(",") if c.strip()]  # fmt: skip
-
-
-def _routes() -> list[Net]:
-    """Destinations the node already routes (``auto`` must not pick one of them)."""
-    from podnet import proc
-    from podnet.cni.fastjson import loads
-
-    out: list[Net] = []
-    for family in ("-4", "-6"):
-        try:
-            rc, text, _ = proc.spawn(["ip", "-j", family, "route", "show"]).wait()
-            routes = loads(text) if rc == 0 and text.strip() else []
-        except (ValueError, Exception):  # noqa: BLE001 - a best-effort hint only
-            continue
-        for route in routes if isinstance(routes, list) else []:
-            dst = route.get("dst") if isinstance(route, dict) else None
-            if isinstance(dst, str) and dst != "default":
-                try:
-                    out.append(checked.network(dst, strict=False))
-                except checked.BadValue:
-                    pass
-    return out

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from podnet.proc import Spawned
     from podnet.reconcile import Pending
     from podnet.store import Store
-    from podnet.store.db import Pod
+    from podnet.store.pods import Pod
     from podnet.values import PortMapping
 
 
@@ -120,7 +120,7 @@ class _Add:
                 host_mac=names.random_mac(), pod_mac=self.pod_mac, alias=self.alias,
                 bridge=choice.bridge, prefixes=choice.prefixes,
             )  # fmt: skip
-            store.insert_pod(
+            store.pods.insert(
                 container_id=call.container_id, netns=call.netns, interface_name=self.host_if,
                 interface_mtu=mtu, ifname=call.ifname, network_name=conf.name,
                 host_mac=link.host_mac, pod_mac=link.pod_mac,
@@ -130,9 +130,9 @@ class _Add:
                 name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
                 uid=call.args.get("K8S_POD_UID"),
             )  # fmt: skip
-            store.insert_portmaps(self.entries)
+            store.pods.insert_portmaps(self.entries)
             if choice.network_id is not None:
-                store.attach_pod(call.container_id, choice.network_id)
+                store.networks.attach_pod(call.container_id, choice.network_id)
             if self.driver.pair_before_commit:
                 # created while the COMMIT runs; a failed COMMIT deletes it again
                 self.busy = veth.start_create_pair(link, host_tool)
@@ -157,7 +157,7 @@ class _Add:
             store.detach()  # its WAL checkpoint overlaps ip and nft (the lock stays)
         created, self.busy = self.busy, None  # reaped by finish_create_pair
         assert created is not None
-        veth.finish_create_pair(link, created, stale=lambda dev: not store.interface_used(dev))
+        veth.finish_create_pair(link, created, stale=lambda dev: not store.pods.interface_used(dev))
         self.busy = configuring = veth.start_configure_pod(link)
         done, self.pending = self.pending, None
         try:
@@ -212,7 +212,7 @@ class _Add:
         maybe = self._settle_nft()
         reconcile.delete(self.store, maybe, self.call.container_id, self.call.log.warn)
         with self.store.write():
-            self.store.delete_pod(self.call.container_id)
+            self.store.pods.delete(self.call.container_id)
             if self.locked and choice.undo is not None:
                 choice.undo(self.store)
 
@@ -268,7 +268,7 @@ def _flush_udp(call: Call, entries: list[PortMapping]) -> None:
 def names_this(pod: Pod, call: Call, conf: StoreConf) -> bool:
     """Whether ``pod`` (the row of CNI_CONTAINERID) is the attachment this call names: the
     same CNI_IFNAME and network ``name`` (rows of an older podnet may lack either)."""
-    from podnet.store.db import OWNER_PODNET
+    from podnet.store.pods import OWNER_PODNET
 
     return (pod.ifname in (None, call.ifname) and pod.network_name in (None, conf.name)
             and pod.owner in (None, OWNER_PODNET))  # fmt: skip
@@ -298,12 +298,13 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
     try:
         with open_store(conf) as store, store.write():
             # Only once the write lock is ours: a DEL refused with 11 changes nothing.
-            pod = store.get_pod(call.container_id)
+            pod = store.pods.get(call.container_id)
             if pod is not None and names_this(pod, call, conf):
                 veth.start_delete_host(host_if, deleting)
-                entries = reconcile.renderable(store.portmaps(call.container_id), call.log.warn)
+                rows = store.pods.portmaps(call.container_id)
+                entries = reconcile.renderable(rows, call.log.warn)
                 reconcile.delete(store, entries, call.container_id, call.log.warn)
-                store.delete_pod(call.container_id)
+                store.pods.delete(call.container_id)
             elif pod is None and veth.alias_of(host_if) in ("", link_alias(conf)):
                 # no row: a call killed before its COMMIT may have left this veth behind —
                 # with this store's alias, or none yet (killed between 'link add' and 'alias')
@@ -333,7 +334,7 @@ def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
     require_netns(call)
     driver.check_first(call, conf)
     with open_store(conf) as store:
-        pod = store.get_pod(call.container_id)
+        pod = store.pods.get(call.container_id)
         if pod is None or pod.ifname != call.ifname or not names_this(pod, call, conf):
             raise CNIError(
                 f"container {call.container_id} has no podnet attachment {call.ifname} in "
@@ -341,7 +342,7 @@ def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
                 code=errors.UNKNOWN_CONTAINER,
             )
         bridge, prefixes = driver.prefixes(store, pod)
-        podnet_check.check(call, pod, store.portmaps(call.container_id), bridge, prefixes)
+        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes)
 
 
 def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
@@ -353,14 +354,14 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
     from podnet import reconcile
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.link import veth
-    from podnet.store.db import OWNER_PODNET
+    from podnet.store.pods import OWNER_PODNET
 
     valid = parse_valid_attachments(call.config)
     failures: list[str] = []
     with open_store(conf) as store, store.locked():
         keep: set[str] = set()
         stale: list[str] = []
-        for pod in store.pods():
+        for pod in store.pods.all():
             if pod.owner not in (None, OWNER_PODNET):
                 continue
             # only this network's rows: one of unknown network (a seed-001 row without an
@@ -375,10 +376,10 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
         except CNIError as err:
             failures.append(f"{err.msg}: {err.details}")
             # rows whose map elements could not be removed stay, with their elements
-            stale = [cid for cid in stale if not store.portmaps(cid)]
+            stale = [cid for cid in stale if not store.pods.portmaps(cid)]
         with store.write():
             for cid in stale:
-                store.delete_pod(cid)
+                store.pods.delete(cid)
         try:
             ours = veth.list_host_links(names.HOST_PREFIX, link_alias(conf))
             leaked = [n for n in ours if n not in keep]

@@ -10,16 +10,43 @@ from podnet.drivers.base import Choice, Driver, link_alias
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
+    from podnet.store.networks import NetworkRow
 
 
 class PtpDriver(Driver):
     """Routed pods (``/32``, ``/128`` and a host route per pod) from the conflist's ranges."""
 
     type = "ptp"
+
+    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
+        from podnet.networks.errors import NetworkError
+
+        raise NetworkError("ptp networks are created by the podnet plugin from a conflist's ranges")
+
+    def forget(self, store: Store, row: NetworkRow) -> None:
+        """The network's ranges that no other ptp network lists and no pod (of any owner:
+        podnet-ipam shares the store) holds an address in leave the store (and the table's
+        masquerade sets)."""
+        from podnet import checked
+
+        def ranges(r: NetworkRow) -> list[str]:
+            return [str(n) for nets in self.subnets(r.config).values() for n in nets]
+
+        others = {c for other in store.networks.all() if other.id != row.id and other.type == "ptp"
+                  for c in ranges(other)}  # fmt: skip
+        unshared = []
+        for cidr in ranges(row):
+            net = checked.network(cidr)
+            held = any(checked.ip(a) in net for a in store.pods.used_addresses(net.version))
+            if cidr not in others and not held:
+                unshared.append(cidr)
+        store.ranges.delete(unshared)
 
     def choose(self, call: Call, conf: PodnetConf, store: Store,
                requested: dict[int, str]) -> Choice:  # fmt: skip
@@ -28,16 +55,16 @@ class PtpDriver(Driver):
         routes or a bridge network has the conflist's name; 100 when a range is full."""
         from podnet.ipam.allocator import allocate_in
 
-        ranges_before = store.ranges()
-        network_before = store.network(conf.name)
+        ranges_before = store.ranges.all()
+        network_before = store.networks.get(conf.name)
         refuse_node_routes(conf, ranges_before, conf.ranges)
-        changed = store.sync_ranges(conf.range_strings, conf.ip_masq, f"network {conf.name}")
+        changed = store.ranges.sync(conf.range_strings, conf.ip_masq, f"network {conf.name}")
         _record_network(store, conf, changed)
 
         def undo(store: Store) -> None:
             if changed or network_before is None:
-                store.restore_ranges(ranges_before)
-                store.restore_network(conf.name, network_before)
+                store.ranges.restore(ranges_before)
+                store.networks.restore(conf.name, network_before)
 
         return Choice(allocate_in(store, conf.ranges, requested), changed, undo=undo)
 
@@ -66,7 +93,7 @@ def refuse_node_routes(conf: StoreConf, known: list[tuple[int, str, str | None, 
 def _record_network(store: Store, conf: PodnetConf, changed: bool) -> None:
     """The conflist's network as a ``ptp`` network (so forwards can target its pods): created
     or given the new ranges when they change. Code 7 when a bridge network has its name."""
-    net = store.network(conf.name)
+    net = store.networks.get(conf.name)
     if net is not None and net.type != "ptp":
         raise errors.InvalidConfig(
             f"name: {conf.name!r} is a {net.type} network; a conflist for it gives "
@@ -82,6 +109,6 @@ def _record_network(store: Store, conf: PodnetConf, changed: bool) -> None:
         if have:
             config[key] = ",".join(have)
     if net is None:
-        store.insert_network(conf.name, "ptp", "", config)
+        store.networks.insert(conf.name, "ptp", "", config)
     else:
-        store.set_network_config(net.id, config)
+        store.networks.set_config(net.id, config)

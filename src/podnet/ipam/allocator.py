@@ -143,7 +143,8 @@ def allocate_in(
     Call it inside ``store.write()`` (``BEGIN IMMEDIATE``) and insert the row in the same
     transaction. Same result and errors as :func:`allocate` (7, 100).
     """
-    used: dict[int, set[str]] = {f: store.used_addresses(f) for f in {n.version for n in ranges}}
+    families = {n.version for n in ranges}
+    used: dict[int, set[str]] = {f: store.pods.used_addresses(f) for f in families}
     try:
         return allocate(
             ranges,
@@ -155,7 +156,7 @@ def allocate_in(
         )
     except AddressInUse as err:
         for family, wanted in (requested or {}).items():
-            holder = store.address_holder(family, wanted)
+            holder = store.pods.holder_of(family, wanted)
             if holder is not None:
                 err.msg = f"requested address {wanted} is already held by {holder.container_id}"
                 err.args = (err.msg,)

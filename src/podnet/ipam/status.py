@@ -23,6 +23,6 @@ def check_ranges(data_dir: str, busy_timeout: float, ranges: Sequence[Network]) 
     except CNIError as err:
         raise errors.Unavailable(f"state database unusable: {err.msg}") from None
     with store:
-        full = exhausted(ranges, store.used_addresses)
+        full = exhausted(ranges, store.pods.used_addresses)
     if full:
         raise errors.Unavailable(full)

@@ -41,7 +41,7 @@ def _driver(conf: PodnetConf) -> Driver:
         from podnet.drivers.base import open_store
 
         with open_store(conf) as store:
-            row = store.network(conf.network)
+            row = store.networks.get(conf.network)
         if row is None or row.type == "ptp":
             what = "does not exist" if row is None else "is a ptp network, not a bridge"
             raise errors.InvalidConfig(

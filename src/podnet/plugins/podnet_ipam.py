@@ -5,9 +5,10 @@ Same store and allocator as the ``podnet`` main plugin (:func:`podnet.ipam.alloc
 inside ``BEGIN IMMEDIATE``), so both can share one ``dataDir`` without handing out an address
 twice. A row of seed 001's ``pods`` table is one allocation:
 
-- ``container_id``: ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>`` (:func:`podnet.store.db.ipam_key`):
-  never equal to a container ID, so the ``podnet`` plugin's rows (keyed by the container ID) and
-  podnet-ipam's never clash, and one container may hold allocations in several networks;
+- ``container_id``: ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``
+  (:func:`podnet.store.pods.ipam_key`): never equal to a container ID, so the ``podnet``
+  plugin's rows (keyed by the container ID) and podnet-ipam's never clash, and one container
+  may hold allocations in several networks;
 - ``netns``: CNI_NETNS as ADD received it (NOT NULL; the IPAM plugin never enters it);
 - ``interface_name``: CNI_IFNAME. The column means "the pod's interface on the host"; an IPAM
   plugin never learns the host-side name the main plugin chose, and CNI_IFNAME is the name the
@@ -82,22 +83,22 @@ def cmd_add(call: Call) -> dict[str, Any]:
     from podnet.cni.netconf import parse_requested_ips
     from podnet.ipam.allocator import allocate_in
     from podnet.plugins.podnet_ipam_conf import IpamConf
-    from podnet.store.db import OWNER_IPAM, ipam_key
+    from podnet.store.pods import OWNER_IPAM, ipam_key
 
     conf = IpamConf(call.config)
     requested = parse_requested_ips(call.config, call.args)
     key = ipam_key(call.container_id, call.ifname, conf.name)
     with _open(conf) as store, store.write():
-        held = store.get_pod(key)
+        held = store.pods.get(key)
         if held is not None:
             have = ", ".join(a for a in (held.ip_address_v4, held.ip_address_v6) if a)
             raise errors.InterfaceExists(
                 f"container {call.container_id} already has a podnet-ipam allocation for "
                 f"{call.ifname} in network {conf.name} ({have}); DEL it first"
             )
-        store.add_ranges(conf.range_strings, f"network {conf.name} (podnet-ipam)")
+        store.ranges.add(conf.range_strings, f"network {conf.name} (podnet-ipam)")
         alloc = allocate_in(store, conf.ranges, requested)
-        store.insert_pod(
+        store.pods.insert(
             container_id=key, netns=call.netns, interface_name=call.ifname, interface_mtu=None,
             ifname=call.ifname, network_name=conf.name, host_mac=None, pod_mac=None,
             owner=OWNER_IPAM, ip_address_v4=alloc[4][0] if 4 in alloc else None,
@@ -114,14 +115,14 @@ def cmd_del(call: Call) -> None:
     """DEL: release the allocation of (CNI_CONTAINERID, CNI_IFNAME, network); idempotent, and
     CNI_NETNS is not used. Rows of the ``podnet`` plugin are left to it."""
     from podnet.plugins.podnet_ipam_conf import IpamStoreConf
-    from podnet.store.db import OWNER_IPAM, ipam_key
+    from podnet.store.pods import OWNER_IPAM, ipam_key
 
     conf = IpamStoreConf(call.config)
     key = ipam_key(call.container_id, call.ifname, conf.name)
     with _open(conf) as store, store.write():
-        pod = store.get_pod(key)
+        pod = store.pods.get(key)
         if pod is not None and pod.owner == OWNER_IPAM:
-            store.delete_pod(key)
+            store.pods.delete(key)
 
 
 def cmd_check(call: Call) -> None:
@@ -129,13 +130,13 @@ def cmd_check(call: Call) -> None:
     that delegated to podnet-ipam on the same database and took it over — (else code 3), and
     every address of it is in ``prevResult`` when one is given (else 103)."""
     from podnet.plugins.podnet_ipam_conf import IpamStoreConf
-    from podnet.store.db import OWNER_PODNET, ipam_key
+    from podnet.store.pods import OWNER_PODNET, ipam_key
 
     conf = IpamStoreConf(call.config)
     with _open(conf) as store:
-        pod = store.get_pod(ipam_key(call.container_id, call.ifname, conf.name))
+        pod = store.pods.get(ipam_key(call.container_id, call.ifname, conf.name))
         if pod is None:
-            taken = store.get_pod(call.container_id)
+            taken = store.pods.get(call.container_id)
             if (
                 taken is not None
                 and taken.owner == OWNER_PODNET
@@ -165,7 +166,7 @@ def cmd_gc(call: Call) -> None:
     is not in ``cni.dev/valid-attachments``. An entry without ``ifname`` keeps every allocation
     of its container. Nothing printed on success."""
     from podnet.plugins.podnet_ipam_conf import IpamStoreConf
-    from podnet.store.db import OWNER_IPAM, ipam_key
+    from podnet.store.pods import OWNER_IPAM, ipam_key
 
     conf = IpamStoreConf(call.config)
     valid_raw = call.config.get("cni.dev/valid-attachments", [])
@@ -187,7 +188,7 @@ def cmd_gc(call: Call) -> None:
         else:
             keep_containers.add(cid)
     with _open(conf) as store, store.write():
-        for pod in store.pods():
+        for pod in store.pods.all():
             key = str(pod.container_id)
             if (
                 pod.owner != OWNER_IPAM
@@ -196,7 +197,7 @@ def cmd_gc(call: Call) -> None:
                 or key.split("/", 1)[0] in keep_containers
             ):
                 continue
-            store.delete_pod(key)
+            store.pods.delete(key)
 
 
 def cmd_status(call: Call) -> None:

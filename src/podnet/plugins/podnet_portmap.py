@@ -201,7 +201,7 @@ def _claim(store: Store, conf: PortmapConf, call: Call, claims: list[PortMapping
         found = first_conflict(store, [c.dnat() for c in claims], of=HOSTPORT, portmap=False)
         if found is not None:
             raise errors.HostPortConflict(hostport_message(*found))
-        store.set_portmap_claims(conf.name, call.container_id, claims)
+        store.pods.set_portmap_claims(conf.name, call.container_id, claims)
 
 
 def cmd_add(call: Call) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def cmd_add(call: Call) -> dict[str, Any]:
             try:
                 mapper.teardown(call.container_id)  # a failed ADD undoes its own work
                 with store.write():
-                    store.delete_portmap_claims(conf.name, call.container_id)
+                    store.pods.delete_portmap_claims(conf.name, call.container_id)
             except CNIError:
                 pass
             raise
@@ -257,7 +257,7 @@ def cmd_del(call: Call) -> None:
         return
     families = conf.mapper().teardown(call.container_id)
     with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store, store.write():
-        store.delete_portmap_claims(conf.name, call.container_id)
+        store.pods.delete_portmap_claims(conf.name, call.container_id)
     _udp_flush(call, conf.port_mappings, families)
 
 
@@ -283,7 +283,7 @@ def cmd_gc(call: Call) -> None:
     valid = {cid for cid, _ in netconf.parse_valid_attachments(call.config)}
     conf.mapper().gc(valid)
     with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store, store.write():
-        store.delete_portmap_claims(conf.name, keep=valid)
+        store.pods.delete_portmap_claims(conf.name, keep=valid)
 
 
 def cmd_status(call: Call) -> None:

@@ -21,103 +21,31 @@ from __future__ import annotations
 
 import os
 
-from podnet.checked import FAMILIES
-from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
-from podnet.store.conn import _Conn, db_error
-from podnet.store.networks import NetworkQueries, TrustQueries
+from podnet.errors import TryAgainLater
+from podnet.store.conn import _Conn
+from podnet.store.files import _connect, _open_error, _prepare_files, _require_trusted
+from podnet.store.networks import Networks, Trust
+from podnet.store.pods import Pods
+from podnet.store.ranges import Ranges
 from podnet.store.schema import MIGRATIONS
-from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Iterable, Sequence
     from types import TracebackType
 
     from podnet.store.lock import FairLock
-    from podnet.values import Claim
-else:
-    try:
-        # The C module itself: the sqlite3 package only adds the default datetime adapters
-        # (unused here, deprecated in 3.12) and imports datetime for them, a few ms of every
-        # plugin call. Same classes, same exceptions.
-        import _sqlite3 as sqlite3
-    except ImportError:  # pragma: no cover - a Python without the split module
-        import sqlite3
+
+__all__ = ["DB_NAME", "LOCK_NAME", "Store", "open_store"]
 
 DB_NAME = "podnet.db"
-
-#: Columns of ``pods`` in the order :class:`Pod` takes them.
-POD_COLUMNS = (
-    "container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6, ip_gateway_v4, "
-    "ip_gateway_v6, interface_name, interface_mtu, creation_timestamp"
-)
-
-
-#: ``pod_attachments.owner`` of the rows each plugin creates (migration ``0004_pod_owner``).
-OWNER_PODNET = "podnet"
-OWNER_IPAM = "podnet-ipam"
-
-
-def ipam_key(container_id: str, ifname: str, network: str) -> str:
-    """``pods.container_id`` of a podnet-ipam row: ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``.
-
-    None of the three may contain ``/`` (container IDs and network names are ``[A-Za-z0-9_.-]``,
-    the skeleton refuses such an ifname), so the key is unambiguous and never equals a container
-    ID: the ``podnet`` plugin's rows (keyed by CNI_CONTAINERID) and podnet-ipam's can share one
-    database, and a container may hold an allocation in several networks.
-    """
-    return f"{container_id}/{ifname}/{network}"
-
-
-_ATTACHMENT_COLUMNS = "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner, a.network_id"
-
-
-class Pod:
-    """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs,
-    ``owner``: :data:`OWNER_PODNET` or :data:`OWNER_IPAM`; ``network_id``: the bridge network
-    the pod joined, None for podnet's point-to-point layout)."""
-
-    __slots__ = (
-        "container_id", "name", "namespace", "uid", "netns", "ip_address_v4", "ip_address_v6",
-        "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
-        "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac", "owner",
-        "network_id",
-    )  # fmt: skip
-
-    container_id: str
-    name: str | None
-    namespace: str | None
-    uid: str | None
-    netns: str
-    ip_address_v4: str | None
-    ip_address_v6: str | None
-    ip_gateway_v4: str | None
-    ip_gateway_v6: str | None
-    interface_name: str
-    interface_mtu: int | None
-    creation_timestamp: str
-    ifname: str | None
-    network_name: str | None
-    host_mac: str | None
-    pod_mac: str | None
-    owner: str | None
-    network_id: int | None
-
-    def __init__(self, row: Sequence[object]) -> None:
-        for slot, value in zip(self.__slots__, row, strict=True):
-            setattr(self, slot, value)
-
-    def as_dict(self) -> dict[str, object]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
-
-
 LOCK_NAME = "podnet.lock"
 
 
-class Store(NetworkQueries, TrustQueries):
-    """The node state. Use :meth:`write` for every change; reads may run outside it. Queries of
-    networks and forwards come from :class:`~podnet.store.networks.NetworkQueries`."""
+class Store:
+    """The node state, composed over one connection: :attr:`pods`, :attr:`ranges`,
+    :attr:`networks` and :attr:`trust` hold the queries. Use :meth:`write` for every change;
+    reads may run outside it."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float = 5.0) -> None:
         self._conn: _Conn | None = _Conn(conn, path)
@@ -125,6 +53,14 @@ class Store(NetworkQueries, TrustQueries):
         self.busy_timeout = busy_timeout
         self._lock: FairLock | None = None
         self._lock_depth = 0
+        #: Pods, attachments and hostPorts (:class:`podnet.store.pods.Pods`).
+        self.pods = Pods(self._connection, path)
+        #: Address ranges (:class:`podnet.store.ranges.Ranges`).
+        self.ranges = Ranges(self._connection, path, self.pods)
+        #: Networks and forwards (:class:`podnet.store.networks.Networks`).
+        self.networks = Networks(self._connection, path)
+        #: The API's trusted certificates (:class:`podnet.store.networks.Trust`).
+        self.trust = Trust(self._connection, path)
 
     @property
     def conn(self) -> _Conn:
@@ -132,6 +68,9 @@ class Store(NetworkQueries, TrustQueries):
         if self._conn is None:
             self._conn = _Conn(_connect(self.path, self.busy_timeout), self.path)
         return self._conn
+
+    def _connection(self) -> _Conn:
+        return self.conn
 
     def detach(self) -> None:
         """Close the SQLite connection now, outside any transaction, keeping the write lock
@@ -186,143 +125,6 @@ class Store(NetworkQueries, TrustQueries):
         if self._lock is not None:
             self._lock.release()
 
-    # -- ranges -------------------------------------------------------------------------
-    def ranges(self) -> list[tuple[int, str, str | None, bool]]:
-        """All ``ipam_ranges`` rows: ``(id, subnet, description, ip_masq)``."""
-        rows = self.conn.execute(
-            "SELECT r.id, r.subnet, r.description, COALESCE(o.ip_masq, 1) FROM ipam_ranges r "
-            "LEFT JOIN range_options o ON o.range_id = r.id ORDER BY r.id"
-        ).fetchall()
-        return [(i, s, d, bool(m)) for i, s, d, m in rows]
-
-    def _insert_range(self, subnet: str, description: str, *, ip_masq: bool) -> None:
-        cur = self.conn.execute(
-            "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)", (subnet, description)
-        )
-        self.conn.execute(
-            "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?)",
-            (cur.lastrowid, int(ip_masq)),
-        )
-
-    def known_subnets(self) -> list[tuple[str, str]]:
-        """Every prefix the node's store hands addresses from: ``(CIDR, whose)`` for each range
-        (``range 10.244.0.0/24 (network podnet)``) and each bridge network's subnet
-        (``the subnet of bridge network "br0"``)."""
-        out = [(subnet, f"range {subnet} ({description or 'podnet'})")
-               for _, subnet, description, _ in self.ranges()]  # fmt: skip
-        rows = self.conn.execute(
-            "SELECT n.name, c.value FROM networks n JOIN networks_config c ON c.network_id = n.id "
-            "WHERE n.type = 'bridge' AND c.key IN ('ipv4.address', 'ipv6.address') "
-            "ORDER BY n.name, c.key"
-        ).fetchall()
-        from podnet import checked
-
-        for name, value in rows:
-            try:
-                net = checked.interface(value).network
-            except checked.BadValue:
-                continue  # auto / none
-            out.append((str(net), f'the subnet {net} of bridge network "{name}"'))
-        return out
-
-    def _refuse_overlap(self, subnets: Sequence[str], description: str) -> None:
-        """Code 7 naming both when one of ``subnets`` (new to the store) overlaps a known range
-        or bridge subnet: two allocators would hand out one address, and one's gateway would
-        be the other's pod (issue 13, item 5)."""
-        from podnet import checked
-        from podnet.errors import InvalidConfig
-
-        known = [(checked.network(cidr, strict=False), whose)
-                 for cidr, whose in self.known_subnets()]  # fmt: skip
-        for subnet in subnets:
-            net = checked.network(subnet)
-            problem = checked.pod_range_problem(net)
-            if problem:
-                raise InvalidConfig(f"range {subnet} ({description}): {problem}")
-            for other, whose in known:
-                shared = other == net and whose.startswith("range ")  # the same range, shared
-                if other.version == net.version and not shared and net.overlaps(other):
-                    raise InvalidConfig(
-                        f"range {subnet} ({description}) overlaps {whose} in {self.path}: "
-                        "ranges and bridge subnets of one node may not overlap"
-                    )
-
-    def _range_in_use(self, subnet: str) -> bool:
-        """Whether a pod row (of any owner) holds an address in ``subnet``."""
-        from podnet import checked
-
-        net = checked.network(subnet)
-        return any(checked.ip(a) in net for a in self.used_addresses(net.version))
-
-    def add_ranges(self, subnets: Sequence[str], description: str) -> bool:
-        """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
-        serves them for another main plugin, which owns their egress. Known ranges and their
-        options are left alone. True if anything was added (inside :meth:`write`). Code 7 when
-        a new range overlaps a known range or bridge subnet (:meth:`_refuse_overlap`)."""
-        known = {subnet for _, subnet, _, _ in self.ranges()}
-        new = [subnet for subnet in subnets if subnet not in known]
-        if new:
-            self._refuse_overlap(new, description)
-        for subnet in new:
-            self._insert_range(subnet, description, ip_masq=False)
-        return bool(new)
-
-    def sync_ranges(self, subnets: Sequence[str], ip_masq: bool, description: str) -> bool:
-        """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
-
-        Ranges of other configs sharing the database are left alone. Code 7 when a new range
-        overlaps a known range or bridge subnet (:meth:`_refuse_overlap`); also when it would
-        change the ``ip_masq`` of a range pods are in — the masquerade of pods another config
-        made (a podnet-ipam range, recorded without a masquerade decision, takes its first
-        main plugin's).
-        """
-        known = {subnet: (rid, masq) for rid, subnet, _, masq in self.ranges()}
-        new = [subnet for subnet in subnets if subnet not in known]
-        if new:
-            self._refuse_overlap(new, description)
-        owners = {subnet: whose for _, subnet, whose, _ in self.ranges()}
-        for subnet in subnets:
-            whose = owners.get(subnet) or ""
-            if subnet in known and known[subnet][1] != ip_masq and \
-                    not whose.endswith("(podnet-ipam)") and self._range_in_use(subnet):
-                from podnet.errors import InvalidConfig
-
-                raise InvalidConfig(
-                    f"range {subnet} ({whose}) has ipMasq {str(known[subnet][1]).lower()} and "
-                    f"pods in it: {description} cannot change that (once no pod is left in it, "
-                    "it can)"
-                )
-        changed = False
-        for subnet in subnets:
-            if subnet not in known:
-                self._insert_range(subnet, description, ip_masq=ip_masq)
-                changed = True
-            elif known[subnet][1] != ip_masq:
-                self.conn.execute(
-                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?) "
-                    "ON CONFLICT (range_id) DO UPDATE SET ip_masq = excluded.ip_masq",
-                    (known[subnet][0], int(ip_masq)),
-                )
-                changed = True
-        return changed
-
-    def delete_ranges(self, subnets: Sequence[str]) -> None:
-        """Forget the ranges ``subnets`` (canonical CIDRs) and their options (inside
-        :meth:`write`): a ptp network deleted with no pods left in them."""
-        self.conn.executemany("DELETE FROM ipam_ranges WHERE subnet = ?", [(s,) for s in subnets])
-
-    def restore_ranges(self, before: Sequence[tuple[int, str, str | None, bool]]) -> None:
-        """Put ``ipam_ranges`` back as :meth:`ranges` returned it (inside :meth:`write`): ranges
-        added since are deleted, changed ``ip_masq`` values restored. For a failed ADD undoing
-        its own records."""
-        known = {rid: masq for rid, _, _, masq in before}
-        for rid, _, _, masq in self.ranges():
-            if rid not in known:
-                self.conn.execute("DELETE FROM ipam_ranges WHERE id = ?", (rid,))
-            elif masq != known[rid]:
-                self.conn.execute("UPDATE range_options SET ip_masq = ? WHERE range_id = ?",
-                                  (int(known[rid]), rid))  # fmt: skip
-
     # -- node facts ---------------------------------------------------------------------
     def get_state(self, key: str) -> str | None:
         """A value of ``podnet_state``, or None."""
@@ -336,199 +138,6 @@ class Store(NetworkQueries, TrustQueries):
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
-
-    # -- pods ---------------------------------------------------------------------------
-    def get_pod(self, container_id: str) -> Pod | None:
-        """The pod row with its attachment, or None."""
-        row = self.conn.execute(
-            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
-            "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
-            "WHERE p.container_id = ?",
-            (container_id,),
-        ).fetchone()
-        return Pod(row) if row else None
-
-    def address_holder(self, family: int, address: str) -> Pod | None:
-        """The row holding ``address`` (family 4 or 6), with its attachment, or None."""
-        col = "ip_address_v4" if family == 4 else "ip_address_v6"
-        row = self.conn.execute(
-            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
-            f"FROM pods p LEFT JOIN pod_attachments a USING (container_id) WHERE p.{col} = ?",
-            (address,),
-        ).fetchone()
-        return Pod(row) if row else None
-
-    def pods(self) -> list[Pod]:
-        """Every pod row with its attachment, oldest first."""
-        rows = self.conn.execute(
-            f"SELECT {_qualified(POD_COLUMNS)}, {_ATTACHMENT_COLUMNS} "
-            "FROM pods p LEFT JOIN pod_attachments a USING (container_id) "
-            "ORDER BY p.creation_timestamp, p.rowid"
-        ).fetchall()
-        return [Pod(r) for r in rows]
-
-    def used_addresses(self, family: int) -> set[str]:
-        """Every allocated address of ``family`` (4 or 6)."""
-        col = "ip_address_v4" if family == 4 else "ip_address_v6"
-        rows = self.conn.execute(f"SELECT {col} FROM pods WHERE {col} IS NOT NULL")
-        return {r[0] for r in rows}
-
-    def interface_used(self, interface_name: str) -> bool:
-        """True when a pod row holds the host interface ``interface_name``."""
-        q = "SELECT 1 FROM pods WHERE interface_name = ? LIMIT 1"
-        return self.conn.execute(q, (interface_name,)).fetchone() is not None
-
-    def address_used(self, family: int, address: str) -> bool:
-        """True when ``address`` is allocated (an index lookup on the UNIQUE column)."""
-        col = "ip_address_v4" if family == 4 else "ip_address_v6"
-        q = f"SELECT 1 FROM pods WHERE {col} = ?"
-        return self.conn.execute(q, (address,)).fetchone() is not None
-
-    def insert_pod(
-        self,
-        *,
-        container_id: str,
-        netns: str,
-        interface_name: str,
-        interface_mtu: int | None,
-        ifname: str,
-        network_name: str,
-        host_mac: str | None,
-        pod_mac: str | None,
-        owner: str = OWNER_PODNET,
-        ip_address_v4: str | None = None,
-        ip_address_v6: str | None = None,
-        ip_gateway_v4: str | None = None,
-        ip_gateway_v6: str | None = None,
-        name: str | None = None,
-        namespace: str | None = None,
-        uid: str | None = None,
-    ) -> None:
-        """Insert a pod and its attachment (inside :meth:`write`); ``owner`` names the plugin that
-        releases the row. sqlite3.IntegrityError when the key or an address is taken."""
-        self.conn.execute(
-            "INSERT INTO pods (container_id, name, namespace, uid, netns, ip_address_v4, "
-            "ip_address_v6, ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6,
-             ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu),
-        )  # fmt: skip
-        self.conn.execute(
-            "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac, "
-            "owner) VALUES (?, ?, ?, ?, ?, ?)",
-            (container_id, ifname, network_name, host_mac, pod_mac, owner),
-        )
-
-    def delete_pod(self, container_id: str) -> None:
-        """Delete a pod; its ``portmap_entries`` and attachment go by ON DELETE CASCADE."""
-        self.conn.execute("DELETE FROM pods WHERE container_id = ?", (container_id,))
-
-    # -- hostPorts ----------------------------------------------------------------------
-    def portmaps(self, container_id: str | None = None) -> list[PortMapping]:
-        """``portmap_entries`` of one container, or of all when ``container_id`` is None."""
-        q = (
-            "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
-            "FROM portmap_entries"
-        )
-        if container_id is None:
-            cur = self.conn.execute(q + " ORDER BY id")
-        else:
-            cur = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
-        return [PortMapping(*r) for r in cur.fetchall()]
-
-    def claim_holders(self, claim: Claim, *, hostports: bool = True, portmap: bool = True,
-                      forwards: bool = True) -> list[Holder]:  # fmt: skip
-        """Who already takes traffic ``claim`` takes (:meth:`podnet.values.Claim.overlaps`, one
-        rule for every pair): podnet's hostPorts (``portmap_entries``, when ``hostports``),
-        podnet-portmap's (``portmap_claims``, when ``portmap``; their holder reads
-        ``podnet-portmap <network>/<container>``), and network forwards (``forward_dnats``,
-        when ``forwards``; holder: the network's name). Forwards first, then hostPorts, each in
-        the order they were made. Whether a hostPort and a forward really meet depends on the
-        forward's listen address being the node's own: :mod:`podnet.claims` decides."""
-        out: list[Holder] = []
-        wildcard = FAMILIES[claim.family].wildcard
-        if forwards:
-            where = "d.family = ?"
-            params: list[object] = [claim.family]
-            if claim.port is not None:
-                where += " AND (d.protocol IS NULL OR (d.protocol = ? AND d.listen_port = ?))"
-                params += [claim.protocol, claim.port]
-            if claim.listen is not None:
-                where += " AND d.listen_address = ?"
-                params.append(claim.listen)
-            for name, fam, la, proto, lp, ta, tp in self.conn.execute(
-                "SELECT n.name, d.family, d.listen_address, d.protocol, d.listen_port, "
-                "d.target_address, d.target_port FROM forward_dnats d "
-                "JOIN networks_forwards f ON f.id = d.forward_id "
-                f"JOIN networks n ON n.id = f.network_id WHERE {where} ORDER BY d.rowid",
-                params,
-            ).fetchall():  # fmt: skip
-                out.append(Holder(FORWARD, name, Dnat(fam, la, proto, lp, ta, tp, name)))
-        where = "(instr(host_ip, ':') > 0) = ?"
-        params = [claim.family == 6]
-        if claim.port is not None:
-            where += " AND protocol = ? AND host_port = ?"
-            params += [claim.protocol, claim.port]
-        if claim.listen is not None:
-            where += " AND host_ip IN (?, ?)"
-            params += [claim.listen, wildcard]
-        for table, holder, wanted in (
-            ("portmap_entries", "container_id", hostports),
-            ("portmap_claims", "'podnet-portmap ' || network || '/' || container_id", portmap),
-        ):
-            if wanted:
-                rows = self.conn.execute(
-                    f"SELECT {holder}, host_ip, host_port, protocol, container_ip, container_port "
-                    f"FROM {table} WHERE {where} ORDER BY id", params).fetchall()  # fmt: skip
-                out += [Holder(HOSTPORT, r[0], PortMapping(*r)) for r in rows]
-        return out
-
-    # -- podnet-portmap's hostPorts -----------------------------------------------------
-    def portmap_claims(self) -> list[tuple[str, PortMapping]]:
-        """Every hostPort podnet-portmap published: ``(network, PortMapping)``."""
-        rows = self.conn.execute(
-            "SELECT network, container_id, host_ip, host_port, protocol, container_ip, "
-            "container_port FROM portmap_claims ORDER BY id").fetchall()  # fmt: skip
-        return [(r[0], PortMapping(*r[1:])) for r in rows]
-
-    def set_portmap_claims(self, network: str, container_id: str,
-                           entries: Iterable[PortMapping]) -> None:  # fmt: skip
-        """Record the hostPorts podnet-portmap publishes for (network, container), replacing
-        what it recorded before (inside :meth:`write`)."""
-        self.delete_portmap_claims(network, container_id)
-        self.conn.executemany(
-            "INSERT INTO portmap_claims (network, container_id, host_ip, host_port, protocol, "
-            "container_ip, container_port) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(network, container_id, e.host_ip, e.host_port, e.protocol, e.container_ip,
-              e.container_port) for e in entries],
-        )  # fmt: skip
-
-    def delete_portmap_claims(self, network: str, container_id: str | None = None, *,
-                              keep: Iterable[str] = ()) -> None:  # fmt: skip
-        """Forget podnet-portmap's hostPorts of ``network``: one container's, or (GC) every
-        container's but those in ``keep`` (inside :meth:`write`)."""
-        if container_id is not None:
-            self.conn.execute("DELETE FROM portmap_claims WHERE network = ? AND container_id = ?",
-                              (network, container_id))  # fmt: skip
-            return
-        kept = list(keep)
-        marks = ",".join("?" * len(kept))
-        self.conn.execute(
-            f"DELETE FROM portmap_claims WHERE network = ? AND container_id NOT IN ({marks})",
-            (network, *kept))  # fmt: skip
-
-    def insert_portmaps(self, entries: Iterable[PortMapping]) -> None:
-        """Insert hostPort entries (inside :meth:`write`)."""
-        self.conn.executemany(
-            "INSERT INTO portmap_entries (container_id, host_ip, host_port, protocol, "
-            "container_ip, container_port) VALUES (?, ?, ?, ?, ?, ?)",
-            [(e.container_id, e.host_ip, e.host_port, e.protocol, e.container_ip,
-              e.container_port) for e in entries],
-        )  # fmt: skip
-
-
-def _qualified(columns: str) -> str:
-    return ", ".join("p." + c.strip() for c in columns.split(","))
 
 
 class _Locked:
@@ -632,150 +241,6 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
             store.close()
             raise
     return store
-
-
-class UntrustedDataDir(CNIError):
-    """The data dir, or a directory on the way to it, can be changed by someone other than root
-    (code 7): podnet, running as root, would open, create and chmod files there — through
-    symlinks planted by that someone."""
-
-    code = INVALID_CONFIG
-
-
-def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
-    """Refuse (:class:`UntrustedDataDir`, 7) a data dir that someone other than root could
-    change, before anything is opened or created in it (:mod:`podnet.trusted`'s rule, walked
-    from ``/``): every directory passed through must be changeable by root alone — or be a
-    root-owned sticky directory whose entry on the way is root's — and the data dir itself a
-    directory no one else can change. A data dir that does not exist yet may be created only
-    under a directory no one else can write (not even a sticky one: someone could plant the
-    name first). Returns whether some part is missing (call again with ``created`` once
-    :func:`_prepare_files` made it). About one ``lstat`` per component (~2 µs each)."""
-    from podnet import trusted
-
-    def refuse(path: str, why: str) -> UntrustedDataDir:
-        where = "" if path == data_dir else f" (on the way to the data dir {data_dir})"
-        return UntrustedDataDir(
-            f"dataDir: {path} {why}{where}: podnet keeps its store only where root alone can "
-            "change it"
-        )
-
-    def step(parent: str, parent_st: os.stat_result, child: str,
-             child_st: os.stat_result) -> None:  # fmt: skip
-        problem = trusted.through_fault(parent_st, child_st, parent)
-        if problem is not None:
-            theirs, why = problem
-            raise refuse(parent, why) if theirs else refuse(child, f"{why}, in sticky {parent}")
-
-    try:
-        real, real_st, missing = trusted.resolve(data_dir, step)
-    except OSError as err:
-        raise _file_error(f"cannot examine state directory {data_dir}", err) from err
-    why = trusted.fault(real_st, real)
-    if missing:
-        if created:
-            raise _file_error(f"cannot examine state directory {data_dir}",
-                              FileNotFoundError(2, "No such file or directory"))  # fmt: skip
-        if why:  # the missing rest would be made where others can write
-            raise refuse(real, why)
-        return True
-    if why:
-        raise refuse(real, why)
-    if real_st.st_mode & 0o170000 != 0o040000:
-        raise refuse(real, "is not a directory")
-    return False
-
-
-#: Modes of what :func:`open_store` creates: the data dir (0750: ``podnetctl serve --group``
-#: gives a group access to its socket there) and the database (0600; SQLite creates -wal and
-#: -shm with the database file's mode).
-DIR_MODE, DB_MODE = 0o750, 0o600
-
-
-def _mkdirs(directory: str) -> None:
-    """Make ``directory`` and the missing directories above it, each mode :data:`DIR_MODE`
-    whatever the umask (``os.makedirs`` gives the parents 0777 minus the umask: with umask 0,
-    world-writable directories on the way to the store). One failing ``mkdir`` when it exists."""
-    try:
-        os.mkdir(directory, DIR_MODE)
-    except FileExistsError:
-        return
-    except FileNotFoundError:
-        _mkdirs(os.path.dirname(directory))
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            return
-    os.chmod(directory, DIR_MODE)  # only when created: the umask may have narrowed it
-
-
-def _prepare_files(data_dir: str, path: str) -> None:
-    """Make ``data_dir`` (mode :data:`DIR_MODE`) and the database file ``path`` (mode
-    :data:`DB_MODE`, created before SQLite opens it, so no other user ever can) if they are
-    missing, and restrict a database (with its -wal and -shm) whose mode is looser, as older
-    podnet versions left it (0644).
-
-    Two system calls when everything exists (a failing ``mkdir`` and a ``stat`` of the
-    database), one fewer than the ``os.makedirs(exist_ok=True)`` it replaces; the ``chmod``s
-    run only when a file is created or loose. The umask may narrow what ``mkdir`` gives, so a
-    created directory is ``chmod``ed. CNIError 5 naming the path when any of it fails (a loose
-    database on a read-only filesystem too: it cannot be written either).
-    """
-    try:
-        _mkdirs(data_dir)
-    except OSError as err:
-        raise _file_error(f"cannot create state directory {data_dir}", err) from err
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            os.close(os.open(path, flags, DB_MODE))
-        except FileExistsError:
-            pass  # another process created it (with this mode) just now
-        except OSError as err:
-            raise _file_error(f"cannot create state database {path}", err) from err
-        return
-    except OSError as err:
-        raise _file_error(f"cannot open state database {path}", err) from err
-    if mode & 0o170000 == 0o100000 and mode & 0o777 & ~DB_MODE:  # a loose regular file
-        try:
-            os.chmod(path, DB_MODE)
-            for suffix in ("-wal", "-shm"):
-                try:
-                    os.chmod(path + suffix, DB_MODE)
-                except FileNotFoundError:
-                    pass
-        except OSError as err:
-            raise _file_error(f"cannot restrict state database {path} to mode 0600", err) from err
-
-
-def _file_error(what: str, err: OSError) -> CNIError:
-    where = f" ({err.filename})" if err.filename and err.filename not in what else ""
-    return CNIError(f"{what}{where}: {err.strerror or err}", code=IO_FAILURE)
-
-
-def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
-    """A connection to the database file ``path`` with podnet's settings; CNIError 5 (or 11)."""
-    conn = None
-    try:
-        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
-        conn.execute("PRAGMA foreign_keys = ON")
-        # WAL + NORMAL: commits need no fsync (a power cut may lose the last transactions but
-        # never corrupts; after a power cut every pod is gone anyway).
-        conn.execute("PRAGMA synchronous = NORMAL")
-    except sqlite3.Error as err:
-        if conn is not None:
-            conn.close()
-        raise _open_error(err, path) from err
-    return conn
-
-
-def _open_error(err: sqlite3.Error, path: str) -> CNIError:
-    mapped = db_error(err, path)
-    if mapped.code != IO_FAILURE:
-        return mapped
-    return CNIError(f"cannot open state database {path}: {err}", code=IO_FAILURE)
 
 
 def _migrate(store: Store) -> None:

@@ -1,17 +1,18 @@
 """Queries of networks, their config, nodes and network forwards (migration ``0005_networks``).
 
-A mixin of :class:`podnet.store.db.Store`: every method uses ``self.conn`` and, when it writes,
-must run inside ``store.write()``. Addresses are stored in canonical form (seed 004). A forward's
+``store.networks`` and ``store.trust`` of :class:`podnet.store.db.Store`, over its connection;
+every method that writes must run inside ``store.write()``. Addresses are stored in canonical
+form (seed 004). A forward's
 ``ports`` column holds its port specifications as JSON (LXD's format); ``forward_dnats`` holds
 the same forward expanded into the firewall's DNAT model, kept in step by
-:meth:`NetworkQueries.set_forward_dnats`.
+:meth:`Networks.set_forward_dnats`.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from podnet.store.conn import _Conn
     from podnet.values import Dnat
@@ -53,12 +54,19 @@ class ForwardRow:
 _DNAT_COLUMNS = "family, listen_address, protocol, listen_port, target_address, target_port"
 
 
-class NetworkQueries:
-    @property
-    def conn(self) -> _Conn:  # provided by Store
-        raise NotImplementedError
+class Networks:
+    """Queries of networks, nodes and forwards over the store's connection (``store.networks``)."""
 
-    # -- nodes ---------------------------------------------------------------------------------
+    __slots__ = ("_conn", "path")
+
+    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
+        self._conn = conn  # the store's connection, reopened after Store.detach
+        self.path = path
+
+    @property
+    def conn(self) -> _Conn:
+        return self._conn()
+
     def node_id(self, name: str) -> int:
         """The id of node ``name``, recorded on first use (inside ``write()``)."""
         row = self.conn.execute("SELECT id FROM nodes WHERE name = ?", (name,)).fetchone()
@@ -77,7 +85,7 @@ class NetworkQueries:
         )
         return {k: v or "" for k, v in rows}
 
-    def network(self, name: str) -> NetworkRow | None:
+    def get(self, name: str) -> NetworkRow | None:
         """The network named ``name`` with its config, or None."""
         row = self.conn.execute(
             "SELECT id, name, type, description FROM networks WHERE name = ?", (name,)
@@ -87,7 +95,7 @@ class NetworkQueries:
         return NetworkRow(row[0], row[1], row[2], row[3],
                           self._config("networks_config", "network_id", row[0]))  # fmt: skip
 
-    def networks(self) -> list[NetworkRow]:
+    def all(self) -> list[NetworkRow]:
         """Every network, by name, with its config."""
         rows = self.conn.execute(
             "SELECT id, name, type, description FROM networks ORDER BY name"
@@ -99,7 +107,7 @@ class NetworkQueries:
             configs.setdefault(nid, {})[key] = value or ""
         return [NetworkRow(i, n, t, d, configs.get(i, {})) for i, n, t, d in rows]
 
-    def insert_network(self, name: str, type: str, description: str,
+    def insert(self, name: str, type: str, description: str,
                        config: Mapping[str, str]) -> int:  # fmt: skip
         """Insert a network and its config; its id."""
         cur = self.conn.execute(
@@ -107,10 +115,10 @@ class NetworkQueries:
             (name, type, description),
         )
         nid = int(cur.lastrowid or 0)
-        self.set_network_config(nid, config)
+        self.set_config(nid, config)
         return nid
 
-    def set_network_config(self, network_id: int, config: Mapping[str, str]) -> None:
+    def set_config(self, network_id: int, config: Mapping[str, str]) -> None:
         """Replace a network's config (empty values are not stored, as LXD)."""
         self.conn.execute("DELETE FROM networks_config WHERE network_id = ?", (network_id,))
         self.conn.executemany(
@@ -118,14 +126,14 @@ class NetworkQueries:
             [(network_id, k, v) for k, v in sorted(config.items()) if v != ""],
         )
 
-    def update_network(self, network_id: int, description: str,
+    def update(self, network_id: int, description: str,
                        config: Mapping[str, str]) -> None:  # fmt: skip
         self.conn.execute(
             "UPDATE networks SET description = ? WHERE id = ?", (description, network_id)
         )
-        self.set_network_config(network_id, config)
+        self.set_config(network_id, config)
 
-    def delete_network(self, network_id: int) -> None:
+    def delete(self, network_id: int) -> None:
         """Delete a network; its config and forwards go by ON DELETE CASCADE."""
         self.conn.execute(
             "DELETE FROM forward_dnats WHERE forward_id IN "
@@ -133,16 +141,16 @@ class NetworkQueries:
         )  # fmt: skip
         self.conn.execute("DELETE FROM networks WHERE id = ?", (network_id,))
 
-    def restore_network(self, name: str, before: NetworkRow | None) -> None:
+    def restore(self, name: str, before: NetworkRow | None) -> None:
         """Put network ``name`` back as :meth:`network` returned it (None: it did not exist)."""
-        now = self.network(name)
+        now = self.get(name)
         if before is None:
             if now is not None:
-                self.delete_network(now.id)
+                self.delete(now.id)
         elif now is not None:
-            self.update_network(now.id, before.description, before.config)
+            self.update(now.id, before.description, before.config)
 
-    def network_pods(self, network_id: int) -> list[tuple[str, str, str]]:
+    def pods(self, network_id: int) -> list[tuple[str, str, str]]:
         """``(container_id, ifname, host interface)`` of the pods attached to a network."""
         return self.conn.execute(
             "SELECT p.container_id, a.ifname, p.interface_name FROM pods p "
@@ -275,20 +283,26 @@ class NetworkQueries:
         return [r[0] for r in rows]
 
 
-class TrustQueries:
-    """The REST API's trust store (migration ``0006_certificates``)."""
+class Trust:
+    """The REST API's trust store (migration ``0006_certificates``): ``store.trust``."""
+
+    __slots__ = ("_conn", "path")
+
+    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
+        self._conn = conn  # the store's connection, reopened after Store.detach
+        self.path = path
 
     @property
-    def conn(self) -> _Conn:  # provided by Store
-        raise NotImplementedError
+    def conn(self) -> _Conn:
+        return self._conn()
 
-    def trusted(self) -> list[tuple[str, str, str]]:
+    def all(self) -> list[tuple[str, str, str]]:
         """Every trusted client certificate: ``(fingerprint, name, PEM)``."""
         return self.conn.execute(
             "SELECT fingerprint, name, certificate FROM certificates ORDER BY id"
         ).fetchall()
 
-    def add_trusted(self, fingerprint: str, name: str, pem: str) -> bool:
+    def add(self, fingerprint: str, name: str, pem: str) -> bool:
         """Trust a certificate (inside ``write()``); False when it already was."""
         cur = self.conn.execute(
             "INSERT INTO certificates (fingerprint, name, certificate) VALUES (?, ?, ?) "
@@ -297,7 +311,7 @@ class TrustQueries:
         )
         return cur.rowcount > 0
 
-    def remove_trusted(self, prefix: str) -> list[str]:
+    def remove(self, prefix: str) -> list[str]:
         """Stop trusting the certificate whose fingerprint starts with ``prefix`` (as ``lxc
         config trust remove``), when exactly one does; the fingerprints that matched."""
         rows = [r[0] for r in self.conn.execute(

@@ -68,8 +68,9 @@ CREATE TABLE podnet_state (
 
 # Which plugin created a row of ``pods`` and releases it: the ``podnet`` main plugin (its rows are
 # keyed by CNI_CONTAINERID) or the ``podnet-ipam`` IPAM plugin (keyed by
-# ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``, see podnet.store.db.ipam_key). Each plugin's DEL, GC
-# and CHECK only touch its own rows; addresses stay UNIQUE across both, so they never collide.
+# ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``, see podnet.store.pods.ipam_key). Each plugin's
+# DEL, GC and CHECK only touch its own rows; addresses stay UNIQUE across both, so they never
+# collide.
 POD_OWNER = """
 ALTER TABLE pod_attachments ADD COLUMN owner TEXT NOT NULL DEFAULT 'podnet'
 """
