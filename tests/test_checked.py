@@ -52,7 +52,10 @@ def test_values_and_family() -> None:
     with pytest.raises(checked.BadValue, match="CIDR form"):
         checked.interface("10.0.0.1")
     assert checked.interface("10.0.0.1", prefix=False).network.prefixlen == 32
-    assert [checked.family(x) for x in (checked.ip("::1"), "10.0.0.1", "fd00::/8")] == [6, 4, 6]
+    typed = (checked.ip("::1"), checked.ip("10.0.0.1"), checked.network("fd00::/8"))
+    assert [checked.family(x) for x in typed] == [6, 4, 6]
+    with pytest.raises(AttributeError):  # text has no family until it is parsed
+        checked.family("10.0.0.1")  # type: ignore[arg-type]
     assert checked.FAMILIES[6].wildcard == "::" and checked.FAMILIES[4].column == "ip_address_v4"
 
 
@@ -174,7 +177,8 @@ def test_no_other_way_in() -> None:
     """Text becomes an address only through :mod:`podnet.checked`, and no module decides a
     family by looking for ':' — except the listed places, each for a reason."""
     allowed_colon = {
-        "checked.py": "the one helper (text of a row podnet wrote)",
+        # text that is not an address; LXD's shared.ParseIPToNet appends /128 to text with a
+        # colon, /32 otherwise, and its message shows that — no family is decided
         "networks/forwards.py": "LXD's message for an unparsable listen address (no family)",
     }
     parsing, colons = [], []

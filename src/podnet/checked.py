@@ -11,7 +11,7 @@ and whatever a tool's syntax cannot carry is refused there instead of being esca
   IPv6 address (``fd00::1%eth0``): :mod:`ipaddress` accepts any text after ``%`` — newlines,
   quotes, ``include "…"`` — and prints it back verbatim;
 - :func:`name` checks an interface name against an allow-list, :func:`path` an absolute path;
-- :func:`family` gives an address's family from the typed value (never from ``":" in s``), and
+- :func:`family` gives an address's family from the typed value (never from the text), and
   :data:`FAMILIES` what goes with it (wildcard, host prefix, default route, nft keyword, column).
 
 Renderers add a last check of their own (:func:`text`, :func:`batch_line`): a value that reached
@@ -207,13 +207,11 @@ FAMILIES = {4: Family(4, "0.0.0.0", 32, "0.0.0.0/0", "ip"),
             6: Family(6, "::", 128, "::/0", "ip6")}  # fmt: skip
 
 
-def family(value: IP | Net | Iface | str) -> int:
-    """The family (4 or 6) of a typed address, prefix or interface — or of an address's text
-    that :func:`text` accepts (a row podnet wrote). The one place that looks at the text."""
-    version = getattr(value, "version", None)
-    if version in (4, 6):
-        return int(version)
-    return 6 if ":" in text(value) else 4
+def family(value: IP | Net | Iface) -> int:
+    """The family (4 or 6) of a typed address, prefix or interface. Text is never asked: it is
+    parsed first (:func:`ip`, :func:`network`, :func:`interface`), or its family is known from
+    where it was kept (the ``ip_address_v4``/``ip_address_v6`` column of a pod)."""
+    return int(value.version)
 
 
 #: Characters of an address or prefix as podnet renders it (canonical, lower-case hex).

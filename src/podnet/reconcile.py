@@ -92,7 +92,7 @@ def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = No
     drops = []
     for address in store.networks.forward_drops():
         try:
-            drops.append(checked.text(checked.ip(address)))
+            drops.append(checked.ip(address))
         except ValueError as err:
             skip(f"the drop of forward {checked.show(address)}", err)
     return table.TableState(ranges, mappings, store.networks.forward_dnats(), bridges, drops)
@@ -278,8 +278,8 @@ def forwards(store: Store, listen: str, old: Sequence[Dnat] | None,
     if not current(store):
         rebuild(store, warn=warn)
         return
-    address = checked.text(listen)
-    drop = f"{T} {drop_set(checked.family(address))} {{ {address} }}\n"
+    addr = checked.ip(listen)
+    drop = f"{T} {drop_set(addr.version)} {{ {checked.text(addr)} }}\n"
     script = dnat.delete_script(T, FORWARDS, gone)
     if dropped_before and not dropped_after:
         script += f"delete element {drop}"

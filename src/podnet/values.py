@@ -79,23 +79,28 @@ class PortMapping:
     the store reports them as holders)."""
 
     __slots__ = ("container_id", "host_ip", "host_port", "protocol", "container_ip",
-                 "container_port")  # fmt: skip
+                 "container_port", "_family")  # fmt: skip
 
     def __init__(self, container_id: str, host_ip: str, host_port: int, protocol: str,
-                 container_ip: str, container_port: int) -> None:  # fmt: skip
+                 container_ip: str, container_port: int, family: int = 0) -> None:  # fmt: skip
         self.container_id = container_id
         self.host_ip = host_ip
         self.host_port = host_port
         self.protocol = protocol
         self.container_ip = container_ip
         self.container_port = container_port
+        self._family = family
 
     @property
     def family(self) -> int:
-        """4 or 6, from the container's address (:func:`podnet.checked.family`)."""
-        from podnet.checked import family
+        """4 or 6: as given (the pod's family the address was allocated in, the column of the
+        pod row that holds it), else from parsing the container's address
+        (:func:`podnet.checked.ip`; BadValue, a ValueError, for a row today's checks refuse)."""
+        if not self._family:
+            from podnet.checked import ip
 
-        return family(self.container_ip)
+            self._family = ip(self.container_ip).version
+        return self._family
 
     @property
     def wildcard(self) -> bool:
@@ -109,7 +114,8 @@ class PortMapping:
                     self.container_port, self.container_id)  # fmt: skip
 
     def as_dict(self) -> dict[str, object]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
+        """The row's columns (the family is not one)."""
+        return {slot: getattr(self, slot) for slot in self.__slots__ if slot != "_family"}
 
     def __repr__(self) -> str:
         return (f"PortMapping({self.host_ip}:{self.host_port}/{self.protocol} -> "

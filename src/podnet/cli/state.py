@@ -58,7 +58,7 @@ COLUMNS: dict[str, Sequence[tuple[str, str]]] = {
 
 
 def _endpoint(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if checked.family(ip) == 6 else f"{ip}:{port}"
+    return f"[{ip}]:{port}" if checked.ip(ip).version == 6 else f"{ip}:{port}"
 
 
 def pod_records(store: Store) -> list[Record]:

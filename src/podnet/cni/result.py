@@ -15,7 +15,7 @@ registered per (from-generation, to-generation) as in containernetworking/cni's 
 
 from __future__ import annotations
 
-from podnet.checked import family
+from podnet.checked import interface
 from podnet.cni.version import CURRENT_VERSION
 
 TYPE_CHECKING = False  # typing costs ~10 ms of import per plugin call; type checkers see True
@@ -39,7 +39,7 @@ def _v1_to_v04(result: Result) -> Result:
     ips = []
     for ip in result.get("ips", []):
         converted = dict(ip)
-        converted["version"] = str(family(ip["address"]))
+        converted["version"] = str(interface(ip["address"]).version)
         ips.append(converted)
     out["ips"] = ips
     return out

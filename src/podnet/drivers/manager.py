@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podnet import checked
 from podnet import reconcile as sync
@@ -80,7 +80,8 @@ class Manager:
     carry :attr:`owner` (``podnet:<data_dir>``)."""
 
     def __init__(self, data_dir: str, *, busy_timeout: float = 5.0, node: str | None = None,
-                 warn: Any = None, create: bool = False) -> None:  # fmt: skip
+                 warn: Callable[[str], None] | None = None,
+                 create: bool = False) -> None:  # fmt: skip
         from podnet.link.names import owner_alias
 
         try:
@@ -191,12 +192,7 @@ class Manager:
             valid = driver.settle(name, valid, self._taken_subnets(store), self.owner)
             with store.write():
                 store.networks.insert(name, type, description, valid)
-                undo = driver.create(name, valid, self.owner)
-                try:
-                    sync.rebuild(store)
-                except BaseException:
-                    undo()
-                    raise
+                _rebuild_or_undo(store, driver.create(name, valid, self.owner))
             return self._as_network(store, self._network(store, name))
 
     def update_network(self, name: str, *, description: str | None = None,
@@ -233,12 +229,7 @@ class Manager:
                 (description or "")  # fmt: skip
             with store.write():
                 store.networks.update(row.id, new_description, valid)
-                undo = driver.update(name, row.config, valid, self.owner)
-                try:
-                    sync.rebuild(store)
-                except BaseException:
-                    undo()
-                    raise
+                _rebuild_or_undo(store, driver.update(name, row.config, valid, self.owner))
             return self._as_network(store, self._network(store, name))
 
     def delete_network(self, name: str) -> None:
@@ -378,7 +369,8 @@ class Manager:
         return self.modify_forward(network, listen_address, change, client=client)
 
     def modify_forward(
-        self, network: str, listen_address: str, change: Any, *, client: bool = False,
+        self, network: str, listen_address: str, change: Callable[[Forward], Forward], *,
+        client: bool = False,
     ) -> Forward:  # fmt: skip
         """Read, change and write a forward under the write lock, so concurrent changes are
         never lost: ``change(current) -> new`` (NetworkError to refuse). The new forward is
@@ -459,6 +451,17 @@ class Manager:
             with store.write():
                 store.networks.delete_forward(found.id)
                 sync.forwards(store, found.listen_address, old, None, self.warn)
+
+
+def _rebuild_or_undo(store: Store, undo: Callable[[], object]) -> None:
+    """Rebuild table ``inet podnet`` after a network change the driver made on the node (inside
+    the write transaction); if that fails, ``undo`` puts the node back and the error rises (the
+    transaction rolls back)."""
+    try:
+        sync.rebuild(store)
+    except BaseException:
+        undo()
+        raise
 
 
 def _stale(current: str, sent: str) -> NetworkError:

@@ -234,11 +234,11 @@ def mappings_for(conf: PodnetConf, container_id: str,
                     f"pod has no IPv{family} address"
                 )
             out.append(PortMapping(container_id, str(m.host_ip), m.host_port, m.protocol,
-                                   addresses[family], m.container_port))  # fmt: skip
+                                   addresses[family], m.container_port, family))  # fmt: skip
         else:
             for version, addr in sorted(addresses.items()):
                 out.append(PortMapping(container_id, FAMILIES[version].wildcard, m.host_port,
-                                       m.protocol, addr, m.container_port))  # fmt: skip
+                                       m.protocol, addr, m.container_port, version))  # fmt: skip
     return out
 
 

@@ -40,6 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from podnet.checked import IP
     from podnet.values import Dnat
 
 __all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableState",
@@ -77,14 +78,14 @@ class TableState:
         hostports: Sequence[Dnat] = (),
         forwards: Sequence[Dnat] = (),
         bridges: Sequence[BridgeNat] = (),
-        drops: Sequence[str] = (),
+        drops: Sequence[IP | str] = (),
         owner: str = "",
     ) -> None:
         self.ranges = list(ranges)
         self.hostports = list(hostports)
         self.forwards = list(forwards)
         self.bridges = list(bridges)
-        self.drops = [checked.text(a) for a in drops]
+        self.drops = [checked.ip(a) if isinstance(a, str) else a for a in drops]
         self.owner = owner
 
 
@@ -174,7 +175,7 @@ def script(state: TableState) -> str:
         _set("masq_sources_v4", "ipv4_addr", _collapse([*inner, "127.0.0.0/8"], 4)),
         _set("egress_v4", "ipv4_addr", _collapse(egress, 4)),
         _set("egress_v6", "ipv6_addr", _collapse(egress, 6)),
-        *(_set(drop_set(f), addr_type, [a for a in state.drops if checked.family(a) == f],
+        *(_set(drop_set(f), addr_type, [checked.text(a) for a in state.drops if a.version == f],
                interval=False) for f, addr_type in ((4, "ipv4_addr"), (6, "ipv6_addr"))),
         _chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;",
                ["jump forwards", "fib daddr type local jump hostports"]),

@@ -116,7 +116,9 @@ def listen_address(text: str) -> Addr:
     except checked.ScopedAddress as err:
         raise NetworkError(f"Failed parsing address forward listen address: {err}") from None
     except checked.BadValue:
-        # LXD's message: Go's ParseCIDR of the text with a host prefix appended
+        # LXD's message for text that is no address (so it has no family): its
+        # shared.ParseIPToNet appends /128 when the text holds a colon, else /32, and Go's
+        # ParseCIDR names the result
         suffix = "/128" if ":" in text else "/32"
         raise NetworkError(
             f'Failed parsing address forward listen address "{text}": '

@@ -186,7 +186,7 @@ def _claims(call: Call, nets: list[ContainerNet],
                 continue
             host_ip = FAMILIES[net.family].wildcard if m.host_ip is None else str(m.host_ip)
             out.append(PortMapping(call.container_id, host_ip, m.host_port, m.protocol, net.ip,
-                                   m.container_port))  # fmt: skip
+                                   m.container_port, net.family))  # fmt: skip
     return out
 
 

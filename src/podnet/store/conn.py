@@ -9,9 +9,10 @@ from podnet.errors import IO_FAILURE, CNIError, TryAgainLater
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
 
-__all__ = ["_Conn", "db_error"]
+__all__ = ["Queries", "_Conn", "db_error"]
 
 #: SQLite primary result codes meaning "someone else holds the lock".
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
@@ -39,16 +40,15 @@ class _Conn:
         self.path = path
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
-        try:
-            return self.raw.execute(sql, params)
-        except sqlite3.IntegrityError:
-            raise
-        except sqlite3.Error as err:
-            raise db_error(err, self.path) from err
+        return self._run(self.raw.execute, sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> sqlite3.Cursor:
+        return self._run(self.raw.executemany, sql, rows)
+
+    def _run(self, method: Callable[[str, Any], sqlite3.Cursor], sql: str,
+             args: Any) -> sqlite3.Cursor:  # fmt: skip
         try:
-            return self.raw.executemany(sql, rows)
+            return method(sql, args)
         except sqlite3.IntegrityError:
             raise
         except sqlite3.Error as err:
@@ -63,3 +63,19 @@ class _Conn:
             self.raw.close()
         except sqlite3.Error:
             pass  # closing only checkpoints the WAL; the next connection does it otherwise
+
+
+class Queries:
+    """A component of the store (``store.pods``, ``store.ranges``, ``store.networks``,
+    ``store.trust``): its queries over the store's one connection, which ``conn`` (a callable)
+    gives — reopened after :meth:`podnet.store.Store.detach`. ``path``: the database file."""
+
+    __slots__ = ("_conn", "path")
+
+    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
+        self._conn = conn
+        self.path = path
+
+    @property
+    def conn(self) -> _Conn:
+        return self._conn()

@@ -10,11 +10,12 @@ the same forward expanded into the firewall's DNAT model, kept in step by
 
 from __future__ import annotations
 
+from podnet.store.conn import Queries
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
-    from podnet.store.conn import _Conn
     from podnet.values import Dnat
 
 
@@ -54,18 +55,8 @@ class ForwardRow:
 _DNAT_COLUMNS = "family, listen_address, protocol, listen_port, target_address, target_port"
 
 
-class Networks:
+class Networks(Queries):
     """Queries of networks, nodes and forwards over the store's connection (``store.networks``)."""
-
-    __slots__ = ("_conn", "path")
-
-    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
-        self._conn = conn  # the store's connection, reopened after Store.detach
-        self.path = path
-
-    @property
-    def conn(self) -> _Conn:
-        return self._conn()
 
     def node_id(self, name: str) -> int:
         """The id of node ``name``, recorded on first use (inside ``write()``)."""
@@ -283,18 +274,8 @@ class Networks:
         return [r[0] for r in rows]
 
 
-class Trust:
+class Trust(Queries):
     """The REST API's trust store (migration ``0006_certificates``): ``store.trust``."""
-
-    __slots__ = ("_conn", "path")
-
-    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
-        self._conn = conn  # the store's connection, reopened after Store.detach
-        self.path = path
-
-    @property
-    def conn(self) -> _Conn:
-        return self._conn()
 
     def all(self) -> list[tuple[str, str, str]]:
         """Every trusted client certificate: ``(fingerprint, name, PEM)``."""

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 from podnet.checked import FAMILIES
+from podnet.store.conn import Queries
 from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
 
-    from podnet.store.conn import _Conn
     from podnet.values import Claim
 
 POD_COLUMNS = (
@@ -78,22 +78,28 @@ class Pod:
         return {slot: getattr(self, slot) for slot in self.__slots__}
 
 
+#: ``portmap_entries`` with each row's family: the column of its pod that holds the container
+#: address (seed 001's ``ip_address_v4``/``ip_address_v6``) — no address text is looked at.
+_ENTRIES = "portmap_entries e LEFT JOIN pods p USING (container_id)"
+_ENTRY_COLUMNS = ("e.container_id, e.host_ip, e.host_port, e.protocol, e.container_ip, "
+                  "e.container_port, CASE e.container_ip WHEN p.ip_address_v4 THEN 4 "
+                  "WHEN p.ip_address_v6 THEN 6 ELSE 0 END")  # fmt: skip
+
+
+def _family_or_none(m: PortMapping) -> int | None:
+    """``m.family``, or None for a row whose address today's checks refuse."""
+    try:
+        return m.family
+    except ValueError:
+        return None
+
+
 def _qualified(columns: str) -> str:
     return ", ".join("p." + c.strip() for c in columns.split(","))
 
 
-class Pods:
+class Pods(Queries):
     """Queries of pods, attachments and hostPorts over the store's connection."""
-
-    __slots__ = ("_conn", "path")
-
-    def __init__(self, conn: Callable[[], _Conn], path: str) -> None:
-        self._conn = conn  # the store's connection, reopened after Store.detach
-        self.path = path
-
-    @property
-    def conn(self) -> _Conn:
-        return self._conn()
 
     # -- pods ---------------------------------------------------------------------------
     def get(self, container_id: str) -> Pod | None:
@@ -184,14 +190,11 @@ class Pods:
     # -- hostPorts ----------------------------------------------------------------------
     def portmaps(self, container_id: str | None = None) -> list[PortMapping]:
         """``portmap_entries`` of one container, or of all when ``container_id`` is None."""
-        q = (
-            "SELECT container_id, host_ip, host_port, protocol, container_ip, container_port "
-            "FROM portmap_entries"
-        )
+        q = f"SELECT {_ENTRY_COLUMNS} FROM {_ENTRIES}"
         if container_id is None:
-            cur = self.conn.execute(q + " ORDER BY id")
+            cur = self.conn.execute(q + " ORDER BY e.id")
         else:
-            cur = self.conn.execute(q + " WHERE container_id = ? ORDER BY id", (container_id,))
+            cur = self.conn.execute(q + " WHERE e.container_id = ? ORDER BY e.id", (container_id,))
         return [PortMapping(*r) for r in cur.fetchall()]
 
     def claim_holders(self, claim: Claim, *, hostports: bool = True, portmap: bool = True,
@@ -222,23 +225,28 @@ class Pods:
                 params,
             ).fetchall():  # fmt: skip
                 out.append(Holder(FORWARD, name, Dnat(fam, la, proto, lp, ta, tp, name)))
-        where = "(instr(host_ip, ':') > 0) = ?"
-        params = [claim.family == 6]
+        where, params = "1", []
         if claim.port is not None:
             where += " AND protocol = ? AND host_port = ?"
             params += [claim.protocol, claim.port]
         if claim.listen is not None:
             where += " AND host_ip IN (?, ?)"
             params += [claim.listen, wildcard]
-        for table, holder, wanted in (
-            ("portmap_entries", "container_id", hostports),
-            ("portmap_claims", "'podnet-portmap ' || network || '/' || container_id", portmap),
-        ):
-            if wanted:
-                rows = self.conn.execute(
-                    f"SELECT {holder}, host_ip, host_port, protocol, container_ip, container_port "
-                    f"FROM {table} WHERE {where} ORDER BY id", params).fetchall()  # fmt: skip
-                out += [Holder(HOSTPORT, r[0], PortMapping(*r)) for r in rows]
+        if hostports:
+            rows = self.conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM {_ENTRIES} WHERE {where} ORDER BY e.id",
+                params).fetchall()  # fmt: skip
+            out += [Holder(HOSTPORT, r[0], m) for r in rows
+                    if (m := PortMapping(*r)).family == claim.family]  # fmt: skip
+        if portmap:
+            rows = self.conn.execute(
+                "SELECT network, container_id, host_ip, host_port, protocol, container_ip, "
+                f"container_port FROM portmap_claims WHERE {where} ORDER BY id",
+                params).fetchall()  # fmt: skip
+            for r in rows:
+                m = PortMapping(*r[1:])
+                if _family_or_none(m) == claim.family:
+                    out.append(Holder(HOSTPORT, f"podnet-portmap {r[0]}/{r[1]}", m))
         return out
 
     # -- podnet-portmap's hostPorts -----------------------------------------------------

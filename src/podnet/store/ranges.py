@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from podnet.store.conn import Queries
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -11,19 +13,14 @@ if TYPE_CHECKING:
     from podnet.store.pods import Pods
 
 
-class Ranges:
+class Ranges(Queries):
     """Queries of ``ipam_ranges`` over the store's connection."""
 
-    __slots__ = ("_conn", "path", "pods")
+    __slots__ = ("pods",)
 
     def __init__(self, conn: Callable[[], _Conn], path: str, pods: Pods) -> None:
-        self._conn = conn  # the store's connection, reopened after Store.detach
-        self.path = path
+        super().__init__(conn, path)
         self.pods = pods  # whether a pod holds an address in a range
-
-    @property
-    def conn(self) -> _Conn:
-        return self._conn()
 
     # -- ranges -------------------------------------------------------------------------
     def all(self) -> list[tuple[int, str, str | None, bool]]:

@@ -120,7 +120,7 @@ def run_cmd(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def make_url(ip: str, port: int) -> str:
-    return f"http://[{ip}]:{port}/" if checked.family(ip) == 6 else f"http://{ip}:{port}/"
+    return f"http://[{ip}]:{port}/" if checked.ip(ip).version == 6 else f"http://{ip}:{port}/"
 
 
 @dataclass
