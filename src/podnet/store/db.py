@@ -20,6 +20,7 @@ failing ROLLBACK never hides the original error.
 from __future__ import annotations
 
 import os
+import sqlite3
 
 from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
 from podnet.store.networks import NetworkQueries, TrustQueries
@@ -27,19 +28,10 @@ from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterable, Sequence
     from types import TracebackType
 
     from podnet.store.lock import FairLock
-else:
-    try:
-        # The C module itself: the sqlite3 package only adds the default datetime adapters
-        # (unused here, deprecated in 3.12) and imports datetime for them, a few ms of every
-        # plugin call. Same classes, same exceptions.
-        import _sqlite3 as sqlite3
-    except ImportError:  # pragma: no cover - a Python without the split module
-        import sqlite3
 
 DB_NAME = "podnet.db"
 
