@@ -77,10 +77,9 @@ class _Netlink:
     replies (after the 16-byte nlmsghdr) until DONE or the ACK; OSError on a netlink error."""
 
     def __init__(self) -> None:
-        # _socket, not socket: socket.py builds its IntEnums at import (~5 ms per plugin call).
-        import _socket
+        import socket
 
-        self.sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _NETLINK_NETFILTER)
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
         self.sock.settimeout(_TIMEOUT)
         self.sock.bind((0, 0))
         self.seq = 0

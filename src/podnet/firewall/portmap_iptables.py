@@ -89,10 +89,7 @@ class PortmapOptions:
 
 def dnat_chain_name(network: str, container_id: str) -> str:
     """``CNI-DN-`` + sha512(network + containerID), 28 characters (CP's FormatChainName)."""
-    try:  # the C module alone: hashlib loads OpenSSL, ~4 ms of every plugin call
-        from _sha512 import sha512  # type: ignore[import-not-found]
-    except ImportError:  # pragma: no cover - Python 3.12 renamed it _sha2
-        from hashlib import sha512
+    from hashlib import sha512
 
     digest: str = sha512((network + container_id).encode()).hexdigest()
     return ("CNI-DN-" + digest)[:MAX_CHAIN]

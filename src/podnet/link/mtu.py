@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-# _socket, not socket: socket.py builds its IntEnums at import (~5 ms per plugin call); no
-# struct either (~0.15 ms): struct ifreq is packed by hand.
-import _socket
+# No struct (~0.15 ms): struct ifreq is packed by hand.
 import fcntl
+import socket
 import sys
 
 SIOCGIFMTU = 0x8921
@@ -41,7 +40,7 @@ def link_mtu(ifname: str) -> int:
     name = ifname.encode()
     if len(name) >= IFNAMSIZ:
         raise OSError(f"interface name {ifname!r} is too long")
-    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         # struct ifreq: char ifr_name[IFNAMSIZ], then the union (ifr_mtu, a C int, first)
         req = name.ljust(IFNAMSIZ, b"\0") + bytes(_IFREQ_UNION)
