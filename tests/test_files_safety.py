@@ -161,7 +161,7 @@ def traced(code: str, *args: str) -> list[str]:
 
 
 MARKED = """
-from podnet.store.files import _prepare_files
+from podnet.store.conn import _prepare_files
 try: os.stat('/begin-mark')
 except OSError: pass
 _prepare_files(sys.argv[1], sys.argv[1] + '/podnet.db')

@@ -22,11 +22,9 @@ from __future__ import annotations
 import os
 
 from podnet.errors import TryAgainLater
-from podnet.store.conn import _Conn
-from podnet.store.files import _connect, _open_error, _prepare_files, _require_trusted
+from podnet.store.conn import _Conn, _connect, _open_error, _prepare_files, _require_trusted
 from podnet.store.networks import Networks, Trust
-from podnet.store.pods import Pods
-from podnet.store.ranges import Ranges
+from podnet.store.pods import Pods, Ranges
 from podnet.store.schema import MIGRATIONS
 
 TYPE_CHECKING = False
@@ -55,7 +53,7 @@ class Store:
         self._lock_depth = 0
         #: Pods, attachments and hostPorts (:class:`podnet.store.pods.Pods`).
         self.pods = Pods(self._connection, path)
-        #: Address ranges (:class:`podnet.store.ranges.Ranges`).
+        #: Address ranges (:class:`podnet.store.pods.Ranges`).
         self.ranges = Ranges(self._connection, path, self.pods)
         #: Networks and forwards (:class:`podnet.store.networks.Networks`).
         self.networks = Networks(self._connection, path)
