@@ -342,8 +342,9 @@ class Bench:
         self.nodes: list[str] = []
         self.drivers: dict[tuple[str, int], Driver] = {}
         self.tmp = tempfile.mkdtemp(prefix="podnet-bench-")
-        # the node's administrator allows the bench's data dirs (the drivers pass this on)
-        os.environ["PODNET_DATA_DIRS"] = self.tmp
+        # the node's administrator allows the bench's data dirs (the drivers pass this on): the
+        # directories below the tmp dir ('<dir>/*' since 29a679d; older trees took the dir)
+        os.environ["PODNET_DATA_DIRS"] = f"{self.tmp}:{self.tmp}/*"
         self.pod_count = 0
         self.log: IO[str] = sys.stderr
 
@@ -614,11 +615,12 @@ def podnet_targets(p50: dict[tuple[str, str, int], float], levels: list[int]
             })  # fmt: skip
     if 0 in levels and levels[-1] > 0:
         top = levels[-1]
-        growth = p50[("podnet", "ADD", top)] / p50[("podnet", "ADD", 0)]
-        targets.append({
-            "target": f"podnet ADD p50 at {top} pods <= 1.2x at 0 pods",
-            "value": round(growth, 3), "limit": 1.2, "pass": growth <= 1.2,
-        })  # fmt: skip
+        for verb in ("ADD", "DEL"):
+            growth = p50[("podnet", verb, top)] / p50[("podnet", verb, 0)]
+            targets.append({
+                "target": f"podnet {verb} p50 at {top} pods <= 1.2x at 0 pods",
+                "value": round(growth, 3), "limit": 1.2, "pass": growth <= 1.2,
+            })  # fmt: skip
     return ratios, targets
 
 
@@ -745,7 +747,7 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", "podnet / reference (p50):"]
     for r in report["ratios"]:
         lines.append(f"  {r['verb']} at {r['pods']:>3} pods: {r['podnet_over_ref']:.2f}x")
-    lines += ["", "targets (issue 2, item 12):"]
+    lines += ["", "targets (issue 2, item 12; growth: issue 15, item 7):"]
     for t in report["targets"]:
         verdict = "PASS" if t["pass"] else "MISS"
         lines.append(f"  {verdict}  {t['target']}: {t['value']:.2f}x")

@@ -176,12 +176,13 @@ class Holder:
 
 
 class FakeStore:
-    """The two queries :func:`allocator.allocate_in` makes of a store (``store.pods``)."""
+    """The queries :func:`allocator.allocate_in` makes of a store (``store.pods``)."""
 
     def __init__(self, used: dict[int, set[str]], holders: dict[tuple[int, str], str]) -> None:
         self.used = used
         self.holders = holders
         self.asked: list[int] = []
+        self.looked_up: list[tuple[int, str]] = []
 
     def used_addresses(self, family: int) -> set[str]:
         self.asked.append(family)
@@ -190,6 +191,10 @@ class FakeStore:
     @property
     def pods(self) -> FakeStore:
         return self
+
+    def address_used(self, family: int, addr: str) -> bool:
+        self.looked_up.append((family, addr))
+        return addr in self.used.get(family, set())
 
     def holder_of(self, family: int, addr: str) -> Holder | None:
         cid = self.holders.get((family, addr))
@@ -200,7 +205,10 @@ def test_allocate_in_reads_the_store() -> None:
     store = FakeStore({4: {"10.0.0.2", "10.0.0.3"}, 6: {"fd00::2"}}, {})
     got = allocator.allocate_in(store, [N4, N6], rng=first)  # type: ignore[arg-type]
     assert got == {4: ("10.0.0.4", "10.0.0.1", N4), 6: ("fd00::3", "fd00::1", N6)}
-    assert sorted(store.asked) == [4, 6]
+    # a sparse range: one index lookup per candidate, no read of every address
+    assert store.looked_up == [(4, "10.0.0.2"), (4, "10.0.0.3"), (4, "10.0.0.4"),
+                               (6, "fd00::2"), (6, "fd00::3")]  # fmt: skip
+    assert store.asked == []
     big = ipaddress.ip_network("10.1.0.0/16")
     assert allocator.allocate_in(store, [big], rng=lambda n: n - 1) == {  # type: ignore[arg-type]
         4: ("10.1.255.254", "10.1.0.1", big)}  # the rng is passed on
@@ -217,6 +225,24 @@ def test_custom_gateway_does_not_shorten_the_probe() -> None:
     store = FakeStore({4: {"10.0.0.2", "10.0.0.3"}}, {})
     got = allocator.allocate_in(store, [N4], rng=first, gateways={N4: "10.0.0.4"})  # type: ignore[arg-type]
     assert got == {4: ("10.0.0.5", "10.0.0.4", N4)}
+
+
+def test_allocate_in_reads_every_address_of_a_dense_range() -> None:
+    """More than LOOKUPS taken candidates in a row: the family's addresses are read once and
+    the walk starts again, bounded by their count; the answer is still the first free address
+    from the start, in the first range that has one (never the next range instead)."""
+    dense = ipaddress.ip_network("10.0.2.0/24")
+    taken = {f"10.0.2.{i}" for i in range(2, 3 + allocator.LOOKUPS + 5)}
+    store = FakeStore({4: taken}, {})
+    got = allocator.allocate_in(store, [dense, N4B], rng=first)  # type: ignore[arg-type]
+    assert got == {4: (f"10.0.2.{3 + allocator.LOOKUPS + 5}", "10.0.2.1", dense)}
+    assert len(store.looked_up) == allocator.LOOKUPS + 1
+    assert store.asked == [4]
+    # a full range of more than LOOKUPS addresses: the next range serves, as before
+    store = FakeStore({4: {str(a) for a in dense.hosts()}}, {})
+    got = allocator.allocate_in(store, [dense, N4B], rng=first)  # type: ignore[arg-type]
+    assert got == {4: ("10.0.1.2", "10.0.1.1", N4B)}
+    assert store.asked == [4]
 
 
 def test_allocate_in_names_the_holder() -> None:

@@ -27,6 +27,10 @@ def _table_info(conn: sqlite3.Connection, table: str) -> list[tuple]:
     return conn.execute(f"PRAGMA table_info({table})").fetchall()
 
 
+#: Indexes podnet adds to seed 001's tables (none change a column or a constraint).
+PODNET_INDEXES = {"portmap_entries": ("portmap_entries_container", "portmap_entries_port")}
+
+
 @pytest.mark.parametrize("table", ["ipam_ranges", "pods", "portmap_entries"])
 def test_table_info_matches_seed(tmp_path: Path, table: str) -> None:
     reference = sqlite3.connect(":memory:")
@@ -35,8 +39,12 @@ def test_table_info_matches_seed(tmp_path: Path, table: str) -> None:
         assert _table_info(store.conn, table) == _table_info(reference, table)
         ours = store.conn.execute(f"PRAGMA foreign_key_list({table})").fetchall()
         assert ours == reference.execute(f"PRAGMA foreign_key_list({table})").fetchall()
-        ours_idx = [r[2:] for r in store.conn.execute(f"PRAGMA index_list({table})")]
-        assert ours_idx == [r[2:] for r in reference.execute(f"PRAGMA index_list({table})")]
+        ours_idx = [r[1:] for r in store.conn.execute(f"PRAGMA index_list({table})")]
+        # podnet's own indexes (migration 0008) come on top of the seed's, which stay as they are
+        extra = [r for r in ours_idx if r[0] in PODNET_INDEXES.get(table, ())]
+        assert {r[0] for r in extra} == set(PODNET_INDEXES.get(table, ()))
+        assert [r[1:] for r in ours_idx if r not in extra] == \
+            [r[2:] for r in reference.execute(f"PRAGMA index_list({table})")]
 
 
 def test_connection_setup_and_migrations(tmp_path: Path) -> None:
@@ -46,7 +54,7 @@ def test_connection_setup_and_migrations(tmp_path: Path) -> None:
         names = [r[0] for r in store.conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
         assert names == ["0001_seed_schema", "0002_pod_attachments_range_options", "0003_podnet_state",
                          "0004_pod_owner", "0005_networks", "0006_certificates",
-                         "0007_portmap_claims"]
+                         "0007_portmap_claims", "0008_hot_indexes"]
     with open_store(str(tmp_path)) as again:  # re-open: nothing re-applied
         assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
 

@@ -313,13 +313,14 @@ def start_add(store: Store, entries: Sequence[PortMapping], *, ranges_changed: b
     """Start publishing ``entries`` (already committed); finish with :func:`finish_add`.
 
     Incremental (their map elements only) while the table is current. Without entries, the
-    prerouting chain is listed instead: when the table was removed behind podnet's back the
-    listing fails and the table is rebuilt. Either runs in parallel with the caller's other
-    work (the veth creation)."""
+    set ``ranges_v4`` is listed instead: when the table was removed behind podnet's back the
+    listing fails and the table is rebuilt. (Not a chain: to print a chain's rules nft fetches
+    every element of the table's maps, 4.5 → 12 ms of CPU at 1,000 hostPorts; the set holds the
+    ranges only.) Either runs in parallel with the caller's other work (the veth creation)."""
     if ranges_changed or not current(store):
         return Pending(None, True)
     if not entries:
-        script = f"list chain {hostports.FAMILY} {hostports.TABLE} prerouting\n"
+        script = f"list set {hostports.FAMILY} {hostports.TABLE} ranges_v4\n"
         return Pending(nft.start(script, die_with_parent=False), False)
     return Pending(nft.start(hostports.add_script(entries)), False)
 

@@ -130,6 +130,14 @@ def allocate(
     return out
 
 
+#: Addresses in a row :func:`allocate_in` finds taken by index lookups before it reads them all.
+LOOKUPS = 8
+
+
+class _Dense(Exception):
+    """:func:`allocate_in`: more than :data:`LOOKUPS` taken addresses in a row."""
+
+
 def allocate_in(
     store: Store,
     ranges: Sequence[Network],
@@ -140,12 +148,37 @@ def allocate_in(
     """:func:`allocate` against every address ``store`` holds (rows of any owner), so the
     ``podnet`` plugin and ``podnet-ipam`` sharing a database never hand out one address twice.
 
+    Each candidate is first one lookup in the address's UNIQUE index; only when more than
+    :data:`LOOKUPS` candidates in a row are taken (a dense range) are all the family's addresses
+    read and the walk started again, bounded as :func:`pick` says. Either way the answer is the
+    first free address from the random start, but a sparse range no longer costs a read of
+    every row.
+
     Call it inside ``store.write()`` (``BEGIN IMMEDIATE``) and insert the row in the same
     transaction. Same result and errors as :func:`allocate` (7, 100).
     """
     families = {n.version for n in ranges}
-    used: dict[int, set[str]] = {f: store.pods.used_addresses(f) for f in families}
+    taken = 0
+
+    def looked_up(family: int, addr: str) -> bool:
+        nonlocal taken
+        if not store.pods.address_used(family, addr):
+            taken = 0
+            return False
+        taken += 1
+        if taken > LOOKUPS:
+            raise _Dense
+        return True
+
     try:
+        try:
+            # no bound of its own: pick() walks until looked_up() answers free or gives up
+            size = max(map(usable_count, ranges), default=0)
+            unbounded: dict[int, int] = dict.fromkeys(families, size)
+            return allocate(ranges, looked_up, unbounded, rng, requested, gateways)
+        except _Dense:
+            pass
+        used: dict[int, set[str]] = {f: store.pods.used_addresses(f) for f in families}
         return allocate(
             ranges,
             lambda family, addr: addr in used[family],
