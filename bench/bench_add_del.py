@@ -54,6 +54,15 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
+from benchlib import (
+    add_output_options,
+    end_on_signals,
+    failed,
+    finish,
+    need_root_and_tools,
+    percentile,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python3"
 REFERENCE_DIR = "/usr/lib/cni"
@@ -690,17 +699,6 @@ def dirty_suffix() -> str:
     return ", src modified" if dirty else ""
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default; the median for q=50)."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0]
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def machine_info() -> dict[str, Any]:
     def version(pkg: str) -> str:
         try:
@@ -838,8 +836,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="--suite portmap: also run this executable as podnet-portmap (e.g. a patched copy "
         "of the plugin file, see bench/portmap_variant.py), sides var-ipt and var-nft",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--fail-on-miss", action="store_true", help="exit 1 when a target is missed")
+    add_output_options(p)
     args = p.parse_args(argv)  # fmt: skip
     try:
         args.pods = [int(x) for x in args.pods.split(",") if x.strip()]
@@ -853,11 +850,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _preflight(args: argparse.Namespace) -> None:
-    if os.geteuid() != 0:
-        sys.exit("bench_add_del: needs root (network namespaces)")
-    for tool in ("ip", "nft", "iptables", "iptables-save", "iptables-restore"):
-        if shutil.which(tool) is None:
-            sys.exit(f"bench_add_del: {tool} not found")
+    need_root_and_tools("bench_add_del",
+                        ("ip", "nft", "iptables", "iptables-save", "iptables-restore"))  # fmt: skip
     for plugin in ("ptp", "host-local", "portmap"):
         if not os.access(os.path.join(REFERENCE_DIR, plugin), os.X_OK):
             sys.exit(f"bench_add_del: {REFERENCE_DIR}/{plugin} missing "
@@ -870,40 +864,22 @@ def _preflight(args: argparse.Namespace) -> None:
         sys.exit(f"bench_add_del: {VENV_PYTHON} missing (create the venv, pip install -e .)")
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--driver"]:
         return driver_main(argv[1], argv[2])
     args = parse_args(argv)
     _preflight(args)
-    # Ctrl-C, SIGTERM and a closed terminal all end in the cleanup below (even when started
-    # from a script that ignores SIGINT for background jobs).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGHUP, _on_sigterm)
+    end_on_signals()  # the cleanup below runs on Ctrl-C, SIGTERM and SIGHUP too
     bench = Bench(args)
     graceful = False
     try:
         report = bench.run()
         graceful = True
-    except KeyboardInterrupt:
-        bench.say("interrupted; cleaned up")
-        return 130
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
-        bench.say(f"bench_add_del: error: {err}")
-        return 1
+    except (KeyboardInterrupt, RuntimeError, OSError, subprocess.CalledProcessError) as err:
+        return failed(bench.say, "bench_add_del", err)
     finally:
         bench.close(graceful)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(render(report))
-    if args.fail_on_miss and not all(t["pass"] for t in report["targets"]):
-        return 1
-    return 0
+    return finish(report, args, render)
 
 
 if __name__ == "__main__":

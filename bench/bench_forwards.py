@@ -72,6 +72,14 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
+from benchlib import (
+    add_output_options,
+    end_on_signals,
+    finish,
+    need_root_and_tools,
+    percentile,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
 VENV_PYTHON = VENV_BIN / "python3"
@@ -172,17 +180,6 @@ def sh(*argv: str, input: str | None = None, env: dict[str, str] | None = None,
         raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: "
                            f"{(proc.stderr or proc.stdout).strip()}")  # fmt: skip
     return proc.stdout
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default; the median for q=50)."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0]
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def timed(argv: list[str], env: dict[str, str], stdin: Any = subprocess.DEVNULL,
@@ -983,8 +980,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="run the work tree as it is (no snapshot; edits during the run count)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--fail-on-miss", action="store_true", help="exit 1 when a target is missed")
+    add_output_options(p)
     args = p.parse_args(argv)
     if args.quick:
         args.levels, args.lxd_levels, args.api_levels = "0,20,200", "0,20", "0,20"
@@ -1007,11 +1003,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _preflight(args: argparse.Namespace) -> None:
-    if os.geteuid() != 0:
-        sys.exit("bench_forwards: needs root (network namespaces)")
-    for tool in ("ip", "nft", "git"):
-        if shutil.which(tool) is None:
-            sys.exit(f"bench_forwards: {tool} not found")
+    need_root_and_tools("bench_forwards", ("ip", "nft", "git"))
     for path in (VENV_PYTHON, PODNETCTL, PODNET_PLUGIN):
         if not os.access(path, os.X_OK):
             sys.exit(f"bench_forwards: {path} missing (create the venv, pip install -e .)")
@@ -1021,18 +1013,12 @@ def _preflight(args: argparse.Namespace) -> None:
         args.lxd_levels = []
 
 
-def _on_signal(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--connect-driver"]:
         return connect_driver_main()
     args = parse_args(argv)
     _preflight(args)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGHUP, _on_signal)
+    end_on_signals()
     bench = Bench(args)
     report = None
     status = 0
@@ -1055,13 +1041,7 @@ def main(argv: list[str]) -> int:
     if report is None:
         return status
     bench.check_root(report)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(render(report))
-    if args.fail_on_miss and not all(t["pass"] for t in report["targets"]):
-        return 1
-    return 0
+    return finish(report, args, render)
 
 
 if __name__ == "__main__":

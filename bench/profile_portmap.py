@@ -29,7 +29,6 @@ import argparse
 import ast
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_add_del as bench_mod  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import percentile  # noqa: E402
 
 TRACED_PLUGIN = """#!{python} -IS
 import time as _t
@@ -183,10 +184,6 @@ print(json.dumps(res))
 """
 
 
-def percentile(values: list[float], q: float) -> float:
-    return bench_mod.percentile(values, q)
-
-
 def trace_rounds(bench: bench_mod.Bench, first: int, rounds: int, log: Path) -> dict[str, Any]:
     """Rounds with the traced plugin; phases (ms, p50) per (side, verb, pods)."""
     calls: list[tuple[tuple[str, str, int], dict[str, Any]]] = []
@@ -276,9 +273,7 @@ def main(argv: list[str]) -> int:
     bargs += ["--commit", args.commit] if args.commit else []
     bench_args = bench_mod.parse_args(bargs)
     bench_mod._preflight(bench_args)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, bench_mod._on_sigterm)
-    signal.signal(signal.SIGHUP, bench_mod._on_sigterm)
+    benchlib.end_on_signals()
     bench = bench_mod.Bench(bench_args)
     report: dict[str, Any] = {}
     try:
@@ -317,12 +312,9 @@ def main(argv: list[str]) -> int:
         report["importtime"] = importtime_rounds(bench, k, 5, imp_log)
         bench.say("micro-benchmarks in the nodes ...")
         report["micro_ms"] = micro(bench, src, args.reps)
-    except KeyboardInterrupt:
-        bench.say("interrupted; cleaned up")
-        return 130
-    except (RuntimeError, OSError, subprocess.CalledProcessError, ValueError) as err:
-        bench.say(f"profile_portmap: error: {err}")
-        return 1
+    except (KeyboardInterrupt, RuntimeError, OSError, subprocess.CalledProcessError,
+            ValueError) as err:
+        return benchlib.failed(bench.say, "profile_portmap", err)
     finally:
         bench.close(True)
     if args.json:

@@ -16,12 +16,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from netns import VENV_BIN, sh
+from netns import VENV_BIN, Lab, sh
 
 PODNETCTL = str(VENV_BIN / "podnetctl")
 PYTHON = str(VENV_BIN / "python")
@@ -113,6 +115,24 @@ class ApiServer:
                 f.close()
         if self.proc.returncode not in (0, None) and self.socket.exists():
             self.socket.unlink()  # a killed server leaves it behind
+
+
+@contextmanager
+def serving(tmp: Path, *extra: str) -> Iterator[tuple[Lab, ApiServer]]:
+    """A new :class:`~netns.Lab` and ``podnetctl serve`` in its node (data and logs under
+    ``tmp``, ``extra`` arguments). After the body the server must stop cleanly (exit 0, its
+    socket removed); whatever happens it is killed and the lab closed."""
+    lab = Lab()
+    server = None
+    try:
+        server = ApiServer(lab.node, tmp / "data", tmp / "logs", *extra)
+        yield lab, server
+        assert server.stop() == 0, server.stderr()
+        assert not server.socket.exists()
+    finally:
+        if server is not None:
+            server.kill()
+        lab.close()
 
 
 # -- envelopes ------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from netns import PLUGIN_ENV, VENV_BIN, sh
+from portmap_helpers import normalized, save_tool
 
 PLUGINS = ("podnet", "podnet-ipam", "podnet-portmap", "podnet-redirect")
 BASE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -450,16 +451,27 @@ def nft_ruleset(ns: str) -> str:
 
 def iptables_nat(ns: str, family: int) -> str:
     """``ip(6)tables-save -t nat`` of ``ns`` without comments and counters ("" when absent)."""
-    tool = "ip6tables-save" if family == 6 else "iptables-save"
-    out = sh("ip", "netns", "exec", ns, tool, "-t", "nat", check=False).stdout
-    lines = []
-    for line in out.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith(":"):
-            line = line.rsplit(" [", 1)[0]
-        lines.append(line)
-    return "\n".join(lines)
+    out = sh("ip", "netns", "exec", ns, save_tool(family), "-t", "nat", check=False).stdout
+    return "\n".join(normalized(out))
+
+
+def portmap_leftovers(ns: str) -> list[str]:
+    """podnet-portmap's per-container state in ``ns``: CNI-DN chains and CNI-HOSTPORT-DNAT
+    entry rules (iptables, both families), and containers' chains or map elements of ``table
+    inet podnet_portmap``."""
+    left = []
+    for family in (4, 6):
+        for line in iptables_nat(ns, family).splitlines():
+            if "CNI-DN-" in line:
+                left.append(f"IPv{family}: {line}")
+    out = sh("ip", "netns", "exec", ns, "nft", "-j", "list", "table", "inet", "podnet_portmap", check=False)
+    if out.returncode == 0:
+        for item in json.loads(out.stdout)["nftables"]:
+            if "chain" in item and item["chain"]["name"].startswith("dn-"):
+                left.append(f"nft chain {item['chain']['name']}")
+            if "map" in item and item["map"].get("elem"):
+                left.append(f"nft map {item['map']['name']}: {json.dumps(item['map']['elem'])[:200]}")
+    return left
 
 
 def files_under(root: Path, skip: Sequence[str] = ()) -> list[str]:

@@ -36,6 +36,27 @@ def sh(*argv: str, check: bool = True, input: str | None = None, timeout: float 
     return subprocess.run(list(argv), check=check, capture_output=True, text=True, input=input, timeout=timeout)
 
 
+def feed(argv: list[str], text: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``argv`` started with ``text`` on its stdin (closed after it) and its stdout piped: one
+    of many calls run side by side."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(text)
+    proc.stdin.close()
+    return proc
+
+
+def finished(procs: list[subprocess.Popen[str]], timeout: float = 120) -> list[tuple[int, str]]:
+    """Each of :func:`feed`'s calls' exit status (waited for up to ``timeout`` s) and stdout."""
+    return [(p.wait(timeout=timeout), p.stdout.read() if p.stdout else "") for p in procs]
+
+
+def feed_in(ns: str, program: str, env: dict[str, str], text: str) -> subprocess.Popen[str]:
+    """:func:`feed` of ``program`` inside namespace ``ns`` with exactly the environment ``env``
+    (``env -i``, as a runtime calls a plugin)."""
+    return feed(["ip", "netns", "exec", ns, "env", "-i", *[f"{k}={v}" for k, v in env.items()], program], text)
+
+
 class Lab:
     """Namespaces created by one test; names are unique so tests can run side by side."""
 

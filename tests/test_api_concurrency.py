@@ -33,6 +33,7 @@ from api_helpers import (
     expected_maps,
     forward_etag,
     kernel_maps,
+    serving,
 )
 from envgate import need
 from netns import Lab
@@ -58,17 +59,8 @@ class Outcome:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Lab, ApiServer]]:
     need("root", "ip", "nft")
-    lab = Lab()
-    srv = None
-    try:
-        srv = ApiServer(lab.node, tmp_path / "data", tmp_path / "logs")
+    with serving(tmp_path) as (lab, srv):
         yield lab, srv
-        assert srv.stop() == 0, srv.stderr()
-        assert not srv.socket.exists()
-    finally:
-        if srv is not None:
-            srv.kill()
-        lab.close()
 
 
 def _own(i: int) -> str:

@@ -37,6 +37,7 @@ from api_helpers import (
     forward_etag,
     kernel_maps,
     network_etag,
+    serving,
 )
 from envgate import need
 from netns import Lab, sh
@@ -82,21 +83,11 @@ class Api:
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     need("root", "ip", "nft")
-    lab = Lab()
-    server = None
-    try:
-        tmp = tmp_path_factory.mktemp("api-http")
-        server = ApiServer(lab.node, tmp / "data", tmp / "logs")
+    with serving(tmp_path_factory.mktemp("api-http")) as (lab, server):
         # a connection per request: a failed request never takes the next one with it
         with server.client(headers={"Connection": "close"}) as c:
             assert_sync(c.post("/1.0/networks", json={"name": "br0", "config": BR0}), 201, None)
             yield Api(lab, server, c)
-        assert server.stop() == 0, server.stderr()
-        assert not server.socket.exists()
-    finally:
-        if server is not None:
-            server.kill()
-        lab.close()
 
 
 @pytest.fixture

@@ -15,13 +15,14 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python
+from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python, serving
 from envgate import need
 from netns import Lab, sh
 
@@ -105,43 +106,35 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]
             "client1": _cert(directory, "client1"), "client2": _cert(directory, "client2")}
 
 
-def _start(lab: Lab, tmp: Path, certs: dict[str, tuple[str, str]]) -> ApiServer:
-    return ApiServer(lab.node, tmp / "data", tmp / "logs", "--listen", f"127.0.0.1:{PORT}",
-                     "--tls-cert", certs["server"][0], "--tls-key", certs["server"][1])
+def _tls_args(certs: dict[str, tuple[str, str]]) -> tuple[str, ...]:
+    return ("--listen", f"127.0.0.1:{PORT}", "--tls-cert", certs["server"][0],
+            "--tls-key", certs["server"][1])  # fmt: skip
 
 
-def _repl(lab: Lab, certs: dict[str, tuple[str, str]]) -> subprocess.Popen[str]:
+@contextmanager
+def _tls_client(lab: Lab, certs: dict[str, tuple[str, str]]) -> Iterator[subprocess.Popen[str]]:
+    """The TLS client REPL in the node namespace; killed after the body, so its connections go
+    before the server stops (see test_sigterm_with_an_idle_tls_client)."""
     code = (f"import api_helpers; api_helpers.tls_repl('https://127.0.0.1:{PORT}', "
             f"{certs['server'][0]!r}, {json.dumps({k: list(v) for k, v in certs.items()})})")
-    return in_ns_python(lab.node, code)
+    repl = in_ns_python(lab.node, code)
+    try:
+        yield repl
+    finally:
+        repl.kill()
+        repl.wait()
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory,
         certs: dict[str, tuple[str, str]]) -> Iterator[Tls]:
     tmp = tmp_path_factory.mktemp("api-tls")
-    lab = Lab()
-    server = None
-    repl = None
-    try:
-        server = _start(lab, tmp, certs)
-        repl = _repl(lab, certs)
+    with serving(tmp, *_tls_args(certs)) as (lab, server), _tls_client(lab, certs) as repl:
         t = Tls(lab, server, tmp / "data", certs, repl)
         # the TCP listener is up once the unix socket is (both start before "ready")
         answer, _ = t.until(None, lambda a: "status" in a, timeout=10)
         assert "status" in answer, answer
         yield t
-        repl.kill()  # its connections go first (see test_sigterm_with_an_idle_tls_client)
-        repl.wait()
-        assert server.stop() == 0, server.stderr()
-        assert not server.socket.exists()
-    finally:
-        if repl is not None:
-            repl.kill()
-            repl.wait()
-        if server is not None:
-            server.kill()
-        lab.close()
 
 
 def test_no_client_certificate_is_refused(tls: Tls) -> None:
@@ -259,12 +252,8 @@ def test_sigterm_with_an_idle_tls_client_stops_promptly(tmp_path: Path,
     hold the server's graceful stop: uvicorn closes idle connections, but asyncio waits for
     the peer's TLS close_notify (ssl_shutdown_timeout). The client is trusted: an untrusted one
     is closed right after its 403."""
-    lab = Lab()
-    server = repl = None
-    try:
-        sh(PODNETCTL, "trust", "add", certs["client1"][0], "--data-dir", str(tmp_path / "data"))
-        server = _start(lab, tmp_path, certs)
-        repl = _repl(lab, certs)
+    sh(PODNETCTL, "trust", "add", certs["client1"][0], "--data-dir", str(tmp_path / "data"))
+    with serving(tmp_path, *_tls_args(certs)) as (lab, server), _tls_client(lab, certs) as repl:
         t = Tls(lab, server, tmp_path / "data", certs, repl)
         answer, _ = t.until("client1", ok, timeout=10, fresh=False)
         assert ok(answer), answer  # and the connection stays open, idle
@@ -278,13 +267,6 @@ def test_sigterm_with_an_idle_tls_client_stops_promptly(tmp_path: Path,
         assert rc == 0, (rc, server.stderr())
         assert took < 10, f"SIGTERM took {took:.1f}s with one idle TLS client"
         assert not server.socket.exists()
-    finally:
-        if repl is not None:
-            repl.kill()
-            repl.wait()
-        if server is not None:
-            server.kill()
-        lab.close()
 
 
 @pytest.mark.parametrize(("listen", "why"), [

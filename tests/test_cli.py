@@ -165,22 +165,16 @@ def test_net_plugin_not_found(tmp_path: Path) -> None:
 
 
 # -- install ------------------------------------------------------------------------------------
+def install(tmp_path: Path, *args: str) -> Any:
+    """``podnetctl install`` into ``tmp_path``'s ``bin`` and ``net.d``."""
+    return run("install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "net.d"), *args)
+
+
 def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
     bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
-    args = [
-        "install",
-        "--bin-dir",
-        str(bin_dir),
-        "--conf-dir",
-        str(conf_dir),
-        "--range",
-        "10.244.2.0/24",
-        "--range",
-        "fd00:10:244:2::/64",
-        "--data-dir",
-        str(tmp_path / "data"),
-    ]
-    out = run(*args)
+    args = ["--range", "10.244.2.0/24", "--range", "fd00:10:244:2::/64",
+            "--data-dir", str(tmp_path / "data")]  # fmt: skip
+    out = install(tmp_path, *args)
     assert out.exit_code == 0, out.stderr
     plugin = bin_dir / "podnet"
     assert set(os.listdir(bin_dir)) == set(PLUGINS)
@@ -204,9 +198,9 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
     }
     files = [str(bin_dir / name) for name in PLUGINS] + [str(conf_dir / "10-podnet.conflist")]
     assert out.stdout.split() == [word for f in files for word in ("created", f)]
-    again = run(*args)
+    again = install(tmp_path, *args)
     assert again.stdout.split()[::2] == ["unchanged"] * len(files)
-    changed = run("install", "--bin-dir", str(bin_dir), "--conf-dir", str(conf_dir))
+    changed = install(tmp_path)
     assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["updated"]
     assert json.loads((conf_dir / "10-podnet.conflist").read_text())["plugins"][0]["ranges"] == [
         "10.244.2.0/24"
@@ -215,24 +209,9 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
 
 
 def test_install_no_conflist_and_name(tmp_path: Path) -> None:
-    out = run(
-        "install",
-        "--bin-dir",
-        str(tmp_path / "bin"),
-        "--conf-dir",
-        str(tmp_path / "net.d"),
-        "--no-conflist",
-    )
+    out = install(tmp_path, "--no-conflist")
     assert out.exit_code == 0 and not (tmp_path / "net.d").exists()
-    out = run(
-        "install",
-        "--bin-dir",
-        str(tmp_path / "bin"),
-        "--conf-dir",
-        str(tmp_path / "net.d"),
-        "--name",
-        "kindnet",
-    )
+    out = install(tmp_path, "--name", "kindnet")
     assert json.loads((tmp_path / "net.d" / "10-kindnet.conflist").read_text())["name"] == "kindnet"
 
 
@@ -246,9 +225,7 @@ def test_install_no_conflist_and_name(tmp_path: Path) -> None:
     ],
 )
 def test_install_rejects_bad_config(tmp_path: Path, args: list[str], message: str) -> None:
-    out = run(
-        "install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "net.d"), *args
-    )
+    out = install(tmp_path, *args)
     assert out.exit_code == 1 and out.stderr.startswith("Error: ") and message in out.stderr
     assert not (tmp_path / "bin").exists()  # nothing written when the config is bad
 

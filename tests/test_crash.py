@@ -394,25 +394,6 @@ def ptp_conf(data: Path) -> dict[str, Any]:
                      "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}}
 
 
-def portmap_state(node: str) -> list[str]:
-    """podnet-portmap's per-container state in ``node``: CNI-DN chains and CNI-HOSTPORT-DNAT
-    entry rules (both families), container chains and map elements of table inet
-    podnet_portmap."""
-    left = []
-    for family in (4, 6):
-        for line in faults.iptables_nat(node, family).splitlines():
-            if "CNI-DN-" in line:
-                left.append(f"IPv{family}: {line}")
-    out = faults.sh("ip", "netns", "exec", node, "nft", "-j", "list", "table", "inet", "podnet_portmap", check=False)
-    if out.returncode == 0:
-        for item in json.loads(out.stdout)["nftables"]:
-            if "chain" in item and item["chain"]["name"].startswith("dn-"):
-                left.append(f"nft chain {item['chain']['name']}")
-            if "map" in item and item["map"].get("elem"):
-                left.append(f"nft map {item['map']['name']}: {json.dumps(item['map']['elem'])[:200]}")
-    return left
-
-
 @pytest.fixture
 def ptp_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "host-local"
@@ -458,7 +439,7 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
         ptp_del = faults.run_plugin(node.node, REF_PTP, del_env, ptp_conf(ptp_dir))
         if ptp_del.rc != 0:
             problems.add(f"{what}: reference ptp DEL failed: {ptp_del.describe()}")
-        left = portmap_state(node.node)
+        left = faults.portmap_leftovers(node.node)
         if left:
             problems.add(f"{what}: after the runtime's DEL: {left}")
             gc = {**conf, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}
@@ -466,7 +447,7 @@ def test_portmap_kill9(node: Lab, installed: faults.Installed, ptp_dir: Path, ba
             faults.run_plugin(node.node, plugin, faults.cni_env("GC"), gc)
         node.exec(node.node, "ip", "netns", "del", pod)
         node.namespaces.remove(pod)
-    left = portmap_state(node.node)  # kill_call already waited for each killed call's children
+    left = faults.portmap_leftovers(node.node)  # kill_call already waited for each killed call's children
     if left:
         problems.add(f"{backend}: after all rounds: {left}")
     problems.check(f"podnet-portmap ({backend}) kill -9 rounds")

@@ -182,26 +182,6 @@ def portmap_conf(backend: str, prev: Any, mappings: list[dict[str, Any]]) -> dic
             "dataDir": PORTMAP_DATA}
 
 
-def portmap_leftovers(node_ns: str) -> list[str]:
-    """podnet-portmap state left in ``node_ns``: CNI-DN chains and entry rules (iptables, both
-    families), and containers' chains or map elements of ``table inet podnet_portmap``."""
-    import json
-
-    left = []
-    for family in (4, 6):
-        for line in faults.iptables_nat(node_ns, family).splitlines():
-            if "CNI-DN-" in line:
-                left.append(f"IPv{family}: {line}")
-    out = faults.sh("ip", "netns", "exec", node_ns, "nft", "-j", "list", "table", "inet", "podnet_portmap", check=False)
-    if out.returncode == 0:
-        for item in json.loads(out.stdout)["nftables"]:
-            if "chain" in item and item["chain"]["name"].startswith("dn-"):
-                left.append(f"nft chain {item['chain']['name']}")
-            if "map" in item and item["map"].get("elem"):
-                left.append(f"nft map {item['map']['name']}: {item['map']['elem']}")
-    return left
-
-
 @pytest.fixture
 def ptp_pod(node: Node, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any], Any]]:
     """A pod wired by the reference ptp (host-local IPAM): ``(netns, ptp conf, result)``."""
@@ -235,10 +215,10 @@ def test_portmap_udp_hostports_without_conntrack(node: Node, ptp_pod: tuple[str,
     f.expect(add.rc == 0, f"ADD: {add.describe()}")
     f.expect("could not flush UDP conntrack entries of ports 5353 (ctnetlink:" in add.stderr
              and "conntrack is not installed" in add.stderr, f"no warning naming both: {add.stderr!r}")
-    f.expect(bool(portmap_leftovers(node.lab.node)) or add.rc != 0, "the ADD installed no rule at all")
+    f.expect(bool(faults.portmap_leftovers(node.lab.node)) or add.rc != 0, "the ADD installed no rule at all")
     delete = call("DEL")
     f.expect(delete.rc == 0, f"DEL: {delete.describe()}")
-    f.expect(portmap_leftovers(node.lab.node) == [], f"left after DEL: {portmap_leftovers(node.lab.node)}")
+    f.expect(faults.portmap_leftovers(node.lab.node) == [], f"left after DEL: {faults.portmap_leftovers(node.lab.node)}")
     f.check()
 
 
@@ -263,7 +243,7 @@ def test_path_without_sbin(node: Node, ptp_pod: tuple[str, dict[str, Any], Any])
     for verb in ("ADD", "CHECK", "DEL"):
         out = node.call("podnet-portmap", verb, pm, cid="c2", netns=ptp_ns, path=faults.NO_SBIN_PATH)
         f.expect(out.rc == 0, f"podnet-portmap {verb}: {out.describe()}")
-    f.expect(portmap_leftovers(node.lab.node) == [], f"podnet-portmap left {portmap_leftovers(node.lab.node)}")
+    f.expect(faults.portmap_leftovers(node.lab.node) == [], f"podnet-portmap left {faults.portmap_leftovers(node.lab.node)}")
     f.check()
 
 
@@ -277,19 +257,27 @@ def prepare(node: Node, node_has_pod: bool) -> None:
         node.init_db()
 
 
+def failed_add_changes_nothing(node: Node, title: str, *, names: tuple[str, ...] = (),
+                               details: tuple[str, ...] = (), path: str = faults.BASE_PATH,
+                               hide: tuple[str, ...] = ()) -> None:
+    """podnet's ADD of a new pod (c1, hostPort 8081) under a fault: a 104 whose msg or details
+    name ``names`` and whose details hold ``details``, and the node as it was before."""
+    pod = node.pod()
+    before = node.snapshot()
+    out = node.call("podnet", "ADD", netconf(node.data, mappings=[{"hostPort": 8081, "containerPort": 80}]),
+                    cid="c1", netns=pod, path=path, hide=hide)
+    f = Findings(title)
+    f.answer(out, 104, names=names, details=details)
+    f.unchanged(before, node.snapshot())
+    f.check()
+
+
 @pytest.mark.parametrize("node_has_pod", [False, True], ids=["empty-node", "node-with-a-pod"])
 def test_nft_not_installed(node: Node, node_has_pod: bool) -> None:
     """Without nft: a clean 104 naming nft, and no veth, row or element of the failed ADD (the
     incremental path, on a node that already has a pod, used to leak the veth)."""
     prepare(node, node_has_pod)
-    pod = node.pod()
-    before = node.snapshot()
-    out = node.call("podnet", "ADD", netconf(node.data, mappings=[{"hostPort": 8081, "containerPort": 80}]),
-                    cid="c1", netns=pod, hide=("nft",))
-    f = Findings("ADD without nft")
-    f.answer(out, 104, names=("nft",))
-    f.unchanged(before, node.snapshot())
-    f.check()
+    failed_add_changes_nothing(node, "ADD without nft", names=("nft",), hide=("nft",))
 
 
 @pytest.mark.parametrize("node_has_pod", [False, True], ids=["empty-node", "node-with-a-pod"])
@@ -300,14 +288,8 @@ def test_nft_fails(node: Node, fake: faults.FakeTools, node_has_pod: bool) -> No
     prepare(node, node_has_pod)
     stderr = "Error: Could not process rule: No buffer space available"
     fake.fail("nft", stderr, args='*" -f "*')  # every `nft -f -` script; listings still work
-    pod = node.pod()
-    before = node.snapshot()
-    out = node.call("podnet", "ADD", netconf(node.data, mappings=[{"hostPort": 8081, "containerPort": 80}]),
-                    cid="c1", netns=pod, path=fake.path)
-    f = Findings("ADD with a failing nft")
-    f.answer(out, 104, names=("nft",), details=(stderr,))
-    f.unchanged(before, node.snapshot())
-    f.check()
+    failed_add_changes_nothing(node, "ADD with a failing nft", names=("nft",), details=(stderr,),
+                               path=fake.path)
 
 
 def test_ip_fails_creating_the_veth(node: Node, fake: faults.FakeTools) -> None:
@@ -316,14 +298,7 @@ def test_ip_fails_creating_the_veth(node: Node, fake: faults.FakeTools) -> None:
     prepare(node, True)
     stderr = "RTNETLINK answers: Cannot allocate memory"
     fake.fail("ip", stderr, input="type veth", code=2)
-    pod = node.pod()
-    before = node.snapshot()
-    out = node.call("podnet", "ADD", netconf(node.data, mappings=[{"hostPort": 8081, "containerPort": 80}]),
-                    cid="c1", netns=pod, path=fake.path)
-    f = Findings("ADD whose veth creation fails")
-    f.answer(out, 104, details=(stderr,))
-    f.unchanged(before, node.snapshot())
-    f.check()
+    failed_add_changes_nothing(node, "ADD whose veth creation fails", details=(stderr,), path=fake.path)
 
 
 POD_SIDE = "route add .* via "  # a line of the pod side's `ip -batch` (default route), not the host's
@@ -335,14 +310,7 @@ def test_ip_fails_in_the_pod(node: Node, fake: faults.FakeTools) -> None:
     prepare(node, True)
     stderr = "RTNETLINK answers: Network is unreachable"
     fake.fail("ip", stderr, input=POD_SIDE, code=2)
-    pod = node.pod()
-    before = node.snapshot()
-    out = node.call("podnet", "ADD", netconf(node.data, mappings=[{"hostPort": 8081, "containerPort": 80}]),
-                    cid="c1", netns=pod, path=fake.path)
-    f = Findings("ADD whose pod side fails")
-    f.answer(out, 104, details=(stderr,))
-    f.unchanged(before, node.snapshot())
-    f.check()
+    failed_add_changes_nothing(node, "ADD whose pod side fails", details=(stderr,), path=fake.path)
 
 
 def test_pod_side_enters_the_netns_with_nsenter(node: Node, fake: faults.FakeTools,
@@ -434,8 +402,8 @@ def test_portmap_nft_failure_is_not_an_empty_table(node: Node, ptp_pod: tuple[st
     f.answer(out, 104, names=("nft",), details=(stderr,))
     f.unchanged(before, node.snapshot())
     delete = node.call("podnet-portmap", "DEL", conf, cid="c1", netns=pod)
-    f.expect(delete.rc == 0 and portmap_leftovers(node.lab.node) == [],
-             f"DEL without the fault: {delete.describe()}; left: {portmap_leftovers(node.lab.node)}")
+    f.expect(delete.rc == 0 and faults.portmap_leftovers(node.lab.node) == [],
+             f"DEL without the fault: {delete.describe()}; left: {faults.portmap_leftovers(node.lab.node)}")
     f.check()
 
 
@@ -467,7 +435,7 @@ def test_portmap_foreign_bare_rule(node: Node, ptp_pod: tuple[str, dict[str, Any
     gc.pop("prevResult")
     out = node.call("podnet-portmap", "GC", gc)
     f.expect(out.rc == 0, f"GC: {out.describe()}")
-    left = portmap_leftovers(node.lab.node)
+    left = faults.portmap_leftovers(node.lab.node)
     if left:  # what the failed calls left: remove it with the bare rule gone
         for tool in ("iptables", "ip6tables"):
             node.lab.exec(node.lab.node, tool, "-t", "nat", "-F", "OTHER")

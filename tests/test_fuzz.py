@@ -251,6 +251,13 @@ class Report:
     def add(self, case: Case, problem: str) -> None:
         self.problems[(case.plugin, case.verb, category(problem))].append(f"{problem}\n      input: {case.show()}")
 
+    def judge(self, case: Case, rc: int | None, out: str, derr: str | None) -> None:
+        """Count the call and add what is wrong with its answer, if anything."""
+        self.counts[case.plugin] += 1
+        problem = verdict(rc, out, derr)
+        if problem:
+            self.add(case, problem)
+
     def total(self) -> int:
         return sum(len(v) for v in self.problems.values()) + len(self.state)
 
@@ -312,10 +319,7 @@ class Fuzzer:
             self.replay(cases, report, label, check_answers=True)
             return
         for case, (rc, out, derr, _) in zip(cases, replies, strict=True):
-            report.counts[case.plugin] += 1
-            problem = verdict(rc, out, derr)
-            if problem:
-                report.add(case, problem)
+            report.judge(case, rc, out, derr)
         after = node.snapshot()
         if after != node.baseline:
             changed = node.baseline.changed(after)
@@ -343,10 +347,7 @@ class Fuzzer:
                 node = self.fresh()
                 continue
             if check_answers:
-                report.counts[case.plugin] += 1
-                problem = verdict(rc, out, derr)
-                if problem:
-                    report.add(case, problem)
+                report.judge(case, rc, out, derr)
             after = node.snapshot()
             if after != node.baseline:
                 found += 1

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from api_helpers import map_elements
 from envgate import need
 from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, TIMEOUT, VENV_BIN, Lab, sh
 
@@ -64,16 +65,7 @@ class Net:
         return self.lab.talk(ns, proto, host, port).split(" ")[0]
 
     def elements(self, name: str) -> set[str]:
-        out = self.lab.exec(self.lab.node, "nft", "-j", "list", "map", "inet", "podnet", name)
-        items = json.loads(out.stdout)["nftables"]
-        elems = next(i["map"] for i in items if "map" in i).get("elem", [])
-
-        def text(x: Any) -> str:
-            if isinstance(x, dict) and "concat" in x:
-                return " . ".join(str(p) for p in x["concat"])
-            return str(x)
-
-        return {f"{text(k)} : {text(v)}" for k, v in elems}
+        return map_elements(self.lab.node, name)
 
 
 @pytest.fixture(scope="module")

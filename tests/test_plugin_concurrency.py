@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import PLUGIN, PLUGIN_ENV, Lab
+from netns import PLUGIN, PLUGIN_ENV, Lab, feed_in
 from test_plugin_e2e import db_rows, host_veths, map_elements, netconf
 
 pytestmark = pytest.mark.root
@@ -22,12 +22,7 @@ def _call(lab: Lab, command: str, conf: dict, cid: str, netns: str | None) -> su
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{netns}" if netns else "",
            "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin", "PATH": os.environ["PATH"],
            **PLUGIN_ENV}
-    argv = ["ip", "netns", "exec", lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], PLUGIN]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps(conf))
-    proc.stdin.close()
-    return proc
+    return feed_in(lab.node, PLUGIN, env, json.dumps(conf))
 
 
 def _all(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:

@@ -19,7 +19,17 @@ from typing import Any
 
 import pytest
 
-from netns import CLIENT_ADDR4, NODE_ADDR4, PLUGIN_ENV, REFUSED, VENV_BIN, Lab
+from netns import (
+    CLIENT_ADDR4,
+    NODE_ADDR4,
+    PLUGIN_ENV,
+    REFUSED,
+    VENV_BIN,
+    Lab,
+    feed,
+    feed_in,
+    finished,
+)
 from podnet.cni import env as cni_env
 from podnet.cni import skel
 from podnet.drivers.conf import PodnetConf
@@ -335,15 +345,10 @@ def test_parallel_adds_get_distinct_addresses(tmp_path: Path) -> None:
         env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}", "CNI_NETNS": "/run/netns/x",
                "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": os.environ["PATH"],
                **PLUGIN_ENV}
-        proc = subprocess.Popen([IPAM_PLUGIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=env)
-        assert proc.stdin is not None
-        proc.stdin.write(conf)
-        proc.stdin.close()
-        return proc
+        return feed([IPAM_PLUGIN], conf, env)
 
     procs = [start("ADD", i) for i in range(32)]
-    outs = [(p.wait(timeout=120), p.stdout.read() if p.stdout else "") for p in procs]
+    outs = finished(procs)
     assert all(rc == 0 for rc, _ in outs), [o for o in outs if o[0]][:3]
     results = [json.loads(out) for _, out in outs]
     for family in (4, 6):
@@ -612,16 +617,10 @@ def test_parallel_delegated_adds(lab: Lab, tmp_path: Path, cni_bin: str) -> None
         full = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}",
                 "CNI_NETNS": f"/run/netns/{pods[i]}" if command == "ADD" else "",
                 "CNI_IFNAME": "eth0", "PATH": os.environ["PATH"], **PLUGIN_ENV, **env}
-        argv = ["ip", "netns", "exec", lab.node, "env", "-i", *[f"{k}={v}" for k, v in full.items()],
-                str(VENV_BIN / "podnet")]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert proc.stdin is not None
-        proc.stdin.write(conf)
-        proc.stdin.close()
-        return proc
+        return feed_in(lab.node, str(VENV_BIN / "podnet"), full, conf)
 
     procs = [start("ADD", i) for i in range(16)]
-    outs = [(p.wait(timeout=120), p.stdout.read() if p.stdout else "") for p in procs]
+    outs = finished(procs)
     assert all(rc == 0 for rc, _ in outs), [o for o in outs if o[0]][:3]
     assert len({json.loads(out)["ips"][0]["address"] for _, out in outs}) == 16
     assert [r[9] for r in rows(tmp_path)] == [OWNER_PODNET] * 16

@@ -574,10 +574,14 @@ def test_parallel_add_then_parallel_del(lab: Lab, tmp_path: Path) -> None:
     confs = [portmap_conf("podnet-portmap", prev, [tcp(20000 + i), udp(21000 + i)])
              for i, (_, prev, _) in enumerate(results)]
 
-    results = cni_parallel([(lab.node, "ADD", conf, PODNET_PORTMAP, cid, p)
-                            for conf, cid, p in zip(confs, cids, pods, strict=True)], path=path)
-    failed = [(cid, out, err) for cid, (rc, out, err) in zip(cids, results, strict=True) if rc]
-    assert not failed, failed[:2]
+    def every_container(command: str) -> None:
+        """``command`` of podnet-portmap for every container at once; none may fail."""
+        results = cni_parallel([(lab.node, command, conf, PODNET_PORTMAP, cid, p)
+                                for conf, cid, p in zip(confs, cids, pods, strict=True)], path=path)
+        failed = [(cid, out, err) for cid, (rc, out, err) in zip(cids, results, strict=True) if rc]
+        assert not failed, failed[:2]
+
+    every_container("ADD")
     for family in (4, 6):
         lines = nat_lines(lab.node, family, path)
         chains = set(user_chains(lines))
@@ -587,10 +591,7 @@ def test_parallel_add_then_parallel_del(lab: Lab, tmp_path: Path) -> None:
         assert missing == [], f"IPv{family}: {len(missing)} containers lost rules: {missing[:5]}"
         assert set(top_level_counts(lines).values()) == {1}, top_level_counts(lines)
 
-    results = cni_parallel([(lab.node, "DEL", conf, PODNET_PORTMAP, cid, p)
-                            for conf, cid, p in zip(confs, cids, pods, strict=True)], path=path)
-    failed = [(cid, out, err) for cid, (rc, out, err) in zip(cids, results, strict=True) if rc]
-    assert not failed, failed[:2]
+    every_container("DEL")
     for family in (4, 6):
         lines = nat_lines(lab.node, family, path)
         assert only_top_level(lines) == [], f"IPv{family}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, REFUSED, Lab
+from netns import NODE_ADDR4, NODE_ADDR6, PLUGIN_ENV, REFUSED, Lab, feed_in
 from podnet.firewall import portmap_nft
 from podnet.firewall.portmap_iptables import PortmapOptions
 from podnet.values import ContainerNet, PortMappingArg
@@ -181,12 +181,7 @@ def test_parallel_add_del_leaves_only_the_base(lab: Lab, tmp_path: Path) -> None
         conf = _portmap_conf(prev, [{"hostPort": 21000 + i, "containerPort": 80}])
         env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"c{i}", "CNI_NETNS": f"/run/netns/{pods[i]}",
                "CNI_IFNAME": "eth0", "CNI_PATH": REF, "PATH": os.environ["PATH"], **PLUGIN_ENV}
-        argv = ["ip", "netns", "exec", lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], PORTMAP]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(conf))
-        proc.stdin.close()
-        return proc
+        return feed_in(lab.node, PORTMAP, env, json.dumps(conf))
 
     procs = [start("ADD", i, prevs[i]) for i in range(n)]
     assert all(p.wait(timeout=120) == 0 for p in procs), [p.stdout.read() for p in procs if p.returncode]  # type: ignore[union-attr]

@@ -51,6 +51,20 @@ def queued(directory: Path, n: int) -> None:
         time.sleep(0.001)
 
 
+def acquiring(lock: FairLock) -> tuple[threading.Thread, threading.Event]:
+    """A thread started to acquire ``lock`` (waiting up to DEADLINE) and the event it sets once
+    it holds it."""
+    got = threading.Event()
+
+    def wait() -> None:
+        lock.acquire(DEADLINE)
+        got.set()
+
+    t = threading.Thread(target=wait)
+    t.start()
+    return t, got
+
+
 def test_waiters_get_the_lock_in_arrival_order(tmp_path: Path) -> None:
     """Eight waiters queue behind a holder, each started once the previous one is in the queue
     (its node file exists): they get the lock in that order, and leave no node file."""
@@ -83,14 +97,7 @@ def test_a_waiter_past_its_timeout_answers_11_and_is_skipped(tmp_path: Path) -> 
         impatient.acquire(0.2)
     assert err.value.code == 11 and "podnet.lock" in err.value.msg
     patient = FairLock(str(tmp_path), "podnet.lock")
-    got = threading.Event()
-
-    def wait() -> None:
-        patient.acquire(DEADLINE)
-        got.set()
-
-    t = threading.Thread(target=wait)
-    t.start()
+    t, got = acquiring(patient)
     queued(tmp_path, 3)  # holder, the impatient one (gone), the patient one
     # Still behind the holder, not let in by the impatient one's exit: had it been, it would
     # have been at once (the abandoned node is skipped in microseconds).
@@ -125,14 +132,7 @@ def test_a_killed_waiter_is_skipped_but_never_lets_two_in(tmp_path: Path) -> Non
     waiter.send_signal(signal.SIGKILL)  # dies while waiting
     waiter.wait()
     lock = FairLock(str(tmp_path), "podnet.lock")
-    got = threading.Event()
-
-    def third() -> None:
-        lock.acquire(DEADLINE)
-        got.set()
-
-    t = threading.Thread(target=third)
-    t.start()
+    t, got = acquiring(lock)  # the third
     queued(tmp_path, 3)
     assert not got.wait(0.5), "let in while the holder still held the lock"
     assert proc.stdin is not None and proc.stdout is not None

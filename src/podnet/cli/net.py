@@ -19,6 +19,7 @@ from podnet.runtime import (
     DEFAULT_CONF_DIR,
     DEFAULT_IFNAME,
     CNIRuntime,
+    NetworkConfigList,
     ResultCache,
     RuntimeConf,
     build_runtime_conf,
@@ -29,82 +30,44 @@ from podnet.runtime.errors import ArgsError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _network_options(f: F) -> F:
-    options = [
-        click.option(
-            "--conf-dir",
-            envvar="NETCONFPATH",
-            default=DEFAULT_CONF_DIR,
-            show_default=True,
-            show_envvar=True,
-            help="Directory of network configs.",
-        ),
-        click.option(
-            "--cni-path",
-            envvar="CNI_PATH",
-            default="/opt/cni/bin",
-            show_default=True,
-            show_envvar=True,
-            help="Plugin directories, colon-separated.",
-        ),
-        click.option(
-            "--cache-dir",
-            envvar="PODNETCTL_CACHE_DIR",
-            default=DEFAULT_CACHE_DIR,
-            show_default=True,
-            show_envvar=True,
-            help="Result cache directory (entries under results/).",
-        ),
-    ]
+def _env_option(*decls: str, envvar: str, default: str, help: str,
+                show_default: bool | None = None) -> Callable[[F], F]:
+    """An option that falls back to cnitool's environment variable ``envvar``."""
+    return click.option(*decls, envvar=envvar, default=default, show_default=show_default,
+                        show_envvar=True, help=help)  # fmt: skip
+
+
+def _apply(f: F, options: list[Callable[[F], F]]) -> F:
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def _network_options(f: F) -> F:
+    return _apply(f, [
+        _env_option("--conf-dir", envvar="NETCONFPATH", default=DEFAULT_CONF_DIR,
+                    show_default=True, help="Directory of network configs."),
+        _env_option("--cni-path", envvar="CNI_PATH", default="/opt/cni/bin", show_default=True,
+                    help="Plugin directories, colon-separated."),
+        _env_option("--cache-dir", envvar="PODNETCTL_CACHE_DIR", default=DEFAULT_CACHE_DIR,
+                    show_default=True, help="Result cache directory (entries under results/)."),
+    ])  # fmt: skip
 
 
 def _attachment_options(f: F) -> F:
-    options = [
-        click.option(
-            "-i",
-            "--ifname",
-            envvar="CNI_IFNAME",
-            default=DEFAULT_IFNAME,
-            show_default=True,
-            show_envvar=True,
-            help="Interface name in the netns.",
-        ),
-        click.option(
-            "--container-id",
-            envvar="CNI_CONTAINERID",
-            default="",
-            show_envvar=True,
-            help="Container ID [default: cnitool-<sha512 of the netns path>].",
-        ),
-        click.option(
-            "--cni-args",
-            envvar="CNI_ARGS",
-            default="",
-            show_envvar=True,
-            help="Plugin arguments, K=V;K2=V2.",
-        ),
-        click.option(
-            "--cap-args",
-            envvar="CAP_ARGS",
-            default="",
-            show_envvar=True,
-            help="Capability arguments as a JSON object.",
-        ),
-        click.option(
-            "-p",
-            "--port",
-            "ports",
-            multiple=True,
-            metavar="[HOSTIP:]HOST:CONTAINER[/PROTO]",
-            help="Publish a port (portMappings capability); repeatable.",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+    return _apply(f, [
+        _env_option("-i", "--ifname", envvar="CNI_IFNAME", default=DEFAULT_IFNAME,
+                    show_default=True, help="Interface name in the netns."),
+        _env_option("--container-id", envvar="CNI_CONTAINERID", default="",
+                    help="Container ID [default: cnitool-<sha512 of the netns path>]."),
+        _env_option("--cni-args", envvar="CNI_ARGS", default="",
+                    help="Plugin arguments, K=V;K2=V2."),
+        _env_option("--cap-args", envvar="CAP_ARGS", default="",
+                    help="Capability arguments as a JSON object."),
+        click.option("-p", "--port", "ports", multiple=True,
+                     metavar="[HOSTIP:]HOST:CONTAINER[/PROTO]",
+                     help="Publish a port (portMappings capability); repeatable."),
+    ])  # fmt: skip
 
 
 def _runtime(cni_path: str, cache_dir: str) -> CNIRuntime:
@@ -132,47 +95,51 @@ def net() -> None:
     """Run a network's plugins like cnitool: add, check, del, gc, status."""
 
 
+Verb = Callable[[CNIRuntime, NetworkConfigList, RuntimeConf], None]
+Command = Callable[..., None]
+
+
+def _attachment_command(netns_argument: Callable[[Command], Command]) -> Callable[[Verb], Command]:
+    """A command on one attachment (add, check, del): ``NETWORK NETNS`` (``netns_argument``
+    declares the second), the network's and the attachment's options, handed to the verb as
+    the runtime, the network's conflist and the runtime config."""
+
+    def wrap(verb: Verb) -> Command:
+        def command(network: str, netns: str, conf_dir: str, cni_path: str, cache_dir: str,
+                    **opts: Any) -> None:  # fmt: skip
+            rt = _rt(netns, opts)
+            runtime = _runtime(cni_path, cache_dir)
+            verb(runtime, load_conflist(network, conf_dir), rt)
+
+        command.__name__, command.__doc__ = verb.__name__, verb.__doc__
+        options = netns_argument(_network_options(_attachment_options(command)))
+        return click.argument("network")(options)
+
+    return wrap
+
+
 @net.command()
-@click.argument("network")
-@click.argument("netns")
-@_network_options
-@_attachment_options
-def add(
-    network: str, netns: str, conf_dir: str, cni_path: str, cache_dir: str, **opts: Any
-) -> None:
+@_attachment_command(click.argument("netns"))
+def add(runtime: CNIRuntime, conflist: NetworkConfigList, rt: RuntimeConf) -> None:
     """ADD NETNS to NETWORK and print the result JSON (cached for check/del)."""
-    rt = _rt(netns, opts)
-    result = _runtime(cni_path, cache_dir).add(load_conflist(network, conf_dir), rt)
-    click.echo(json.dumps(result, indent=2))
+    click.echo(json.dumps(runtime.add(conflist, rt), indent=2))
 
 
 @net.command()
-@click.argument("network")
-@click.argument("netns")
-@_network_options
-@_attachment_options
-def check(
-    network: str, netns: str, conf_dir: str, cni_path: str, cache_dir: str, **opts: Any
-) -> None:
+@_attachment_command(click.argument("netns"))
+def check(runtime: CNIRuntime, conflist: NetworkConfigList, rt: RuntimeConf) -> None:
     """CHECK NETNS's attachment to NETWORK against its cached result; silent when it is fine."""
-    rt = _rt(netns, opts)
-    _runtime(cni_path, cache_dir).check(load_conflist(network, conf_dir), rt)
+    runtime.check(conflist, rt)
 
 
 @net.command(name="del")
-@click.argument("network")
-@click.argument("netns", required=False, default="")
-@_network_options
-@_attachment_options
-def delete(
-    network: str, netns: str, conf_dir: str, cni_path: str, cache_dir: str, **opts: Any
-) -> None:
+@_attachment_command(click.argument("netns", required=False, default=""))
+def delete(runtime: CNIRuntime, conflist: NetworkConfigList, rt: RuntimeConf) -> None:
     """DEL NETNS's attachment from NETWORK (plugins in reverse, with the cached result).
 
     NETNS may be omitted when --container-id / CNI_CONTAINERID is given (as containerd does).
     """
-    rt = _rt(netns, opts)
-    _runtime(cni_path, cache_dir).delete(load_conflist(network, conf_dir), rt)
+    runtime.delete(conflist, rt)
 
 
 @net.command()

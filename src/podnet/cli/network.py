@@ -59,6 +59,23 @@ target_option = click.option("--target", "target", metavar="MEMBER",
                              help="Cluster member name (must be this node).")  # fmt: skip
 format_option = click.option("--format", "-f", "fmt", default="table", show_default=True,
                              help=f"Format ({'|'.join(FORMATS)}).")  # fmt: skip
+network_argument = click.argument("network_name", metavar="NETWORK")
+
+
+def one_network(f: Any) -> Any:
+    """``NAME [--target MEMBER]`` and the context: a command on one network as a whole."""
+    return click.argument("name")(target_option(click.pass_context(f)))
+
+
+def one_forward(f: Any) -> Any:
+    """``NETWORK LISTEN_ADDRESS [--target MEMBER]`` and the context: a command on one forward
+    as a whole."""
+    return forward_arguments(target_option(click.pass_context(f)))
+
+
+def forward_arguments(f: Any) -> Any:
+    """``NETWORK LISTEN_ADDRESS``, the first two arguments of every command on one forward."""
+    return network_argument(click.argument("listen_address")(f))
 
 
 def _manager(ctx: click.Context) -> Any:
@@ -74,6 +91,14 @@ def _manager(ctx: click.Context) -> Any:
                                  create=obj["init"],
                                  warn=lambda msg: click.echo(f"Warning: {msg}", err=True))
     return obj["manager"]
+
+
+def _checked_manager(ctx: click.Context, target: str | None) -> Any:
+    """:func:`_manager` once ``--target`` is known to name this node (what every command that
+    takes ``--target`` checks first)."""
+    manager = _manager(ctx)
+    manager.check_target(target)
+    return manager
 
 
 def _store_option(key: str) -> Any:
@@ -182,13 +207,10 @@ def network_list(ctx: click.Context, fmt: str) -> None:
 
 
 @network.command("show")
-@click.argument("name")
-@target_option
-@click.pass_context
+@one_network
 def network_show(ctx: click.Context, name: str, target: str | None) -> None:
     """Show network configurations."""
-    _manager(ctx).check_target(target)
-    click.echo(dump_yaml(_manager(ctx).get_network(name).to_api()), nl=False)
+    click.echo(dump_yaml(_checked_manager(ctx, target).get_network(name).to_api()), nl=False)
 
 
 @network.command("create")
@@ -205,8 +227,7 @@ def network_create(ctx: click.Context, name: str, config: tuple[str, ...], type_
 
     Keys: ipv4.address, ipv6.address (CIDR, auto, none), ipv4.nat, ipv6.nat, ipv4.nat.address,
     ipv6.nat.address, bridge.mtu, user.*."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.create_network(name, type=type_, description=description,
                            config=_pairs(config, "Bad key/value pair"))  # fmt: skip
     click.echo(f"Network {name} created")
@@ -231,8 +252,7 @@ def network_get(ctx: click.Context, name: str, key: str) -> None:
 def network_set(ctx: click.Context, name: str, config: tuple[str, ...],
                 target: str | None) -> None:  # fmt: skip
     """Set network configuration keys (KEY=VALUE…, or KEY VALUE)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.update_network(name, config=_config_args(config), patch=True)
 
 
@@ -243,19 +263,15 @@ def network_set(ctx: click.Context, name: str, config: tuple[str, ...],
 @click.pass_context
 def network_unset(ctx: click.Context, name: str, key: str, target: str | None) -> None:
     """Unset network configuration keys."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.update_network(name, config={key: ""}, patch=True)
 
 
 @network.command("edit")
-@click.argument("name")
-@target_option
-@click.pass_context
+@one_network
 def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
     """Edit network configurations as YAML (stdin when it is not a terminal, else $EDITOR)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     current = manager.get_network(name)
 
     def apply(text: str) -> None:
@@ -272,13 +288,10 @@ def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
 
 
 @network.command("delete")
-@click.argument("name")
-@target_option
-@click.pass_context
+@one_network
 def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
     """Delete networks (refused while pods use them; their forwards go with them)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.delete_network(name)
     click.echo(f"Network {name} deleted")
 
@@ -309,7 +322,7 @@ def forward() -> None:
 
 
 @forward.command("list")
-@click.argument("network_name", metavar="NETWORK")
+@network_argument
 @format_option
 @click.pass_context
 def forward_list(ctx: click.Context, network_name: str, fmt: str) -> None:
@@ -322,21 +335,16 @@ def forward_list(ctx: click.Context, network_name: str, fmt: str) -> None:
 
 
 @forward.command("show")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
-@target_option
-@click.pass_context
+@one_forward
 def forward_show(ctx: click.Context, network_name: str, listen_address: str,
                  target: str | None) -> None:  # fmt: skip
     """Show network forward configurations."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     click.echo(dump_yaml(manager.get_forward(network_name, listen_address).to_api()), nl=False)
 
 
 @forward.command("create")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("config", nargs=-1)
 @click.option("--description", default="", help="Forward description.")
 @target_option
@@ -346,16 +354,14 @@ def forward_create(
     description: str, target: str | None,
 ) -> None:
     """Create new network forwards (KEY=VALUE: target_address, user.*)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     created = manager.create_forward(network_name, Forward(
         listen_address, description, _pairs(config, "Bad key/value pair")))  # fmt: skip
     click.echo(f"Network forward {created.listen_address} created")
 
 
 @forward.command("get")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("key")
 @click.pass_context
 def forward_get(ctx: click.Context, network_name: str, listen_address: str, key: str) -> None:
@@ -369,46 +375,38 @@ def forward_get(ctx: click.Context, network_name: str, listen_address: str, key:
 
 
 @forward.command("set")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("config", nargs=-1, required=True)
 @target_option
 @click.pass_context
 def forward_set(ctx: click.Context, network_name: str, listen_address: str,
                 config: tuple[str, ...], target: str | None) -> None:  # fmt: skip
     """Set network forward keys (KEY=VALUE…, or KEY VALUE)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.update_forward(network_name, listen_address, config=_config_args(config),
                            patch=True, client=True)  # fmt: skip
 
 
 @forward.command("unset")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("key")
 @target_option
 @click.pass_context
 def forward_unset(ctx: click.Context, network_name: str, listen_address: str, key: str,
                   target: str | None) -> None:  # fmt: skip
     """Unset network forward configuration keys."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.update_forward(network_name, listen_address, config={key: ""}, patch=True,
                            client=True)  # fmt: skip
 
 
 @forward.command("edit")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
-@target_option
-@click.pass_context
+@one_forward
 def forward_edit(ctx: click.Context, network_name: str, listen_address: str,
                  target: str | None) -> None:  # fmt: skip
     """Edit network forward configurations as YAML (stdin when it is not a terminal, else
     $EDITOR); ``listen_address`` and ``location`` cannot be changed."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     current = manager.get_forward(network_name, listen_address)
 
     def apply(text: str) -> None:
@@ -444,15 +442,11 @@ def forward_put(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @forward.command("delete")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
-@target_option
-@click.pass_context
+@one_forward
 def forward_delete(ctx: click.Context, network_name: str, listen_address: str,
                    target: str | None) -> None:  # fmt: skip
     """Delete network forwards."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.delete_forward(network_name, listen_address)
     click.echo(f"Network forward {listen_address} deleted")
 
@@ -463,8 +457,7 @@ def port() -> None:
 
 
 @port.command("add")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("protocol")
 @click.argument("listen_ports", metavar="LISTEN_PORTS")
 @click.argument("target_address")
@@ -477,15 +470,13 @@ def port_add(ctx: click.Context, network_name: str, listen_address: str, protoco
              target: str | None) -> None:  # fmt: skip
     """Add ports to a forward (ports and a-b ranges, comma-separated; TARGET_PORTS: empty =
     the same, one = many-to-one, else the same count)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.add_forward_port(network_name, listen_address, ForwardPort(
         description, protocol, listen_ports, target_ports, target_address))  # fmt: skip
 
 
 @port.command("remove")
-@click.argument("network_name", metavar="NETWORK")
-@click.argument("listen_address")
+@forward_arguments
 @click.argument("protocol", required=False)
 @click.argument("listen_ports", metavar="[LISTEN_PORTS]", required=False)
 @click.option("--force", is_flag=True, help="Remove all ports that match.")
@@ -495,8 +486,7 @@ def port_remove(ctx: click.Context, network_name: str, listen_address: str,
                 protocol: str | None, listen_ports: str | None, force: bool,
                 target: str | None) -> None:  # fmt: skip
     """Remove ports from a forward (exact match of PROTOCOL and LISTEN_PORTS as listed)."""
-    manager = _manager(ctx)
-    manager.check_target(target)
+    manager = _checked_manager(ctx, target)
     manager.remove_forward_ports(network_name, listen_address, protocol, listen_ports,
                                  force=force)  # fmt: skip
 

@@ -3,70 +3,43 @@ options of linkerd2-proxy-init (seed 003)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+F = TypeVar("F", bound=Callable[..., Any])
+_PORT = click.IntRange(1, 65535)
+_ID = click.IntRange(0)  # a user or group ID
+
+
+def _int_option(name: str, kind: click.IntRange, default: int, help: str) -> Callable[[F], F]:
+    return click.option(name, type=kind, default=default, show_default=True, help=help)
+
+
+def _list_option(name: str, metavar: str, help: str) -> Callable[[F], F]:
+    """A comma-separated list, empty by default."""
+    return click.option(name, default="", metavar=metavar, help=help)
+
 
 @click.command("proxy-init")
-@click.option(
-    "--netns",
-    default=None,
-    metavar="PATH",
-    help="Network namespace file [default: the current one].",
-)
-@click.option(
-    "--incoming-proxy-port",
-    type=click.IntRange(1, 65535),
-    default=4143,
-    show_default=True,
-    help="Proxy's inbound port: incoming TCP is redirected there.",
-)
-@click.option(
-    "--outgoing-proxy-port",
-    type=click.IntRange(1, 65535),
-    default=4140,
-    show_default=True,
-    help="Proxy's outbound port: outgoing TCP is redirected there.",
-)
-@click.option(
-    "--proxy-uid",
-    type=click.IntRange(0),
-    default=2102,
-    show_default=True,
-    help="The proxy's user ID: its own traffic is not redirected (0: no rule).",
-)
-@click.option(
-    "--proxy-gid",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="The proxy's group ID (0: no rule).",
-)
-@click.option(
-    "--inbound-ports-to-ignore",
-    default="",
-    metavar="PORTS",
-    help="Inbound ports and a-b ranges (comma-separated) that bypass the proxy.",
-)
-@click.option(
-    "--outbound-ports-to-ignore",
-    default="",
-    metavar="PORTS",
-    help="Outbound ports and a-b ranges that bypass the proxy.",
-)
-@click.option(
-    "--subnets-to-ignore",
-    default="",
-    metavar="CIDRS",
-    help="Inbound source subnets (comma-separated) that bypass the proxy.",
-)
-@click.option(
-    "--ports-to-redirect",
-    default="",
-    metavar="PORTS",
-    help="Redirect only these inbound ports (linkerd's redirect-listed mode).",
-)
+@click.option("--netns", default=None, metavar="PATH",
+              help="Network namespace file [default: the current one].")
+@_int_option("--incoming-proxy-port", _PORT, 4143,
+             "Proxy's inbound port: incoming TCP is redirected there.")
+@_int_option("--outgoing-proxy-port", _PORT, 4140,
+             "Proxy's outbound port: outgoing TCP is redirected there.")
+@_int_option("--proxy-uid", _ID, 2102,
+             "The proxy's user ID: its own traffic is not redirected (0: no rule).")
+@_int_option("--proxy-gid", _ID, 0, "The proxy's group ID (0: no rule).")
+@_list_option("--inbound-ports-to-ignore", "PORTS",
+              "Inbound ports and a-b ranges (comma-separated) that bypass the proxy.")
+@_list_option("--outbound-ports-to-ignore", "PORTS",
+              "Outbound ports and a-b ranges that bypass the proxy.")
+@_list_option("--subnets-to-ignore", "CIDRS",
+              "Inbound source subnets (comma-separated) that bypass the proxy.")
+@_list_option("--ports-to-redirect", "PORTS",
+              "Redirect only these inbound ports (linkerd's redirect-listed mode).")
 @click.option(
     "--firewall",
     type=click.Choice(["iptables-legacy", "iptables-nft", "nftables"]),

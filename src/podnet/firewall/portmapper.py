@@ -64,12 +64,16 @@ class TableLock:
         os.close(self.fd)  # releases the lock
 
 
-class IptablesMapper:
-    """The reference portmap's nat-table layout, one ``iptables-restore`` per family."""
+class _Backend:
+    """What both backends hold: the network's name and podnet-portmap's options."""
 
     def __init__(self, network: str, options: PortmapOptions) -> None:
         self.network = network
         self.options = options
+
+
+class IptablesMapper(_Backend):
+    """The reference portmap's nat-table layout, one ``iptables-restore`` per family."""
 
     def setup(self, container_id: str, nets: Sequence[ContainerNet],
               mappings: Sequence[PortMappingArg]) -> None:  # fmt: skip
@@ -151,12 +155,8 @@ class IptablesMapper:
             raise Unavailable("neither iptables nor ip6tables is usable")
 
 
-class NftMapper:
+class NftMapper(_Backend):
     """Verdict maps in table ``inet podnet_portmap``, one ``nft -f`` transaction per change."""
-
-    def __init__(self, network: str, options: PortmapOptions) -> None:
-        self.network = network
-        self.options = options
 
     def setup(self, container_id: str, nets: Sequence[ContainerNet],
               mappings: Sequence[PortMappingArg]) -> None:  # fmt: skip

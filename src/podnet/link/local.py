@@ -21,18 +21,24 @@ if TYPE_CHECKING:
     from podnet.checked import Net
 
 
-def local_prefixes() -> list[Net]:
-    """The node's local prefixes (``127.0.0.0/8``, ``10.0.0.1/32``, ``::1/128``, …).
+def _routes(what: str, *selector: str) -> list[object]:
+    """``ip -j route show table all [selector…]`` as a list (``[]`` for anything but a list);
     KernelError (104) when ``ip`` fails or prints something unreadable."""
     from podnet.cni.fastjson import loads
 
-    out = proc.run(["ip", "-j", "route", "show", "table", "all", "type", "local"])
+    out = proc.run(["ip", "-j", "route", "show", "table", "all", *selector])
     try:
         routes = loads(out) if out.strip() else []
     except ValueError as err:
-        raise KernelError("ip printed unreadable JSON for the local routes", str(err)) from None
+        raise KernelError(f"ip printed unreadable JSON for the {what}", str(err)) from None
+    return routes if isinstance(routes, list) else []
+
+
+def local_prefixes() -> list[Net]:
+    """The node's local prefixes (``127.0.0.0/8``, ``10.0.0.1/32``, ``::1/128``, …).
+    KernelError (104) when ``ip`` fails or prints something unreadable."""
     found = []
-    for route in routes if isinstance(routes, list) else []:
+    for route in _routes("local routes", "type", "local"):
         dst = route.get("dst") if isinstance(route, dict) else None
         try:
             found.append(checked.network(dst, strict=False))
@@ -58,16 +64,10 @@ def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
     bridge subnet there would take the traffic of hosts the node already reaches — its
     resolver, its gateway, its neighbours (issue 13, the second hostile review). KernelError
     (104) when ``ip`` fails."""
-    from podnet.cni.fastjson import loads
     from podnet.link.veth import alias_of
 
-    out = proc.run(["ip", "-j", "route", "show", "table", "all"])
-    try:
-        routes = loads(out) if out.strip() else []
-    except ValueError as err:
-        raise KernelError("ip printed unreadable JSON for the routes", str(err)) from None
     found = []
-    for route in routes if isinstance(routes, list) else []:
+    for route in _routes("routes"):
         if not isinstance(route, dict) or route.get("type") in _PASSIVE:
             continue
         dst, dev = route.get("dst"), str(route.get("dev") or "")

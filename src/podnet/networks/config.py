@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from podnet import checked
 from podnet.networks.errors import NetworkError
@@ -71,16 +72,24 @@ def _bool(value: str) -> None:
         raise ValueError(f'Invalid value for a boolean "{value}"')
 
 
+_T = TypeVar("_T")
+
+
+def _parsed(parse: Callable[[str], _T], value: str, bad: str) -> _T:
+    """``parse(value)``; a scoped address's own message or ``bad`` as a ValueError."""
+    try:
+        return parse(value)
+    except checked.ScopedAddress as err:
+        raise ValueError(str(err)) from None
+    except checked.BadValue:
+        raise ValueError(bad) from None
+
+
 def _cidr(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value in ("none", "auto"):
             return
-        try:
-            iface = checked.interface(value)
-        except checked.ScopedAddress as err:
-            raise ValueError(str(err)) from None
-        except checked.BadValue:
-            raise ValueError(f"invalid CIDR address: {value}") from None
+        iface = _parsed(checked.interface, value, f"invalid CIDR address: {value}")
         if iface.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
         if iface.ip == iface.network.network_address and iface.network.num_addresses > 1:
@@ -98,12 +107,7 @@ def _cidr(family: int) -> Callable[[str], None]:
 
 def _address(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
-        try:
-            addr = checked.ip(value)
-        except checked.ScopedAddress as err:
-            raise ValueError(str(err)) from None
-        except checked.BadValue:
-            raise ValueError(f'Not an IPv{family} address "{value}"') from None
+        addr = _parsed(checked.ip, value, f'Not an IPv{family} address "{value}"')
         if addr.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
 

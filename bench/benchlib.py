@@ -1,0 +1,74 @@
+"""What the benchmark drivers share (bench_add_del.py, bench_forwards.py, profile_portmap.py):
+the percentile they report, the root and tool checks before anything starts, the signals that
+end a run through its cleanup, and how a finished run is printed and exits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default; the median for q=50)."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def need_root_and_tools(name: str, tools: tuple[str, ...]) -> None:
+    """Exit with ``name: …`` unless run as root with every one of ``tools`` on PATH."""
+    if os.geteuid() != 0:
+        sys.exit(f"{name}: needs root (network namespaces)")
+    for tool in tools:
+        if shutil.which(tool) is None:
+            sys.exit(f"{name}: {tool} not found")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def end_on_signals() -> None:
+    """Ctrl-C, SIGTERM and a closed terminal all raise KeyboardInterrupt, so a run ends in its
+    cleanup (even when started from a script that ignores SIGINT for background jobs)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+
+
+def failed(say: Callable[[str], None], name: str, err: BaseException) -> int:
+    """The exit status of a run stopped by ``err`` (130 for an interrupt, else 1), said first."""
+    if isinstance(err, KeyboardInterrupt):
+        say("interrupted; cleaned up")
+        return 130
+    say(f"{name}: error: {err}")
+    return 1
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    """``--json`` and ``--fail-on-miss``, read by :func:`finish`."""
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--fail-on-miss", action="store_true", help="exit 1 when a target is missed")
+
+
+def finish(report: dict[str, Any], args: argparse.Namespace,
+           render: Callable[[dict[str, Any]], str]) -> int:  # fmt: skip
+    """Print ``report`` (JSON with ``--json``, else ``render``'s text); the exit status: 1 when
+    ``--fail-on-miss`` and a target was missed, else 0."""
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render(report))
+    if args.fail_on_miss and not all(t["pass"] for t in report["targets"]):
+        return 1
+    return 0
