@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
 
 from podnet import checked
 from podnet.networks.errors import NetworkError
@@ -72,7 +71,11 @@ def _bool(value: str) -> None:
         raise ValueError(f'Invalid value for a boolean "{value}"')
 
 
-_T = TypeVar("_T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs a plugin ~10 ms: reconcile reads bridge configs here
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 
 def _parsed(parse: Callable[[str], _T], value: str, bad: str) -> _T:

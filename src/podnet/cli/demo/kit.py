@@ -231,11 +231,11 @@ class Demo:
                 rt = RuntimeConf(pod.container_id, pod.path, args=args, capability_args=caps)
                 result = cni.add(net, rt)
                 for ip in result.get("ips", []):
-                    address = ip["address"].split("/")[0]
-                    if checked.family(address) == 6:
-                        pod.ipv6 = address
+                    iface = checked.interface(ip["address"])
+                    if iface.version == 6:
+                        pod.ipv6 = checked.text(iface.ip)
                     else:
-                        pod.ipv4 = address
+                        pod.ipv4 = checked.text(iface.ip)
                 pod.host_if = result["interfaces"][0]["name"]
                 detail.append(f"{pod.ipv4} {pod.ipv6} host veth {pod.host_if}")
             with p.step(f"CHECK {pod.label}"):

@@ -69,7 +69,7 @@ def run_networks(demo: Demo) -> None:
                 demo.add_netns(pod.netns)
                 result = cni.add(net, RuntimeConf(pod.container_id, pod.path))
                 for ip in result.get("ips", []):
-                    if checked.family(ip["address"]) == 6:
+                    if checked.interface(ip["address"]).version == 6:
                         pod.ipv6 = ip["address"].split("/")[0]
                     else:
                         pod.ipv4 = ip["address"].split("/")[0]
