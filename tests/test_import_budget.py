@@ -183,6 +183,7 @@ def del_conf(plugin: str, data_dir: Path) -> dict[str, Any]:
     if plugin == "podnet-portmap":
         extra["runtimeConfig"] = {"portMappings": [{"hostPort": 8080, "containerPort": 80,
                                                     "protocol": "tcp"}]}  # fmt: skip
+        extra["dataDir"] = str(data_dir)  # its claims' store: never the node's default
     return {**base, "type": plugin, **extra}
 
 
