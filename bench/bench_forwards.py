@@ -72,7 +72,9 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from benchlib import (
+# the drivers run this file with python -I (no script directory on sys.path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (  # noqa: E402
     add_output_options,
     end_on_signals,
     finish,
