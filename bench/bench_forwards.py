@@ -495,7 +495,7 @@ class Bench:
         self.args = args
         self.tag = uuid.uuid4().hex[:6]
         self.tmp = tempfile.mkdtemp(prefix="podnet-bench-fwd-")
-        os.environ["PODNET_DATA_DIRS"] = self.tmp  # the node's administrator allows it
+        os.environ["PODNET_DATA_DIRS"] = f"{self.tmp}/*"  # the stores below it are allowed
         os.chmod(self.tmp, 0o711)
         self.namespaces: list[str] = []
         self.children: list[subprocess.Popen[Any]] = []

@@ -118,7 +118,7 @@ class Soak:
             "CNI_IFNAME": "eth0",
             "CNI_PATH": "/usr/lib/cni",
             "PATH": BASE_PATH,
-            "PODNET_DATA_DIRS": str(self.tmp),  # the administrator allows the soak's data dir
+            "PODNET_DATA_DIRS": str(self.data),  # the administrator allows the soak's data dir
         }
         argv = [
             "ip",
