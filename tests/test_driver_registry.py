@@ -82,3 +82,25 @@ def test_registered_driver_passes_add_check_del_gc(lab: Lab, tmp_path: Path) -> 
     gone = subprocess.run([*ctl, "delete", "ext0"], capture_output=True, text=True)
     assert gone.returncode == 0, gone
     assert "brx" in _links(lab)                      # deleting the network left the bridge
+
+
+@pytest.mark.parametrize("setting, reason", [
+    ("x=os:system", "is not a network driver"),            # importable, callable, not a driver
+    ("x=no_such_module:Driver", "cannot be loaded"),
+    ("x=podnet.drivers.base:Nothing", "cannot be loaded"),
+    ("x=os.system", "is not type=module:Class"),
+    ("x y=os:path", "is not type=module:Class"),
+])
+def test_registry_refuses_what_is_not_a_driver(monkeypatch: pytest.MonkeyPatch, setting: str,
+                                               reason: str) -> None:
+    """``PODNET_DRIVERS`` is the administrator's, but a mistake in it is a clear code 7 naming
+    the entry, never a crash or a call of whatever it names."""
+    from podnet import drivers
+    from podnet.errors import CNIError
+
+    monkeypatch.setenv("PODNET_DRIVERS", setting)
+    monkeypatch.setattr(drivers, "_loaded", {})
+    with pytest.raises(CNIError) as err:
+        drivers.get("x")
+    assert err.value.code == 7 and reason in err.value.msg, err.value.msg
+    assert drivers.get("ptp").type == "ptp"  # the built-in types are not affected

@@ -80,12 +80,17 @@ def get(kind: str) -> Driver:
     if where is None:
         raise InvalidConfig(f"network type {kind!r} has no driver (known: {', '.join(types())})")
     module_name, _, class_name = where.partition(":")
+    from podnet.drivers.base import Driver
+
     try:
         cls = getattr(__import__(module_name, fromlist=[class_name]), class_name)
     except (ImportError, AttributeError) as err:
         raise InvalidConfig(f"{ENV}: driver {where} for type {kind!r} cannot be loaded",
                             str(err)) from None
-    driver: Driver = cls()
+    if not (isinstance(cls, type) and issubclass(cls, Driver)):
+        raise InvalidConfig(f"{ENV}: {where} for type {kind!r} is not a network driver "
+                            "(a podnet.drivers.base.Driver)")
+    driver = cls()
     _loaded[kind] = driver
     return driver
 

@@ -182,7 +182,11 @@ class Manager:
         config = {clean(k): clean(v) for k, v in (config or {}).items()}
         if not type:
             raise NetworkError("No network type provided")
-        if type not in drivers.types():
+        try:
+            known = drivers.types()
+        except CNIError as err:  # a malformed PODNET_DRIVERS
+            raise NetworkError(f"{err.msg} {err.details}".strip()) from None
+        if type not in known:
             raise NetworkError("Unknown driver")
         driver = _driver(type)
         valid = driver.validate(name, config)
