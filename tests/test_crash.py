@@ -324,7 +324,7 @@ def test_podnet_kill9_add_and_del(node: Lab, installed: faults.Installed, tmp_pa
 def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Installed, tmp_path: Path) -> None:
     """Ranges with ONE usable address per family: an ADD killed at a point chosen by
     :func:`kill_add` (at least MIN_AFTER_COMMIT rounds each before and after its COMMIT, and
-    MIN_WITH_VETH with the host veth in place), then
+    MIN_WITH_VETH with the host veth in place; 40 rounds, up to 80 until those are met), then
     another container's ADD, which gets the same addresses, must succeed — right away when the
     killed ADD left no row (killed before its COMMIT: the database freed the address), after
     the runtime's DEL of the killed one otherwise. A veth or route left by the killed call
@@ -337,7 +337,13 @@ def test_podnet_kill9_add_then_same_address(node: Lab, installed: faults.Install
     tried = Counter()
     from podnet.link.names import host_ifname
 
-    for i in range(40):
+    # 40 rounds, and more (up to 80) while a minimum below is not reached yet: where the kills
+    # land (before or after the COMMIT) depends on the machine's timing, the minimums do not
+    for i in range(80):
+        if i >= 40 and tried["killed after COMMIT"] >= MIN_AFTER_COMMIT and \
+                tried["killed before COMMIT"] >= MIN_AFTER_COMMIT and \
+                tried["killed with the veth in place"] >= MIN_WITH_VETH:
+            break
         pods = [node.pod(f"s{i}a-"), node.pod(f"s{i}b-")]
         for p in pods:
             no_dad(node, p)
