@@ -635,6 +635,23 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid`` (field 6 of /proc/*/stat): a call started
+    with ``start_new_session`` and everything it spawned, also a child that is between its
+    (v)fork and its exec when the call dies, whose command line is still the plugin's."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
 def command_line(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()

@@ -144,9 +144,9 @@ def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any],
               mentions: tuple[str, ...] = (), after: threading.Event | None = None) -> Killed:
     """Start one plugin call in ``node`` and SIGKILL it ``delay`` seconds later (the plugin
     process only, as a runtime does) — or, given ``after``, ``delay`` seconds after that event
-    is set (or the call exits). Children it had just before the kill that are still running
-    5 s after it died — or any process whose command line contains one of
-    ``mentions`` — are reported, then killed (so the test leaves none)."""
+    is set (or the call exits). Children it had just before the kill, or any process of its
+    session, that are still running 5 s after it died — or any process whose command line
+    contains one of ``mentions`` — are reported, then killed (so the test leaves none)."""
     argv = faults.plugin_argv(node, plugin, env)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -176,14 +176,19 @@ def kill_call(node: str, plugin: str, env: dict[str, str], conf: dict[str, Any],
     # up to 5 s (the wait ends as soon as all are gone), then anything alive outlived the call.
     grace = time.monotonic() + 5
 
+    # The plugin ran in a session of its own (start_new_session): its children stay in it,
+    # whatever their process group. Children listed before the kill miss one the plugin was
+    # spawning as it died (a vfork child still without its exec, bearing the plugin's command
+    # line), so the session is what is waited for.
     def dying() -> bool:
         others = [pid for pid, cmd in faults.processes_mentioning(*mentions)
                   if not cmd.startswith("ip netns exec")] if mentions else []
-        return any(_alive(k) for k in [*kids, *others])
+        return any(_alive(k) for k in [*kids, *others, *faults.session_members(proc.pid)])
 
     while time.monotonic() < grace and dying():
         time.sleep(0.005)
-    survivors = [(k, cmd) for k in kids if _alive(k) and (cmd := faults.command_line(k)) and _alive(k)]
+    late = [k for k in faults.session_members(proc.pid) if k not in kids]
+    survivors = [(k, cmd) for k in [*kids, *late] if _alive(k) and (cmd := faults.command_line(k)) and _alive(k)]
     if mentions:
         seen = {pid for pid, _ in survivors}
         survivors += [(pid, cmd) for pid, cmd in faults.processes_mentioning(*mentions)
