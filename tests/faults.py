@@ -253,6 +253,7 @@ class FakeTools:
         # A unique sleep duration identifies the hung tools of this test.
         self.marker = f"987{int.from_bytes(os.urandom(2), 'big'):05d}.{os.getpid() % 1000:03d}"
         self.rules: dict[str, list[str]] = {}
+        self.inputs: dict[str, bool] = {}  # tool → whether a rule tests its input
 
     @property
     def path(self) -> str:
@@ -279,14 +280,19 @@ class FakeTools:
         else:
             test = "true"
         self.rules.setdefault(tool, []).append(f'case " $* " in {args}) if {test}; then {action}; fi;; esac')
+        self.inputs.setdefault(tool, False)
+        self.inputs[tool] |= bool(input)
         real = real_tool(tool)
-        body = "\n".join([
-            'in=$(mktemp)',
-            'trap \'rm -f "$in"\' EXIT',
-            'cat > "$in"',
-            *self.rules[tool],
-            f'{real} "$@" < "$in"',
-        ])
+        if self.inputs[tool]:  # a rule reads the whole input first (no line-by-line answers)
+            body = "\n".join([
+                'in=$(mktemp)',
+                'trap \'rm -f "$in"\' EXIT',
+                'cat > "$in"',
+                *self.rules[tool],
+                f'{real} "$@" < "$in"',
+            ])
+        else:  # stdin streams through: `ip -batch` answers each line as it is read
+            body = "\n".join([*self.rules[tool], f'exec {real} "$@"'])
         script = self.dir / tool
         script.write_text("#!/bin/sh\n" + body + "\n")
         script.chmod(0o755)

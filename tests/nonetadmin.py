@@ -43,7 +43,9 @@ class NoNetAdmin:
             copy = real / tool
             shutil.copy(found, copy)  # follows symlinks (xtables-multi dispatches on argv[0])
             sh("setcap", file_caps, str(copy))
-            wrapper.write_text(wrapper.read_text().replace(f'exec "{found}"', f'exec "{copy}"'))
+            text = wrapper.read_text()
+            assert f'"{found}" "$@"' in text, f"the trace wrapper of {tool} does not run {found}"
+            wrapper.write_text(text.replace(f'"{found}" "$@"', f'"{copy}" "$@"'))
         caps = ",".join(["-all", *(f"+{n}" for n in kept)])
         self.prefix = ["setpriv", "--securebits", "+noroot", "--inh-caps", caps, "--ambient-caps", caps]
         self.plugin = self._wrap(root / "podnet-without-net-admin", PLUGIN)

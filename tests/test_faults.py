@@ -301,6 +301,22 @@ def test_ip_fails_creating_the_veth(node: Node, fake: faults.FakeTools) -> None:
     failed_add_changes_nothing(node, "ADD whose veth creation fails", details=(stderr,), path=fake.path)
 
 
+def test_default_mtu_when_ip_reads_all_its_input_first(node: Node, fake: faults.FakeTools) -> None:
+    """ADD asks the node-side ``ip -batch`` for the default-route link's MTU as the first line
+    of its batch; an ``ip`` that only starts once its input has ended (here a wrapper that reads
+    all of stdin first) cannot answer: after :data:`veth.ASK_WAIT` the ADD asks the kernel
+    itself (SIOCGIFMTU) and a new ``ip`` creates the pair — the pod still gets the link's MTU."""
+    node.lab.client()
+    node.lab.exec(node.lab.node, "ip", "link", "set", "up0", "mtu", "1400")
+    fake.fail("ip", "never printed", input="^no such command ever$")  # reads all input first
+    pod = node.pod()
+    out = node.call("podnet", "ADD", netconf(node.data), cid="mtu", netns=pod, path=fake.path)
+    assert out.rc == 0, out.describe()
+    assert [i["mtu"] for i in out.answer["interfaces"]] == [1400, 1400], out.answer
+    assert " mtu 1400 " in node.lab.exec(pod, "ip", "-o", "link", "show", "dev", "eth0").stdout
+    assert node.call("podnet", "DEL", netconf(node.data), cid="mtu", netns=pod).rc == 0
+
+
 POD_SIDE = "route add .* via "  # a line of the pod side's `ip -batch` (default route), not the host's
 
 

@@ -145,10 +145,29 @@ def test_udp_conntrack_flushed_on_add_and_del(lab: Lab, tmp_path: Path) -> None:
     assert lab.talk(client, "udp", NODE_ADDR4, 15353, sport=40000).startswith("NODE ")
 
 
+def test_ask_mtu_answers_and_survives_a_missing_link() -> None:
+    """:func:`veth.ask_mtu` reads a link's MTU from the ``ip -batch`` ADD starts early; for a
+    link that is gone it answers None and a new ``ip`` (the failed query ended the first), which
+    still runs a batch (``link show`` only: read-only, in the test's own netns)."""
+    from podnet.link import veth
+
+    mtu, tool = veth.ask_mtu(veth.prespawn_host(), "lo")
+    assert mtu == int(Path("/sys/class/net/lo/mtu").read_text()), mtu
+    tool.feed(b"link show dev lo\n")
+    rc, out, _ = tool.wait()
+    assert rc == 0 and out.count("\n") == 1 and " lo: " in out, out  # the answer is not repeated
+    first = veth.prespawn_host()
+    mtu, tool = veth.ask_mtu(first, "pnnosuch0")
+    assert mtu is None and tool is not first
+    tool.feed(b"link show dev lo\n")
+    assert tool.wait()[0] == 0
+
+
 @pytest.mark.parametrize("uplink_mtu", [1400, 9000])
 def test_default_mtu_is_the_default_route_links(lab: Lab, tmp_path: Path, uplink_mtu: int) -> None:
     """Without ``mtu`` in the NetConf the pod's veth takes the MTU (bytes) of the link holding
-    the node's default route (cni-kindnet's choice), read with SIOCGIFMTU in the node netns."""
+    the node's default route (cni-kindnet's choice), asked of the node-side ``ip`` (the first
+    line of its batch, before the pair)."""
     lab.client()
     sh("ip", "-n", lab.node, "link", "set", "up0", "mtu", str(uplink_mtu))
     pod = lab.pod()

@@ -23,14 +23,15 @@ TOOLS = ("ip", "nft", "iptables", "iptables-restore", "iptables-save", "ip6table
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 WRAPPER = """#!/bin/sh
-# podnet test tool trace: log argv and stdin, then run the real tool with that stdin
+# podnet test tool trace: log argv, run the real tool with stdin streaming through (so
+# `ip -batch` still answers each line as it reads it), then log that stdin
+{{ printf 'CALL %s' "{name}"; for a in "$@"; do printf ' [%s]' "$a"; done; printf '\\n'; }} >> "{log}"
 in=$(mktemp)
-cat > "$in"
-{{ printf 'CALL %s' "{name}"; for a in "$@"; do printf ' [%s]' "$a"; done; printf '\\n'
-   cat "$in"; printf '\\nEND\\n'; }} >> "{log}"
-exec < "$in"
+tee "$in" | "{real}" "$@"
+rc=$?
+{{ printf 'STDIN %s\\n' "{name}"; cat "$in"; printf '\\nEND\\n'; }} >> "{log}"
 rm -f "$in"
-exec "{real}" "$@"
+exit $rc
 """
 
 

@@ -166,6 +166,9 @@ class Spawned:
         self._pidfd = -1
         self._in: int | None = in_w
         self.deferred = defer
+        #: Lines given with :meth:`ask` before :meth:`feed` (a batch's line numbers shift).
+        self.asked_lines = 0
+        self._early = b""  # stdout read by ask(), past its answer
         os.set_blocking(in_w, False)
         if not defer:
             self._feed()
@@ -177,6 +180,36 @@ class Spawned:
         self.deadline = time.monotonic() + self.timeout
         self._pending = memoryview(data)
         self._feed()
+
+    def ask(self, line: bytes, wait: float) -> bytes | None:
+        """Give a deferred tool one line of input without closing its stdin, and return the
+        first line it prints (``ip -batch`` runs and flushes each command as it reads it):
+        b"" when the tool exits instead (a failed command ends ``ip -batch``), None when no
+        line came within ``wait`` seconds (a tool, or a wrapper, that reads all its input
+        first) — the tool is left running, unfed, for :meth:`abandon`."""
+        assert self.deferred and self._in is not None, "ask() is for a deferred, unfed tool"
+        assert line.endswith(b"\n") and line.count(b"\n") == 1, "one line"
+        os.set_blocking(self._in, True)  # a line fits in the pipe: this write never blocks
+        try:
+            os.write(self._in, line)
+        except BrokenPipeError:
+            return b""
+        finally:
+            os.set_blocking(self._in, False)
+        self.asked_lines += 1
+        poller = select.poll()
+        poller.register(self._out, select.POLLIN)
+        until = min(self.deadline, time.monotonic() + wait)
+        while b"\n" not in self._early:
+            left = until - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                return None
+            data = os.read(self._out, 65536)
+            if not data:
+                return b""
+            self._early += data
+        answer, _, self._early = self._early.partition(b"\n")
+        return answer + b"\n"
 
     def abandon(self) -> None:
         """A deferred tool that is not needed: close its stdin (it exits having done nothing)
@@ -237,7 +270,7 @@ class Spawned:
 
     def wait_raw(self) -> tuple[int, bytes, bytes]:
         """:meth:`wait` with stdout and stderr as bytes."""
-        chunks: dict[int, list[bytes]] = {self._out: [], self._err: []}
+        chunks: dict[int, list[bytes]] = {self._out: [self._early], self._err: []}
         poller = select.poll()
         for fd in chunks:
             poller.register(fd, select.POLLIN)

@@ -172,10 +172,10 @@ class Driver:
         False (a bridge port needs its bridge)."""
 
     def default_mtu(self, choice: Choice) -> int:
-        """Bytes: the pod's MTU when neither the NetConf nor the network sets one."""
-        from podnet.link import mtu
-
-        return mtu.default_mtu()
+        """Bytes: the pod's MTU when neither the NetConf nor the network sets one; 0 (the
+        default): that of the node's default-route link (cni-kindnet's choice), which ADD
+        asks of the node-side ``ip`` it has already started."""
+        return 0
 
     def release(self, call: Call, conf: StoreConf) -> Callable[[], None] | None:
         """After DEL released the row: start releasing what :meth:`prepare` took, return the

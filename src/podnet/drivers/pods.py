@@ -45,17 +45,17 @@ def attach(driver: Driver, call: Call, conf: PodnetConf) -> dict[str, Any]:
     require_netns(call)
     veth.check_ifname(call.ifname)
     undo = Undo()
-    host_tool = veth.prespawn_host()  # its start-up overlaps the allocation
+    add = _Add(driver, call, conf, undo, pod_mac, requested,
+               veth.prespawn_host())  # its start-up overlaps the allocation  # fmt: skip
     try:
         with open_store(conf) as store:
             driver.prepare(call, conf, store, undo)
-            add = _Add(driver, call, conf, store, undo, pod_mac, requested)
-            return add.run(host_tool)
+            return add.run(store)
     except BaseException as err:
         undo.run(err, call.log.warn)
         raise
     finally:
-        host_tool.abandon()  # when the ADD failed before the veth was due
+        add.host_tool.abandon()  # when the ADD failed before the veth was due
 
 
 class _Add:
@@ -68,9 +68,12 @@ class _Add:
     tools), the pod end is configured as soon as the pair exists and waited for after the lock.
     """
 
-    def __init__(self, driver: Driver, call: Call, conf: PodnetConf, store: Store, undo: Undo,
-                 pod_mac: str, requested: dict[int, str]) -> None:  # fmt: skip
-        self.driver, self.call, self.conf, self.store = driver, call, conf, store
+    def __init__(self, driver: Driver, call: Call, conf: PodnetConf, undo: Undo, pod_mac: str,
+                 requested: dict[int, str], host_tool: Spawned) -> None:  # fmt: skip
+        self.driver, self.call, self.conf = driver, call, conf
+        #: The node-side ``ip``, started before the store opens (replaced if a query ends it).
+        self.host_tool = host_tool
+        self.store: Store  # set by run()
         self.undo, self.pod_mac, self.requested = undo, pod_mac, requested
         self.host_if = names.host_ifname(call.container_id, call.ifname)
         self.alias = link_alias(conf)
@@ -81,13 +84,14 @@ class _Add:
         self.busy: Spawned | None = None  # the ip run to wait for before deleting the veth
         self.locked = True  # whether the chooser's records may still be reverted
 
-    def run(self, host_tool: Spawned) -> dict[str, Any]:
+    def run(self, store: Store) -> dict[str, Any]:
         from podnet.cni.result import attachment
         from podnet.link import veth
 
+        self.store = store
         with self.store.locked():
-            link, choice = self._commit(host_tool)
-            configuring = self._wire(link, choice, host_tool)
+            link, choice = self._commit()
+            configuring = self._wire(link, choice)
         self.locked = False
         self.busy = None  # reaped by finish_configure_pod
         try:
@@ -100,7 +104,7 @@ class _Add:
         return attachment(link.host_if, link.host_mac, link.ifname, link.pod_mac, link.netns,
                           link.mtu, choice.alloc, choice.prefixes)  # fmt: skip
 
-    def _commit(self, host_tool: Spawned) -> tuple[PodLink, Choice]:
+    def _commit(self) -> tuple[PodLink, Choice]:
         """The rows, in one write transaction; the pair started before the COMMIT for a routed
         pod. Undo registered: the veth (if started), then the rows."""
         from podnet.link import veth
@@ -110,7 +114,8 @@ class _Add:
             refuse_existing(store, call.container_id)
             choice = self.driver.choose(call, conf, store, self.requested)
             alloc = choice.alloc
-            mtu = conf.mtu or choice.mtu or self.driver.default_mtu(choice)
+            mtu = conf.mtu or choice.mtu or self.driver.default_mtu(choice) or \
+                self._node_mtu()  # fmt: skip
             addresses = {family: a[0] for family, a in alloc.items()}
             self.entries = mappings_for(conf, call.container_id, addresses)
             check_hostports(store, self.entries)
@@ -135,12 +140,29 @@ class _Add:
                 store.networks.attach_pod(call.container_id, choice.network_id)
             if self.driver.pair_before_commit:
                 # created while the COMMIT runs; a failed COMMIT deletes it again
-                self.busy = veth.start_create_pair(link, host_tool)
+                self.busy = veth.start_create_pair(link, self.host_tool)
                 self.undo.push(f"deleting {self.host_if}", self._delete_veth)
         self.undo.push("removing the rows and hostPorts", lambda: self._delete_rows(choice))
         return link, choice
 
-    def _wire(self, link: PodLink, choice: Choice, host_tool: Spawned) -> Spawned:
+    def _node_mtu(self) -> int:
+        """Bytes: the MTU of the link holding the node's default route (cni-kindnet's choice),
+        asked of the node-side ``ip`` already started (else with SIOCGIFMTU); 1500 without a
+        default route or when the link is gone."""
+        from podnet.link import mtu, veth
+
+        ifname = mtu.default_route_ifname()
+        if ifname is None:
+            return mtu.DEFAULT_MTU
+        found, self.host_tool = veth.ask_mtu(self.host_tool, ifname)
+        if found is None:
+            try:
+                found = mtu.link_mtu(ifname)  # SIOCGIFMTU, at the cost of ctypes' import
+            except OSError:
+                return mtu.DEFAULT_MTU
+        return found
+
+    def _wire(self, link: PodLink, choice: Choice) -> Spawned:
         """After the COMMIT, under the lock: the pair (a bridge port: once the bridge is
         there), the hostPort elements and the pod end's configuration, started together."""
         from podnet import reconcile
@@ -149,7 +171,7 @@ class _Add:
         store = self.store
         if not self.driver.pair_before_commit:
             self.driver.before_pair(self.call, self.conf, store, choice, self.host_if)
-            self.busy = veth.start_create_pair(link, host_tool)
+            self.busy = veth.start_create_pair(link, self.host_tool)
             self.undo.push(f"deleting {self.host_if}", self._delete_veth)
         self.pending = reconcile.start_add(store, self.entries,
                                            ranges_changed=choice.ranges_changed)  # fmt: skip

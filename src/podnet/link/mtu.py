@@ -17,7 +17,9 @@ _IFREQ_UNION = 24  # bytes of struct ifreq after the name (its largest member, s
 DEFAULT_MTU = 1500
 
 
-def _default_route_ifname() -> str | None:
+def default_route_ifname() -> str | None:
+    """The name of the link holding the default route (IPv4, else IPv6) in the caller's
+    netns, or None."""
     # /proc/net is the calling thread's netns, unlike /sys (mount namespace).
     try:
         with open("/proc/net/route") as f:
@@ -71,7 +73,7 @@ def _inet_socket() -> int:
 
 def default_mtu() -> int:
     """MTU in bytes of the default-route link (IPv4, else IPv6); 1500 without a default route."""
-    ifname = _default_route_ifname()
+    ifname = default_route_ifname()
     if ifname is None:
         return DEFAULT_MTU
     try:

@@ -157,7 +157,36 @@ def prespawn_host() -> proc.Spawned:
     allocation); give it to :func:`start_create_pair`, or ``abandon()`` it. It dies with the
     plugin: a runtime that kills a plugin mid-ADD must not get a veth created after its DEL.
     KernelError (104) when ``ip`` cannot be started."""
-    return proc.spawn(["ip", "-batch", "-"], defer=True, die_with_parent=True)
+    return proc.spawn(["ip", "-o", "-batch", "-"], defer=True, die_with_parent=True)
+
+
+#: Seconds ADD waits for the node-side ``ip`` to answer its MTU query before it falls back.
+ASK_WAIT = 0.5
+
+
+def ask_mtu(spawned: proc.Spawned, ifname: str) -> tuple[int | None, proc.Spawned]:
+    """The MTU in bytes of node link ``ifname``, asked of ``spawned`` (from
+    :func:`prespawn_host`, not fed yet) as the first line of its batch: no process and no
+    socket of the plugin's own (a socket costs it 3-8 ms of imports). Returns the MTU and the
+    ``ip`` to go on with: ``spawned``, or a new one. None for the MTU when ``ifname`` is gone
+    (the failed query ended ``ip``), when ``ip`` did not answer within :data:`ASK_WAIT`
+    (something between us and ``ip`` reads all of stdin first), or for a name ``ip -batch``
+    cannot be given (outside :func:`podnet.checked.name`): the caller asks the kernel itself.
+    KernelError (104) when a new ``ip`` cannot be started."""
+    from podnet.checked import BadValue, name
+
+    try:
+        name(ifname)  # the kernel's, from /proc/net/route: checked all the same
+    except BadValue:
+        return None, spawned
+    answer = spawned.ask(f"link show dev {ifname}\n".encode(), ASK_WAIT)
+    words = (answer or b"").split()
+    if b"mtu" in words[:-1]:
+        value = words[words.index(b"mtu") + 1]
+        if value.isdigit():
+            return int(value), spawned
+    spawned.abandon()  # ended, or still waiting for the end of its input
+    return None, prespawn_host()
 
 
 def start_create_pair(link: PodLink, spawned: proc.Spawned | None = None) -> proc.Spawned:
@@ -223,8 +252,9 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
     A link or route that is not this store's is never deleted or taken over (104, naming it).
     """
     rc, _, err = spawned.wait()
+    asked = spawned.asked_lines  # lines before the batch (ask_mtu)
     if rc != 0 and "File exists" in err:
-        line = _failed_line(err)
+        line = _failed_line(err) - asked
         batch = host_batch(link)
         failed = batch[line - 1] if 0 < line <= len(batch) else ""
         leftover = None
@@ -253,11 +283,12 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
                 )
             delete_host(leftover)
             rc, _, err = start_create_pair(link).wait()
+            asked = 0
     if rc != 0:
-        if "File exists" in err and _failed_line(err) == 1 and \
-                not sysctl.interface_exists(link.host_if):  # fmt: skip
+        line = _failed_line(err) - asked
+        if "File exists" in err and line == 1 and not sysctl.interface_exists(link.host_if):
             raise InterfaceExists(f"interface {link.ifname} already exists in netns {link.netns}")
-        if _failed_line(err) != 1 and alias_of(link.host_if) in ("", link.alias):
+        if line != 1 and alias_of(link.host_if) in ("", link.alias):
             delete_host(link.host_if)  # made by this batch (a failed 'link add' made nothing)
         raise KernelError(
             f"failed to create veth {link.host_if} (peer {link.ifname} in {link.netns})",
