@@ -254,20 +254,27 @@ def tcp(ns: str, host: str, port: int) -> str:
                           capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
 
 
-def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str) -> dict[str, Any]:
-    """The ``podnet`` plugin (this tree's) run in ``node`` for a conflist joining ``network``."""
+def run_plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str,
+               **extra: Any) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The ``podnet`` plugin (this tree's) run in ``node`` for a conflist joining ``network``;
+    ``extra``: more NetConf keys."""
     conf = {"cniVersion": "1.1.0", "name": "ovnpods", "type": "podnet", "network": network,
-            "dataDir": str(cluster.data[node.name])}  # fmt: skip
+            "dataDir": str(cluster.data[node.name]), **extra}  # fmt: skip
     code = f"import sys; sys.path.insert(0, {SRC!r}); from podnet.plugins.podnet import main; main()"
     env = {**node.env, "CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{netns}",
            "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
            "PODNET_DATA_DIRS": str(cluster.data[node.name])}  # fmt: skip
     argv = ["ip", "netns", "exec", node.netns, "env", "-i", *[f"{k}={v}" for k, v in env.items()],
             sys.executable, "-c", code]  # fmt: skip
-    out = subprocess.run(argv, input=json.dumps(conf), capture_output=True, text=True, timeout=60)
-    answer = json.loads(out.stdout) if out.stdout.strip() else {}
+    return subprocess.run(argv, input=json.dumps(conf), capture_output=True, text=True, timeout=60)
+
+
+def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """:func:`run_plugin`, which must succeed; its result."""
+    out = run_plugin(cluster, node, command, cid, netns, network, **extra)
     assert out.returncode == 0, f"{command} {cid} on {node.name}: {out.stdout} {out.stderr}"
-    return answer
+    return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
 def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
@@ -296,6 +303,13 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
         for k in pods:  # n1 is the gateway chassis: n2's pod goes through the tunnel first
             assert tcp(pods[k][1], "203.0.113.254", 8081) == "OUTSIDE ::ffff:203.0.113.10", k
         for k, (node, ns) in pods.items():
+            plugin(cluster, node, "CHECK", f"c-{k}", ns, "ovn5", prevResult=results[k])
+        node, ns = pods["b"]  # CHECK names what is off: the OVS port gone
+        host_if = results["b"]["interfaces"][0]["name"]
+        cluster.lab.vsctl(node, "del-port", "br-int", host_if)
+        out = run_plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
+        assert out.returncode == 1 and '"code": 103' in out.stdout and host_if in out.stdout, out.stdout
+        for k, (node, ns) in pods.items():
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")  # again: nothing left, still 0
         assert "pod" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
@@ -305,7 +319,44 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
     finally:
         for s in servers:
             s.stop()
-        for k, (node, ns) in pods.items():
+        for _, ns in pods.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn5")
         cluster.ctl(n1, "network", "delete", "up5")
+
+
+def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
+    """DEL succeeds with the NB stopped (the veth, OVS port and row go; a warning names the
+    port left in the NB); a GC once the NB is back removes that port. With ovn-controller
+    stopped an ADD fails at its deadline naming the cause and leaves nothing."""
+    n1 = cluster.lab.nodes[0]
+    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
+    ns = f"{cluster.lab.prefix}-pc"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        result = plugin(cluster, n1, "ADD", "c-c", ns, "ovn6")
+        host_if = result["interfaces"][0]["name"]
+        cluster.lab.stop_nb()
+        try:
+            out = run_plugin(cluster, n1, "DEL", "c-c", ns, "ovn6")
+            assert out.returncode == 0, out.stdout + out.stderr
+        finally:
+            cluster.lab.start_nb()
+        assert host_if not in cluster.lab.vsctl(n1, "list-ports", "br-int").split()
+        assert "-pod-" in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        plugin(cluster, n1, "GC", "", ns, "ovn6", **{"cni.dev/valid-attachments": []})
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        cluster.lab.stop_controller(n1)
+        try:
+            out = run_plugin(cluster, n1, "ADD", "c-d", ns, "ovn6", toolTimeout=3)
+            assert out.returncode == 1 and "ovn-controller" in out.stdout, out.stdout
+        finally:
+            cluster.lab.start_controller(n1)
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        ports = cluster.lab.vsctl(n1, "list-ports", "br-int").split()
+        assert not [p for p in ports if p.startswith("pn")], ports
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn6")
+        cluster.ctl(n1, "network", "delete", "up6")

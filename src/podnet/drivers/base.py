@@ -172,6 +172,18 @@ class Driver:
 
         pods.detach(self, call, conf)
 
+    def check(self, call: Call, conf: PodnetConf) -> None:
+        """CHECK: :func:`podnet.drivers.pods.check` over this driver's hooks."""
+        from podnet.drivers import pods
+
+        pods.check(self, call, conf)
+
+    def gc(self, call: Call, conf: StoreConf) -> None:
+        """GC: :func:`podnet.drivers.pods.gc` over this driver's hooks."""
+        from podnet.drivers import pods
+
+        pods.gc(self, call, conf)
+
     # -- pod side: hooks -----------------------------------------------------------------
     def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:
         """Before ADD's transaction (outside the write lock); push undos for what it does."""

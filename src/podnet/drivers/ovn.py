@@ -79,6 +79,16 @@ class OvnDriver(ClusterDriver):
         if network:
             ovn_pods.detach(call, conf, network)
 
+    def check(self, call: Call, conf: PodnetConf) -> None:
+        from podnet.drivers import ovn_pods
+
+        ovn_pods.check(call, conf)
+
+    def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
+        from podnet.drivers import ovn_pods
+
+        ovn_pods.gc_also(call, conf, failures)
+
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         return ovnconfig.validate_ovn(name, config)
 

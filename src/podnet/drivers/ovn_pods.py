@@ -273,3 +273,91 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
             call.log.warn(f"port {port} stays in the NB until a GC: {err.msg}")
         if mine:
             store.pods.delete(call.container_id)
+
+
+def check(call: Call, conf: PodnetConf) -> None:
+    """CHECK on an OVN network: the row, the host link (this store's), its OVS interface with
+    ``iface-id`` = the port and ``ovn-installed``, the logical switch port (``up`` in the NB,
+    bound here) and the pod's address on CNI_IFNAME; the first difference is code 103."""
+    from podnet.cni.result import prev_result
+    from podnet.link import veth
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn import vswitch
+    from podnet.ovn.ovsdb import pyatom, pymap, pyset
+
+    if prev_result(call.config) is None:
+        raise errors.InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
+    require_netns(call)
+    network = str(conf.network)
+    host_if = names.host_ifname(call.container_id, call.ifname)
+    port = nbmod.port_name(network, call.container_id, call.ifname)
+    with open_store(conf) as store:
+        pod = store.pods.get(call.container_id)
+        nb = _nb(store)
+    if pod is None or pod.ifname != call.ifname or pod.network_name != conf.name:
+        raise CNIError(f"container {call.container_id} has no podnet attachment {call.ifname} in "
+                       f"network {conf.name}", code=errors.UNKNOWN_CONTAINER)  # fmt: skip
+    if veth.alias_of(host_if) != link_alias(conf):
+        raise errors.CheckFailed(f"host interface {host_if} is missing or not this store's")
+    rows = vswitch.local_db().select("Interface", [["name", "==", host_if]], ["external_ids"])
+    ids = pymap(rows[0]["external_ids"]) if rows else {}
+    if ids.get("iface-id") != port:
+        raise errors.CheckFailed(f"{host_if} is not the OVS port of {port} "
+                                 "(podnetctl network restore puts it back)")  # fmt: skip
+    if ids.get("ovn-installed") != "true":
+        raise errors.CheckFailed(f"port {port} is not wired on this chassis (ovn-controller)")
+    lsp = nb.select("Logical_Switch_Port", [["name", "==", port]], ["up", "dynamic_addresses"])
+    if not lsp:
+        raise errors.CheckFailed(f"logical switch port {port} is missing from the NB")
+    if pyset(lsp[0].get("up")) != [True]:
+        raise errors.CheckFailed(f"logical switch port {port} is not up (not bound)")
+    found = str(pyatom(pyset(lsp[0]["dynamic_addresses"])[0]) if pyset(lsp[0]["dynamic_addresses"])
+                else "").split()  # fmt: skip
+    want = [a for a in (pod.ip_address_v4, pod.ip_address_v6) if a]
+    if not set(want) <= set(found[1:]):
+        raise errors.CheckFailed(f"port {port} has addresses {found[1:]}, the pod {want}")
+    rc, out, _ = proc.spawn(["nsenter", f"--net={call.netns}", "ip", "-o", "addr", "show", "dev",
+                             call.ifname]).wait()  # fmt: skip
+    for address in want:
+        if rc != 0 or f" {address}/" not in out:
+            raise errors.CheckFailed(f"{call.ifname} in {call.netns} lacks {address}")
+
+
+def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
+    """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
+    ports of podnet whose attachment is not valid (nor in the store any more)."""
+    from podnet.cni.netconf import parse_valid_attachments
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn import vswitch
+
+    valid = parse_valid_attachments(call.config)
+    try:
+        with open_store(conf) as store:
+            nb = _nb(store)
+            known = {(str(p.container_id), str(p.ifname)) for p in store.pods.all()}
+            bridge = _integration_bridge(store)
+        system_id = vswitch.chassis().system_id
+        for lsp in nbmod.ports_of_chassis(nb, system_id):
+            ids = lsp["external_ids"]
+            key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
+            if key not in valid and key not in known:
+                nbmod.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
+        alias = link_alias(conf)
+        for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
+            ids = {k: str(v) for k, v in pymap_of(row).items()}
+            if ids.get("podnet-owner") == alias and not _link_exists(str(row["name"])):
+                _ovs("--if-exists", "del-port", bridge, str(row["name"]))
+    except CNIError as err:
+        failures.append(f"OVN: {err.msg}: {err.details}")
+
+
+def pymap_of(row: dict[str, Any]) -> dict[str, Any]:
+    from podnet.ovn.ovsdb import pymap
+
+    return pymap(row.get("external_ids"))
+
+
+def _link_exists(name: str) -> bool:
+    import os
+
+    return os.path.exists(f"/proc/sys/net/ipv4/conf/{name}")

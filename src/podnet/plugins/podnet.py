@@ -99,10 +99,8 @@ def _stored_network(call: Call, conf: StoreConf) -> tuple[str | None, str | None
 def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the driver's check; code 103 naming the first difference. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
-    from podnet.drivers import pods
-
     conf = _conf(call)
-    pods.check(_driver(conf), call, conf)
+    _driver(conf).check(call, conf)
 
 
 def cmd_gc(call: Call) -> None:
@@ -110,11 +108,10 @@ def cmd_gc(call: Call) -> None:
     ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
     at the end."""
     from podnet import drivers
-    from podnet.drivers import pods
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    pods.gc(drivers.for_netconf(conf, None), call, conf)
+    drivers.for_netconf(conf, _stored_network(call, conf)[1]).gc(call, conf)
 
 
 def cmd_status(call: Call) -> None:
