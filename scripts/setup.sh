@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what podnet needs on Debian 12 (run as root): the kernel tools, the reference CNI
-# plugins and the container runtimes the tests drive, then a virtualenv with podnet in it.
+# plugins and the container runtimes the tests drive, Open vSwitch and OVN (the multi-node part;
+# the packages start no daemon without systemd), then a virtualenv with podnet in it.
 # Idempotent: packages already present are not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ PACKAGES=(
   iproute2 nftables iptables conntrack util-linux procps
   containernetworking-plugins podman containerd runc busybox-static lxd-client openssl
   curl python3 python3-venv strace libcap2-bin
+  openvswitch-switch ovn-central ovn-host ethtool
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "values", "trusted"),
     ("proc", "undo"),
     ("cni",),
-    ("link", "store", "firewall", "networks"),
+    ("link", "store", "firewall", "networks", "ovn"),
     ("ipam", "claims"),
     ("reconcile",),
     ("drivers",),

@@ -124,6 +124,14 @@ class NetworkPut(NetworkWritable):
     used_by: list[str] | None = Field(None, description=_READ_ONLY)
 
 
+class ServerPut(BaseModel):
+    """``ServerPut``: the server config, as ``lxc config set`` sends it. The other fields of
+    ``GET /1.0`` are read-only and ignored, as LXD ignores them."""
+
+    model_config = ConfigDict(extra="ignore")
+    config: dict[str, str] | None = None
+
+
 class NetworksPost(NetworkWritable):
     """``NetworksPost`` (``type`` "" means bridge)."""
 
@@ -188,14 +196,16 @@ def check_read_only(body: BaseModel, current: dict[str, Any], fields: tuple[str,
             raise NetworkError(f'Read-only field "{name}" cannot be changed')
 
 
-def server_document(trusted: bool, data_dir: str) -> dict[str, Any]:
-    """``GET /1.0``: the fields the ``lxc`` client reads, podnet's name and version."""
+def server_document(trusted: bool, data_dir: str,
+                    config: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``GET /1.0``: the fields the ``lxc`` client reads, podnet's name and version, and (to a
+    trusted client) the server config."""
     if not trusted:
         return {"api_extensions": API_EXTENSIONS, "api_status": "stable", "api_version": "1.0",
                 "auth": "untrusted", "public": False, "auth_methods": ["tls"]}  # fmt: skip
     uname = platform.uname()
     return {
-        "config": {},
+        "config": config or {},
         "api_extensions": API_EXTENSIONS,
         "api_status": "stable",
         "api_version": "1.0",
@@ -294,7 +304,22 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     # -- server --------------------------------------------------------------------------------
     @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
     def server(request: Request) -> JSONResponse:
-        return sync(server_document(True, manager.data_dir))
+        config, tag = manager.server_config()
+        return sync(server_document(True, manager.data_dir, config), headers={"ETag": f'"{tag}"'})
+
+    def _update_server(body: ServerPut, patch: bool, if_match: str | None) -> JSONResponse:
+        manager.update_server_config(body.config or {}, patch=patch, etag=if_match or None)
+        return sync({})
+
+    @app.put("/1.0", response_model=Envelope, responses=ERRORS,
+             summary="Replace the server config (network.ovn.*)")  # fmt: skip
+    def put_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
+        return _update_server(body, False, if_match)
+
+    @app.patch("/1.0", response_model=Envelope, responses=ERRORS,
+               summary="Merge into the server config")  # fmt: skip
+    def patch_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
+        return _update_server(body, True, if_match)
 
     @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
              summary="Projects (only 'default')")  # fmt: skip

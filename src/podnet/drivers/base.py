@@ -100,6 +100,9 @@ class Driver:
     # -- network side (drivers.manager) --------------------------------------------------
     #: Whether ``podnetctl network create`` and the API may create and change its networks.
     creatable = False
+    #: Whether its networks live in OVN's NB for every node (:mod:`podnet.drivers.cluster`)
+    #: instead of this node's store.
+    cluster = False
 
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         """The config of network ``name`` checked, canonical; NetworkError (400) naming the key.
@@ -155,6 +158,31 @@ class Driver:
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """Bring network ``row`` back after a reboot or a cleanup; what was done, one line each."""
         return []
+
+    # -- pod side: the verbs (the plugin calls these) -------------------------------------
+    def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
+        """ADD: :func:`podnet.drivers.pods.attach` over this driver's hooks."""
+        from podnet.drivers import pods
+
+        return pods.attach(self, call, conf)
+
+    def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
+        """DEL (``network``: the conflist's, when it names one)."""
+        from podnet.drivers import pods
+
+        pods.detach(self, call, conf)
+
+    def check(self, call: Call, conf: PodnetConf) -> None:
+        """CHECK: :func:`podnet.drivers.pods.check` over this driver's hooks."""
+        from podnet.drivers import pods
+
+        pods.check(self, call, conf)
+
+    def gc(self, call: Call, conf: StoreConf) -> None:
+        """GC: :func:`podnet.drivers.pods.gc` over this driver's hooks."""
+        from podnet.drivers import pods
+
+        pods.gc(self, call, conf)
 
     # -- pod side: hooks -----------------------------------------------------------------
     def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:

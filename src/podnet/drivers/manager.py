@@ -37,6 +37,7 @@ from podnet.values import Dnat, PortMapping
 if TYPE_CHECKING:
     from podnet.checked import Net
     from podnet.drivers.base import Driver
+    from podnet.ovn.ovsdb import Ovsdb
 
 __all__ = ["Manager"]
 
@@ -121,15 +122,41 @@ class Manager:
         return Network(row.name, row.type, row.description, dict(row.config),
                        self._used_by(store, row), "Created", self.node)  # fmt: skip
 
+    def _nb(self, store: Store) -> Ovsdb | None:
+        """OVN's NB as the server config names it (None: unset, no cluster networks)."""
+        from podnet.drivers import cluster
+
+        return cluster.connect(store.config.all())
+
     def list_networks(self) -> list[Network]:
-        """Every network (bridge and ptp), by name."""
+        """Every network: this node's (bridge, ptp) and the cluster's (physical, ovn; from
+        OVN's NB when the server config names it), by name. 503 when the NB does not answer."""
+        from podnet.drivers import cluster
+
         with self._store() as store:
-            return [self._as_network(store, row) for row in store.networks.all()]
+            local = [self._as_network(store, row) for row in store.networks.all()]
+            nb = self._nb(store)
+        shared = cluster.networks(nb, self.owner) if nb is not None else []
+        return sorted([*local, *shared], key=lambda n: n.name)
 
     def get_network(self, name: str) -> Network:
         """One network; 404 ``Network not found``."""
+        from podnet.drivers import cluster
+
         with self._store() as store:
-            return self._as_network(store, self._network(store, name))
+            row = store.networks.get(name)
+            if row is not None:
+                return self._as_network(store, row)
+            nb = self._nb(store)
+        shared = cluster.networks(nb, self.owner) if nb is not None else []
+        found = [n for n in shared if n.name == name]
+        if not found:
+            raise NetworkError("Network not found", 404)
+        return found[0]
+
+    def _cluster_nb(self, store: Store, name: str) -> Ovsdb | None:
+        """The NB when ``name`` is not a network of this node's store and the NB is set."""
+        return self._nb(store) if store.networks.get(name) is None else None
 
     def list_forwards(self, network: str) -> list[Forward]:
         """The forwards of ``network``, oldest first; 404 for an unknown network."""
@@ -154,6 +181,33 @@ class Manager:
             known = set(store.networks.node_names()) | {self.node}
         if member not in known:
             raise NetworkError(f'Member "{member}" not found', 404)
+
+    # -- the server config (/1.0) ---------------------------------------------------------
+    def server_config(self) -> tuple[dict[str, str], str]:
+        """The server config (keys that are set) and its ETag (LXD's: sha256 of the map)."""
+        from podnet.networks.model import etag
+
+        with self._store() as store:
+            config = store.config.all()
+        return config, etag(config)
+
+    def update_server_config(self, config: Mapping[str, str], *, patch: bool = False,
+                             etag: str | None = None) -> dict[str, str]:  # fmt: skip
+        """PUT (``patch`` False: ``config`` replaces the whole config) or PATCH (merged; an
+        empty value unsets a key) ``/1.0``'s config. ``etag`` (If-Match) must be the current
+        one (412); 400 naming the key for a bad value (nothing is changed then)."""
+        from podnet.networks import server
+        from podnet.networks.model import etag as etag_of
+
+        with self._store() as store, store.locked():
+            current = store.config.all()
+            if etag is not None and etag.strip('"') != etag_of(current):
+                raise _stale(etag_of(current), etag)
+            merged = {**current, **config} if patch else dict(config)
+            valid = server.validate(merged)
+            with store.write():
+                store.config.replace(valid)
+            return valid
 
     # -- networks ----------------------------------------------------------------------------
     def _taken_subnets(self, store: Store, skip: str = "") -> list[tuple[Net, str]]:
@@ -189,6 +243,17 @@ class Manager:
         if type not in known:
             raise NetworkError("Unknown driver")
         driver = _driver(type)
+        if driver.cluster:
+            from podnet.drivers import cluster
+
+            with self._store() as store:
+                nb = self._nb(store)
+                local = {row.name for row in store.networks.all()}
+            if nb is None:
+                raise NetworkError(
+                    f"{type} networks need OVN: set network.ovn.northbound_connection"
+                )
+            return cluster.create(nb, self.owner, name, type, description, config, self.warn, local)
         valid = driver.validate(name, config)
         with self._store() as store, store.locked():
             if store.networks.get(name) is not None:
@@ -206,6 +271,14 @@ class Manager:
         merges config keys (an empty value removes one) and keeps an absent description.
         ``etag`` (If-Match) must be the current one (412). A new subnet is refused while pods
         or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network."""
+        with self._store() as store:
+            nb = self._cluster_nb(store, name)
+        if nb is not None:
+            from podnet.drivers import cluster
+
+            text = None if description is None else clean(description)
+            values = {clean(k): clean(v) for k, v in (config or {}).items()}
+            return cluster.update(nb, self.owner, name, text, values, patch, etag)
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
@@ -241,6 +314,13 @@ class Manager:
         network's bridge, only a bridge podnet made); a ptp network (a conflist that no longer
         exists, say) with its ranges, which leave the masquerade sets. 400 while pods use it,
         404 unknown."""
+        with self._store() as store:
+            nb = self._cluster_nb(store, name)
+        if nb is not None:
+            from podnet.drivers import cluster
+
+            cluster.delete(nb, self.owner, name, self.warn)
+            return
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
             driver = _driver(row.type)
@@ -264,6 +344,11 @@ class Manager:
                 done += _driver(row.type).restore(store, row, self.owner)
             sync.rebuild(store)
             done.append("table inet podnet")
+            nb = self._nb(store)
+        if nb is not None:
+            from podnet.drivers import cluster
+
+            done += cluster.restore(nb, self.owner)
         return done
 
     # -- forwards ----------------------------------------------------------------------------

@@ -133,6 +133,11 @@ def pod_batch(link: PodLink) -> list[str]:
     return lines
 
 
+def batch(lines: list[str]) -> bytes:
+    """``lines`` as ``ip -batch`` input, each checked (:func:`podnet.checked.batch_line`)."""
+    return _batch(lines)
+
+
 def _batch(lines: list[str]) -> bytes:
     from podnet.checked import batch_line
 

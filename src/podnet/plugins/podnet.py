@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
-    from podnet.drivers.conf import PodnetConf
+    from podnet.drivers.conf import PodnetConf, StoreConf
 
 PLUGIN = "podnet"
 
@@ -42,6 +42,8 @@ def _driver(conf: PodnetConf) -> Driver:
 
         with open_store(conf) as store:
             row = store.networks.get(conf.network)
+            if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
+                row = drivers.cluster_row(store, conf.network)
         if row is None or row.type == "ptp":
             what = "does not exist" if row is None else "is a ptp network, not a bridge"
             raise errors.InvalidConfig(
@@ -58,10 +60,8 @@ def cmd_add(call: Call) -> dict[str, Any]:
     CNI_IFNAME exists in the netns, 104 kernel failure (the tool's message in ``details``), 11
     database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own. A failed ADD
     leaves no row, link or map element."""
-    from podnet.drivers import pods
-
     conf = _conf(call)
-    return pods.attach(_driver(conf), call, conf)
+    return _driver(conf).attach(call, conf)
 
 
 def cmd_del(call: Call) -> None:
@@ -70,20 +70,37 @@ def cmd_del(call: Call) -> None:
     (:class:`~podnet.drivers.conf.StoreConf`), so it is not refused over, say, a range,
     and never needs the network to still exist (:func:`podnet.drivers.pods.detach`)."""
     from podnet import drivers
-    from podnet.drivers import pods
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    pods.detach(drivers.for_netconf(conf, None), call, conf)
+    network, network_type = _stored_network(call, conf)
+    drivers.for_netconf(conf, network_type).detach(call, conf, network)
+
+
+def _stored_network(call: Call, conf: StoreConf) -> tuple[str | None, str | None]:
+    """The conflist's ``network`` and its type as this node's store knows it (DEL works from
+    the node's view: the NB may be unreachable); (None, None) without one."""
+    from podnet import checked
+
+    network = call.config.get("network")
+    if conf.ipam_type or not isinstance(network, str) or not network:
+        return None, None
+    try:
+        checked.name(network)
+    except checked.BadValue:
+        return None, None
+    from podnet.drivers.base import open_store
+
+    with open_store(conf) as store:
+        row = store.networks.get(network)
+    return network, (row.type if row is not None and row.type != "ptp" else None)
 
 
 def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the driver's check; code 103 naming the first difference. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
-    from podnet.drivers import pods
-
     conf = _conf(call)
-    pods.check(_driver(conf), call, conf)
+    _driver(conf).check(call, conf)
 
 
 def cmd_gc(call: Call) -> None:
@@ -91,11 +108,10 @@ def cmd_gc(call: Call) -> None:
     ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
     at the end."""
     from podnet import drivers
-    from podnet.drivers import pods
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    pods.gc(drivers.for_netconf(conf, None), call, conf)
+    drivers.for_netconf(conf, _stored_network(call, conf)[1]).gc(call, conf)
 
 
 def cmd_status(call: Call) -> None:

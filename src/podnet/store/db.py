@@ -23,7 +23,7 @@ import os
 
 from podnet.errors import TryAgainLater
 from podnet.store.conn import _Conn, _connect, _open_error, _prepare_files, _require_trusted
-from podnet.store.networks import Networks, Trust
+from podnet.store.networks import Networks, ServerConfig, Trust
 from podnet.store.pods import Pods, Ranges
 from podnet.store.schema import MIGRATIONS
 
@@ -42,8 +42,8 @@ LOCK_NAME = "podnet.lock"
 
 class Store:
     """The node state, composed over one connection: :attr:`pods`, :attr:`ranges`,
-    :attr:`networks` and :attr:`trust` hold the queries. Use :meth:`write` for every change;
-    reads may run outside it."""
+    :attr:`networks`, :attr:`trust` and :attr:`config` hold the queries. Use :meth:`write` for
+    every change; reads may run outside it."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float = 5.0) -> None:
         self._conn: _Conn | None = _Conn(conn, path)
@@ -59,6 +59,8 @@ class Store:
         self.networks = Networks(self._connection, path)
         #: The API's trusted certificates (:class:`podnet.store.networks.Trust`).
         self.trust = Trust(self._connection, path)
+        #: The server config, ``network.ovn.*`` (:class:`podnet.store.networks.ServerConfig`).
+        self.config = ServerConfig(self._connection, path)
 
     @property
     def conn(self) -> _Conn:

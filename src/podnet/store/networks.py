@@ -301,3 +301,19 @@ class Trust(Queries):
         if len(rows) == 1:
             self.conn.execute("DELETE FROM certificates WHERE fingerprint = ?", (rows[0],))
         return rows
+
+
+class ServerConfig(Queries):
+    """The server config (migration ``0009_server_config``): ``store.config``. Values are
+    checked by :func:`podnet.networks.server.validate` before :meth:`replace`."""
+
+    def all(self) -> dict[str, str]:
+        """Every key that is set: ``{key: value}``."""
+        rows = self.conn.execute("SELECT key, value FROM server_config ORDER BY key").fetchall()
+        return dict(rows)
+
+    def replace(self, config: dict[str, str]) -> None:
+        """Make ``config`` the whole server config (inside ``write()``)."""
+        self.conn.execute("DELETE FROM server_config")
+        self.conn.executemany("INSERT INTO server_config (key, value) VALUES (?, ?)",
+                              sorted(config.items()))  # fmt: skip

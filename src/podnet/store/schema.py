@@ -181,6 +181,15 @@ CREATE INDEX portmap_entries_container ON portmap_entries (container_id);
 CREATE INDEX portmap_entries_port ON portmap_entries (protocol, host_port)
 """
 
+# The server config (LXD's ``config`` of ``/1.0``: ``network.ovn.*``, issue 16), one row per
+# key that is set; validated by podnet.networks.server before it is written.
+SERVER_CONFIG = """
+CREATE TABLE server_config (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -191,4 +200,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0006_certificates", CERTIFICATES),
     ("0007_portmap_claims", PORTMAP_CLAIMS),
     ("0008_hot_indexes", HOT_INDEXES),
+    ("0009_server_config", SERVER_CONFIG),
 )

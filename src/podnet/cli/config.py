@@ -1,0 +1,73 @@
+"""``podnetctl config set|get|unset|show``: the server config (``network.ovn.*``) with ``lxc
+config``'s argument order, output and messages, on the store directly, no daemon (issue 16,
+item 1). The API's ``PUT|PATCH /1.0`` change the same rows."""
+
+from __future__ import annotations
+
+import click
+
+from podnet.checked import printable
+from podnet.cli.lxcfmt import dump_yaml
+from podnet.cli.network import _add_store_options, _config_args, _manager
+from podnet.drivers.conf import DEFAULT_DATA_DIR
+
+
+@click.group()
+@click.option(
+    "--data-dir",
+    envvar="PODNET_DATA_DIR",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    show_envvar=True,
+    help="podnet's state directory (podnet.db).",
+)
+@click.option(
+    "--busy-timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the store's write lock.",
+)
+@click.option("--init", is_flag=True, help="Create the state database if --data-dir holds none.")
+@click.pass_context
+def config(ctx: click.Context, data_dir: str, busy_timeout: float, init: bool) -> None:
+    """Manage the server config: network.ovn.northbound_connection, network.ovn.ca_cert,
+    network.ovn.client_cert, network.ovn.client_key, network.ovn.integration_bridge."""
+    ctx.ensure_object(dict).update(data_dir=data_dir, busy_timeout=busy_timeout, init=init)
+
+
+@config.command("show")
+@click.pass_context
+def config_show(ctx: click.Context) -> None:
+    """Show the server config (the keys that are set) as YAML."""
+    values, _ = _manager(ctx).server_config()
+    click.echo(dump_yaml({"config": values}), nl=False)
+
+
+@config.command("get")
+@click.argument("key")
+@click.pass_context
+def config_get(ctx: click.Context, key: str) -> None:
+    """Print a key's value (nothing when it is not set)."""
+    values, _ = _manager(ctx).server_config()
+    if key in values:
+        click.echo(printable(values[key]))
+
+
+@config.command("set")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...|KEY VALUE")
+@click.pass_context
+def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
+    """Set server config keys."""
+    _manager(ctx).update_server_config(_config_args(pairs), patch=True)
+
+
+@config.command("unset")
+@click.argument("key")
+@click.pass_context
+def config_unset(ctx: click.Context, key: str) -> None:
+    """Unset a server config key."""
+    _manager(ctx).update_server_config({key: ""}, patch=True)
+
+
+_add_store_options(config)

@@ -1,0 +1,450 @@
+"""An OVN deployment in network namespaces, for the demo's multi-node part and the tests
+(issue 16; FIELD-NOTES §8): central services (NB and SB ``ovsdb-server``, ``ovn-northd``) in the
+first node's namespace, and on every node Open vSwitch with the userspace datapath
+(``datapath_type=netdev``, no kernel module) and ``ovn-controller``.
+
+Layout, all of it made here and removed by :meth:`OvnLab.stop`:
+
+- ``<prefix>-fab``: the underlay, a Linux bridge ``fab0`` with one veth per node;
+- ``<prefix>-<node>``: a node. Its underlay veth sits in the netdev bridge ``br-phy``, which
+  carries the node's address (``192.168.<subnet>.<i>/24``): OVS then tunnels (Geneve) in user
+  space. ``br-int`` is the integration bridge. Each node's OVS and OVN files live in a
+  directory of its own, named by ``OVS_RUNDIR``/``OVS_DBDIR``/``OVS_LOGDIR``/``OVN_RUNDIR`` in
+  :meth:`OvnLab.env` — what ``ovs-vsctl`` (and podnet, through it) reads to find the node's OVS.
+
+The NB database listens on a unix socket (:attr:`OvnLab.nb_unix`) and on TCP at the central
+node's underlay address (:attr:`OvnLab.nb_tcp`). Nothing touches the machine's own network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
+VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+TOOLS = (
+    "ovsdb-tool",
+    "ovsdb-server",
+    "ovs-vswitchd",
+    "ovs-vsctl",
+    "ovn-northd",
+    "ovn-nbctl",
+    "ovn-controller",
+    "ethtool",
+)
+TIMEOUT = 20.0  # seconds a command may take
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: its parent, not us, reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+class LabError(Exception):
+    """A command of the lab's set-up failed (its stderr in the message)."""
+
+
+def missing_tools() -> list[str]:
+    """The tools :class:`OvnLab` needs that are not installed (Debian: openvswitch-switch,
+    ovn-central, ovn-host, ethtool)."""
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+@dataclass
+class Node:
+    """One node: its namespace, underlay address and OVS/OVN directory."""
+
+    name: str
+    netns: str
+    address: str
+    dir: Path
+    pids: list[Path] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that point OVS and OVN tools at this node's daemons."""
+        d = str(self.dir)
+        return {
+            "OVS_RUNDIR": d,
+            "OVS_DBDIR": d,
+            "OVS_LOGDIR": d,
+            "OVN_RUNDIR": d,
+            "OVN_LOGDIR": d,
+            "OVS_SYSCONFDIR": d,
+        }
+
+
+class OvnLab:
+    """``nodes`` node namespaces (the first runs the central services) on one underlay.
+
+    Use as a context manager, or call :meth:`start` and then :meth:`stop` (which also undoes a
+    half-made start). ``subnet``: the third octet of the underlay ``192.168.<subnet>.0/24``.
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        nodes: Sequence[str] = ("n1", "n2"),
+        *,
+        subnet: int = 250,
+        base: Path | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.subnet = subnet
+        self.dir = Path(tempfile.mkdtemp(prefix="podnet-ovnlab-", dir=base))
+        self.central = self.dir / "central"
+        self.fabric = f"{prefix}-fab"
+        self.nodes = [
+            Node(n, f"{prefix}-{n}", f"192.168.{subnet}.{i + 1}", self.dir / n)
+            for i, n in enumerate(nodes)
+        ]
+        self._netns: list[str] = []
+        self._pids: list[Path] = []
+
+    # -- addresses ----------------------------------------------------------------------------
+    @property
+    def nb_unix(self) -> str:
+        """The NB database's unix socket, as an OVSDB connection (``unix:<path>``)."""
+        return f"unix:{self.central / 'nb.sock'}"
+
+    @property
+    def sb_unix(self) -> str:
+        return f"unix:{self.central / 'sb.sock'}"
+
+    @property
+    def nb_tcp(self) -> str:
+        """The NB database on TCP at the central node's underlay address."""
+        return f"tcp:{self.nodes[0].address}:6641"
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    # -- running things -----------------------------------------------------------------------
+    def run(
+        self,
+        netns: str | None,
+        *argv: str,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """``argv`` in ``netns`` (None: here) with ``env`` added; LabError when it fails."""
+        full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+        out = subprocess.run(
+            full,
+            env={**os.environ, **(env or {})},
+            input=input,
+            text=True,
+            capture_output=True,
+            timeout=TIMEOUT,
+        )
+        if check and out.returncode != 0:
+            raise LabError(
+                f"{' '.join(argv)} (in {netns}): {out.stderr.strip() or out.stdout.strip()}"
+            )
+        return out
+
+    def vsctl(self, node: Node, *args: str) -> str:
+        return self.run(node.netns, "ovs-vsctl", "--timeout=10", *args, env=node.env).stdout.strip()
+
+    def nbctl(self, *args: str) -> str:
+        return self.run(
+            None, "ovn-nbctl", "--timeout=10", f"--db={self.nb_unix}", *args
+        ).stdout.strip()
+
+    def _daemon(
+        self,
+        netns: str | None,
+        pidfile: Path,
+        argv: list[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._pids.append(pidfile)
+        self.run(netns, *argv, f"--pidfile={pidfile}", "--detach", env=env)
+
+    # -- set-up -------------------------------------------------------------------------------
+    def start(self) -> OvnLab:
+        """Bring every namespace and daemon up and wait until every chassis is registered."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _netns_add(self, name: str) -> None:
+        self.run(None, "ip", "netns", "add", name)
+        self._netns.append(name)
+        self.run(name, "ip", "link", "set", "lo", "up")
+
+    def _start(self) -> None:
+        self._netns_add(self.fabric)
+        self.run(self.fabric, "ip", "link", "add", "fab0", "type", "bridge")
+        self.run(self.fabric, "ip", "link", "set", "fab0", "up")
+        for node in self.nodes:
+            self._netns_add(node.netns)
+            node.dir.mkdir(parents=True)
+            self.run(
+                self.fabric,
+                "ip",
+                "link",
+                "add",
+                f"u-{node.name}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "underlay",
+                "netns",
+                node.netns,
+            )
+            self.run(self.fabric, "ip", "link", "set", f"u-{node.name}", "master", "fab0", "up")
+            self.run(self.fabric, "ethtool", "-K", f"u-{node.name}", "tx", "off")
+            self.run(node.netns, "ethtool", "-K", "underlay", "tx", "off")
+            self.run(node.netns, "ip", "link", "set", "underlay", "up")
+        self._start_central(self.nodes[0])
+        for node in self.nodes:
+            self._start_node(node)
+        self.wait_chassis()
+
+    def _start_central(self, node: Node) -> None:
+        c = self.central
+        c.mkdir()
+        for db, schema in (("nb", NB_SCHEMA), ("sb", SB_SCHEMA)):
+            self.run(None, "ovsdb-tool", "create", str(c / f"{db}.db"), schema)
+            port = 6641 if db == "nb" else 6642
+            self._daemon(
+                node.netns,
+                c / f"{db}.pid",
+                [
+                    "ovsdb-server",
+                    str(c / f"{db}.db"),
+                    f"--remote=punix:{c / db}.sock",
+                    f"--remote=ptcp:{port}:{node.address}",
+                    f"--unixctl={c / db}.ctl",
+                    f"--log-file={c / db}.log",
+                ],
+            )
+        self._daemon(
+            node.netns,
+            c / "northd.pid",
+            [
+                "ovn-northd",
+                f"--ovnnb-db={self.nb_unix}",
+                f"--ovnsb-db={self.sb_unix}",
+                f"--unixctl={c / 'northd.ctl'}",
+                f"--log-file={c / 'northd.log'}",
+            ],
+        )
+
+    def _start_node(self, node: Node) -> None:
+        d, env, ns = node.dir, node.env, node.netns
+        self.run(None, "ovsdb-tool", "create", str(d / "conf.db"), VSWITCH_SCHEMA)
+        self._daemon(
+            ns,
+            d / "ovsdb-server.pid",
+            [
+                "ovsdb-server",
+                str(d / "conf.db"),
+                f"--remote=punix:{d / 'db.sock'}",
+                f"--unixctl={d / 'ovsdb-server.ctl'}",
+                f"--log-file={d / 'ovsdb-server.log'}",
+            ],
+            env,
+        )
+        self.vsctl(node, "--no-wait", "init")
+        self._daemon(
+            ns,
+            d / "ovs-vswitchd.pid",
+            [
+                "ovs-vswitchd",
+                f"unix:{d / 'db.sock'}",
+                f"--unixctl={d / 'ovs-vswitchd.ctl'}",
+                f"--log-file={d / 'ovs-vswitchd.log'}",
+            ],
+            env,
+        )
+        self.vsctl(
+            node,
+            "add-br",
+            "br-int",
+            "--",
+            "set",
+            "bridge",
+            "br-int",
+            "datapath_type=netdev",
+            "fail-mode=secure",
+            "other-config:disable-in-band=true",
+        )
+        self.vsctl(
+            node,
+            "add-br",
+            "br-phy",
+            "--",
+            "set",
+            "bridge",
+            "br-phy",
+            "datapath_type=netdev",
+            "--",
+            "add-port",
+            "br-phy",
+            "underlay",
+        )
+        self.run(ns, "ip", "addr", "add", f"{node.address}/24", "dev", "br-phy")
+        self.run(ns, "ip", "link", "set", "br-phy", "up")
+        self.vsctl(
+            node,
+            "set",
+            "open_vswitch",
+            ".",
+            f"external_ids:system-id={node.name}",
+            f"external_ids:ovn-remote={self.sb_unix}",
+            "external_ids:ovn-encap-type=geneve",
+            f"external_ids:ovn-encap-ip={node.address}",
+            "external_ids:ovn-bridge-datapath-type=netdev",
+        )
+        self._daemon(
+            ns,
+            d / "ovn-controller.pid",
+            ["ovn-controller", f"unix:{d / 'db.sock'}", f"--log-file={d / 'ovn-controller.log'}"],
+            env,
+        )
+
+    def wait_chassis(self, timeout: float = TIMEOUT) -> None:
+        """Wait until every node's chassis is in the SB database."""
+        want = {n.name for n in self.nodes}
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.run(
+                None,
+                "ovn-sbctl",
+                "--timeout=10",
+                f"--db={self.sb_unix}",
+                "--bare",
+                "--columns=name",
+                "list",
+                "Chassis",
+                check=False,
+            ).stdout
+            if want <= set(out.split()):
+                return
+            if time.monotonic() > deadline:
+                raise LabError(f"chassis registered: {sorted(out.split())}, wanted {sorted(want)}")
+            time.sleep(0.05)
+
+    # -- the outside world --------------------------------------------------------------------
+    def outside(self, node: Node, gateway: str = "203.0.113.254/24") -> str:
+        """A namespace ``<prefix>-out`` playing the uplink's router, linked to ``node`` by a veth
+        whose node end ``ext0`` has no address (an uplink's ``parent``) and whose outside end
+        has ``gateway``. Returns the outside namespace."""
+        out = f"{self.prefix}-out"
+        self._netns_add(out)
+        self.run(
+            out,
+            "ip",
+            "link",
+            "add",
+            "gw0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "ext0",
+            "netns",
+            node.netns,
+        )
+        self.run(out, "ip", "addr", "add", gateway, "dev", "gw0")
+        for ns, dev in ((out, "gw0"), (node.netns, "ext0")):
+            self.run(ns, "ethtool", "-K", dev, "tx", "off")
+            self.run(ns, "ip", "link", "set", dev, "up")
+        return out
+
+    # -- faults -------------------------------------------------------------------------------
+    def stop_controller(self, node: Node) -> None:
+        """Stop ``node``'s ovn-controller (a fault: ports are no longer wired there)."""
+        self._kill(node.dir / "ovn-controller.pid")
+
+    def start_controller(self, node: Node) -> None:
+        d = node.dir
+        self._daemon(
+            node.netns,
+            d / "ovn-controller.pid",
+            ["ovn-controller", f"unix:{d / 'db.sock'}", f"--log-file={d / 'ovn-controller.log'}"],
+            node.env,
+        )
+
+    def stop_nb(self) -> None:
+        """Stop the NB database server (a fault: the northbound connection is refused)."""
+        self._kill(self.central / "nb.pid")
+
+    def start_nb(self) -> None:
+        c = self.central
+        self._daemon(
+            self.nodes[0].netns,
+            c / "nb.pid",
+            [
+                "ovsdb-server",
+                str(c / "nb.db"),
+                f"--remote=punix:{c / 'nb'}.sock",
+                f"--remote=ptcp:6641:{self.nodes[0].address}",
+                f"--unixctl={c / 'nb'}.ctl",
+                f"--log-file={c / 'nb'}.log",
+            ],
+        )
+
+    # -- tear-down ----------------------------------------------------------------------------
+    @staticmethod
+    def _pid(pidfile: Path) -> int | None:
+        try:
+            return int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    @classmethod
+    def _kill(cls, *pidfiles: Path) -> None:
+        """SIGTERM to each daemon, SIGKILL to those still there 2 s later; waits until gone."""
+        pids = [p for p in map(cls._pid, pidfiles) if p is not None]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 2
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.01)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while any(_alive(p) for p in pids):
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Stop every daemon, delete every namespace and the directory; idempotent."""
+        self._kill(*reversed(self._pids))
+        self._pids.clear()
+        for ns in reversed(self._netns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=TIMEOUT)
+        self._netns.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> OvnLab:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,285 @@
+"""Networks that span nodes (``physical`` uplinks and ``ovn`` networks; issue 16, item 4): their
+truth is OVN's northbound database, not a node's SQLite (:mod:`podnet.ovn.nb`).
+
+:class:`ClusterDriver` is the driver interface of such types; the functions below are what
+:class:`podnet.drivers.manager.Manager` calls for them. Every change is one NB transaction
+(registry and objects together) that re-reads and re-applies itself when another node changed
+the registry meanwhile, so two nodes never lose each other's update; an ETag sent (If-Match) is
+checked against the record as it is at that moment (412).
+
+The NB is reached as the server config says (``network.ovn.northbound_connection``,
+:mod:`podnet.networks.server`); with it unset the node has no cluster networks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podnet.drivers.base import Driver
+from podnet.networks.errors import NetworkError
+from podnet.networks.model import Network
+from podnet.ovn import nb as nbmod
+from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
+
+#: The API's answer to an unreachable NB (the CLI prints the message, exit 1).
+UNREACHABLE = 503
+
+
+@dataclass
+class Context:
+    """One cluster operation: the NB connection, the registry as read in this attempt, this
+    node's owner mark and the warning sink."""
+
+    nb: Ovsdb
+    registry: nbmod.Registry
+    owner: str
+    warn: Callable[[str], None] | None = None
+
+    def sb(self) -> Ovsdb:
+        """The SB database, from this node's OVS (``ovn-remote``)."""
+        from podnet.ovn import vswitch
+
+        remote = vswitch.chassis().ovn_remote
+        return Ovsdb(
+            [r.strip() for r in remote.split(",") if r.strip()],
+            "OVN_Southbound",
+            ssl=self.nb.ssl,
+            timeout=self.nb.timeout,
+        )
+
+
+class ClusterDriver(Driver):
+    """A network type whose networks live in OVN's NB."""
+
+    cluster = True
+
+    def cluster_create(
+        self, ctx: Context, name: str, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+        """``config`` with its defaults, the NB operations that make the network, and what then
+        attaches this node (returns what it did)."""
+        raise NotImplementedError
+
+    def cluster_update(
+        self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """The config to record and the NB operations of a change (default: keys only; a key
+        that changes what the network is made of is refused by the driver)."""
+        return config, []
+
+    def cluster_delete(
+        self, ctx: Context, name: str
+    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+        """The NB operations that remove the network, and what then detaches this node.
+        NetworkError (400) while it is in use."""
+        raise NotImplementedError
+
+    def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
+        """Bring this node's side back (``network restore``); what was done."""
+        return []
+
+    def forget_node(self, ctx: Context) -> list[str]:
+        """Remove this node's side of networks of this type that are no longer registered
+        (deleted from another node); what was done."""
+        return []
+
+    def used_by(self, ctx: Context, name: str) -> list[str]:
+        """API URLs of what uses the network."""
+        return [
+            f"/1.0/networks/{n}"
+            for n, r in ctx.registry.records.items()
+            if r.config.get("network") == name
+        ]
+
+
+def connect(config: Mapping[str, str]) -> Ovsdb | None:
+    """The NB per the server config, or None when ``network.ovn.northbound_connection`` is
+    unset (this node has no cluster networks then)."""
+    from podnet.networks import server
+
+    text = config.get(server.NB_CONNECTION)
+    if not text:
+        return None
+    ssl = None
+    if any(r.kind == "ssl" for r in server.remotes(text)):
+        ssl = _ssl_files(config)
+    return Ovsdb([r.text() for r in server.remotes(text)], "OVN_Northbound", ssl=ssl)
+
+
+def _ssl_files(config: Mapping[str, str]) -> tuple[str, str, str]:
+    """The PEM values written to private files for ``ovsdb-client`` (0600, in a 0700 directory
+    under /run/podnet, rewritten only when they change)."""
+    import hashlib
+
+    from podnet.networks import server
+
+    pems = [config[k] for k in (server.CLIENT_KEY, server.CLIENT_CERT, server.CA_CERT)]
+    digest = hashlib.sha256("\0".join(pems).encode()).hexdigest()[:16]
+    base = f"/run/podnet/ovn-{digest}"
+    paths = tuple(f"{base}/{n}" for n in ("key.pem", "cert.pem", "ca.pem"))
+    if not all(os.path.exists(p) for p in paths):
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        os.chmod(base, 0o700)
+        for path, pem in zip(paths, pems, strict=True):
+            fd = os.open(
+                path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+            )
+            with os.fdopen(fd, "w") as f:
+                f.write(pem)
+            os.replace(path + ".new", path)
+    return paths[0], paths[1], paths[2]
+
+
+def _failure(err: Unreachable | TxnFailed) -> NetworkError:
+    if isinstance(err, Unreachable):
+        return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, UNREACHABLE)
+    return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, 500)
+
+
+def _driver(kind: str) -> ClusterDriver:
+    from podnet import drivers
+
+    found = drivers.get(kind)
+    assert isinstance(found, ClusterDriver), kind
+    return found
+
+
+def as_network(ctx: Context, name: str, record: nbmod.Record) -> Network:
+    return Network(
+        name,
+        record.type,
+        record.description,
+        dict(record.config),
+        _driver(record.type).used_by(ctx, name),
+        "Created",
+        "",
+    )
+
+
+def networks(nb: Ovsdb, owner: str) -> list[Network]:
+    """Every cluster network. NetworkError 503 when the NB does not answer."""
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise _failure(err) from None
+    ctx = Context(nb, registry, owner)
+    return [as_network(ctx, n, r) for n, r in sorted(registry.records.items())]
+
+
+def create(
+    nb: Ovsdb,
+    owner: str,
+    name: str,
+    kind: str,
+    description: str,
+    config: dict[str, str],
+    warn: Callable[[str], None] | None,
+    local_names: set[str],
+) -> Network:
+    """Create cluster network ``name``: 409 when any node's network has the name, 400 bad
+    config, 503 NB unreachable. Then this node's side (an uplink's parent, say)."""
+    driver = _driver(kind)
+    valid = driver.validate(name, config)
+    if name in local_names:
+        raise NetworkError("The network already exists", 409)
+    after: list[Callable[[], list[str]]] = []
+
+    def apply(
+        registry: nbmod.Registry,
+    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+        if name in registry.records:
+            raise NetworkError("The network already exists", 409)
+        ctx = Context(nb, registry, owner, warn)
+        filled, ops, then = driver.cluster_create(ctx, name, dict(valid))
+        after[:] = [then]
+        return {name: nbmod.Record(kind, description, filled)}, ops
+
+    try:
+        registry = nbmod.change(nb, apply)
+    except (Unreachable, TxnFailed) as err:
+        raise _failure(err) from None
+    for then in after:
+        then()  # this node's side; the lines it returns are for `network restore`
+    return as_network(Context(nb, registry, owner), name, registry.records[name])
+
+
+def update(
+    nb: Ovsdb,
+    owner: str,
+    name: str,
+    description: str | None,
+    config: Mapping[str, str] | None,
+    patch: bool,
+    etag: str | None,
+) -> Network:
+    """PUT/PATCH a cluster network (LXD's semantics, as for bridges); 412 stale ETag, 404."""
+
+    def apply(
+        registry: nbmod.Registry,
+    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+        record = registry.records.get(name)
+        if record is None:
+            raise NetworkError("Network not found", 404)
+        ctx = Context(nb, registry, owner)
+        current = as_network(ctx, name, record)
+        if etag is not None and etag.strip('"') != current.etag():
+            raise NetworkError(
+                f"ETag doesn't match: {current.etag()} vs {etag.strip(chr(34))}", 412
+            )
+        driver = _driver(record.type)
+        merged = dict(record.config) if patch else {}
+        merged.update(config or {})
+        if not patch:  # volatile keys are the node's, not the client's
+            merged.update({k: v for k, v in record.config.items() if k.startswith("volatile.")})
+        valid = driver.validate(name, merged)
+        valid, ops = driver.cluster_update(ctx, name, record, valid)
+        new_description = (
+            record.description if (patch and description is None) else (description or "")
+        )
+        return {name: nbmod.Record(record.type, new_description, valid)}, ops
+
+    try:
+        registry = nbmod.change(nb, apply)
+    except (Unreachable, TxnFailed) as err:
+        raise _failure(err) from None
+    return as_network(Context(nb, registry, owner), name, registry.records[name])
+
+
+def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None) -> None:
+    """Delete a cluster network and its NB objects; this node's side after. 400 in use, 404."""
+    after: list[Callable[[], None]] = []
+
+    def apply(
+        registry: nbmod.Registry,
+    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+        record = registry.records.get(name)
+        if record is None:
+            raise NetworkError("Failed loading network: Network not found", 404)
+        ops, then = _driver(record.type).cluster_delete(Context(nb, registry, owner, warn), name)
+        after[:] = [then]
+        return {name: None}, ops
+
+    try:
+        nbmod.change(nb, apply)
+    except (Unreachable, TxnFailed) as err:
+        raise _failure(err) from None
+    for then in after:
+        then()
+
+
+def restore(nb: Ovsdb, owner: str) -> list[str]:
+    """Every cluster network's side on this node (``network restore``)."""
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise _failure(err) from None
+    ctx = Context(nb, registry, owner)
+    done = []
+    for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here
+        done += _driver(kind).forget_node(ctx)
+    for name, record in sorted(registry.records.items()):
+        done += _driver(record.type).restore_node(ctx, name, record.config)
+    return done

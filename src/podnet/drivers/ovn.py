@@ -1,0 +1,237 @@
+"""The ``ovn`` network type: one logical network for pods on every node (issue 16, item 3;
+LXD's ``ovn`` driver, FIELD-NOTES §8a). Its record and objects live in OVN's NB
+(:mod:`podnet.ovn.nb`).
+
+Create fills LXD's defaults: ``ipv4.address``/``ipv6.address`` ``auto`` (a free
+``10.x.y.1/24`` / ``fd42:…::1/64`` no other OVN network or the uplink uses) turning NAT on;
+the router's uplink address (``volatile.network.ipv4.address``) is the first free one of the
+uplink's ``ipv4.ovn.ranges``; ``bridge.mtu`` is the underlay's MTU less Geneve's overhead.
+``ipv4.nat.address`` must lie in the uplink's ``ipv4.routes`` with ``ovn.ingress_mode=routed``
+(seed 004).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from podnet import proc
+from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.networks import ovnconfig
+from podnet.networks.config import is_true
+from podnet.networks.errors import NetworkError
+from podnet.ovn import nb as nbmod
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.cni.skel import Call
+    from podnet.drivers.conf import PodnetConf, StoreConf
+
+#: Keys a change may not touch (what the NB objects are made of); change them by re-creating.
+FIXED = (
+    "network",
+    "ipv4.address",
+    "ipv6.address",
+    "ipv4.nat",
+    "ipv6.nat",
+    "ipv4.nat.address",
+    "ipv6.nat.address",
+    "bridge.mtu",
+)
+
+
+def _mac() -> str:
+    return "00:16:3e:" + ":".join(f"{random.randrange(256):02x}" for _ in range(3))
+
+
+def _underlay_mtu(encap_ip: str) -> tuple[int, int]:
+    """The MTU (bytes) and family of the interface holding this node's encapsulation address;
+    (1500, 4) when it cannot be found."""
+    try:
+        family = ipaddress.ip_address(encap_ip).version
+    except ValueError:
+        return 1500, 4
+    rc, out, _ = proc.spawn(["ip", "-j", "addr", "show", "to", encap_ip]).wait()
+    try:
+        links = json.loads(out) if rc == 0 and out.strip() else []
+        return int(links[0]["mtu"]), family
+    except (ValueError, LookupError, TypeError):
+        return 1500, family
+
+
+class OvnDriver(ClusterDriver):
+    """OVN networks."""
+
+    type = "ovn"
+    creatable = True
+
+    def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
+        from podnet.drivers import ovn_pods
+
+        return ovn_pods.attach(call, conf)
+
+    def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
+        from podnet.drivers import ovn_pods
+
+        if network:
+            ovn_pods.detach(call, conf, network)
+
+    def check(self, call: Call, conf: PodnetConf) -> None:
+        from podnet.drivers import ovn_pods
+
+        ovn_pods.check(call, conf)
+
+    def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
+        from podnet.drivers import ovn_pods
+
+        ovn_pods.gc_also(call, conf, failures)
+
+    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
+        return ovnconfig.validate_ovn(name, config)
+
+    def _uplink(self, ctx: Context, config: Mapping[str, str]) -> nbmod.Record:
+        uplink = ctx.registry.records.get(config["network"])
+        if uplink is None or uplink.type != "physical":
+            raise NetworkError(
+                f'Invalid value for network option "network": uplink network '
+                f'"{config["network"]}" not found (a physical network)'
+            )
+        return uplink
+
+    def _taken(self, ctx: Context) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for record in ctx.registry.records.values():
+            for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
+                value = record.config.get(key, "")
+                if value not in ("", "auto", "none"):
+                    out.append(ipaddress.ip_interface(value).network)
+        return out
+
+    def _auto(self, family: int, taken: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
+        for _ in range(1000):
+            if family == 4:
+                net: ipaddress.IPv4Network | ipaddress.IPv6Network = ipaddress.ip_network(
+                    f"10.{random.randrange(256)}.{random.randrange(256)}.0/24"
+                )
+            else:
+                net = ipaddress.ip_network(
+                    f"fd42:{random.randrange(65536):x}:{random.randrange(65536):x}:"
+                    f"{random.randrange(65536):x}::/64"
+                )
+            if not any(net.overlaps(t) for t in taken if t.version == family):
+                return f"{net[1]}/{net.prefixlen}"
+        raise NetworkError(f"Failed to find a free IPv{family} subnet")
+
+    def _uplink_address(self, ctx: Context, name: str, uplink: nbmod.Record, family: int) -> str:
+        key = f"ipv{family}.ovn.ranges"
+        if not uplink.config.get(key):
+            raise NetworkError(f'Missing required "{key}" config key on uplink network')
+        used = nbmod.used_addresses(
+            {n: r for n, r in ctx.registry.records.items() if n != name},
+            (f"volatile.network.ipv{family}.address",),
+        )
+        used.add(uplink.config[f"ipv{family}.gateway"].split("/")[0])
+        for first, last in ovnconfig.ranges(uplink.config[key], family):
+            for value in range(int(first), int(last) + 1):
+                address = str(ipaddress.ip_address(value))
+                if address not in used:
+                    return address
+        raise NetworkError(f"No free address left in the uplink's {key}")
+
+    def cluster_create(
+        self, ctx: Context, name: str, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+        from podnet.ovn import vswitch
+
+        uplink = self._uplink(ctx, config)
+        taken = self._taken(ctx)
+        for family in (4, 6):
+            key = f"ipv{family}.address"
+            if config.get(key, "auto") == "auto":
+                config[key] = self._auto(family, taken)
+                config.setdefault(f"ipv{family}.nat", "true")
+        internal, uplink_ifaces, gateways, snat = [], [], [], []
+        for family in (4, 6):
+            address = config[f"ipv{family}.address"]
+            gateway = uplink.config.get(f"ipv{family}.gateway")
+            nat_address = config.get(f"ipv{family}.nat.address")
+            if address == "none":
+                continue
+            iface = ipaddress.ip_interface(address)
+            for other in taken:
+                if other.version == family and iface.network.overlaps(other):
+                    raise NetworkError(
+                        f"Subnet {iface.network} overlaps another network's {other}", 409
+                    )
+            internal.append(iface)
+            if nat_address:
+                self._check_nat_address(uplink, family, nat_address)
+            if not gateway:
+                continue
+            own = self._uplink_address(ctx, name, uplink, family)
+            config[f"volatile.network.ipv{family}.address"] = own
+            gw = ipaddress.ip_interface(gateway)
+            uplink_ifaces.append(ipaddress.ip_interface(f"{own}/{gw.network.prefixlen}"))
+            gateways.append(gw.ip)
+            if is_true(config.get(f"ipv{family}.nat", "false")):
+                snat.append((nat_address or own, str(iface.network)))
+        chassis = vswitch.chassis()
+        if "bridge.mtu" not in config:
+            mtu, family = _underlay_mtu(chassis.encap_ip)
+            config["bridge.mtu"] = str(ovnconfig.default_mtu(mtu, family))
+        plan = nbmod.Plan(
+            internal,
+            uplink_ifaces,
+            gateways,
+            snat,
+            config["network"],
+            nbmod.gateway_chassis(ctx.sb(), config["network"]),
+            _mac(),
+            _mac(),
+            int(config["bridge.mtu"]),
+        )
+        return config, nbmod.create_ops(name, plan), lambda: []
+
+    @staticmethod
+    def _check_nat_address(uplink: nbmod.Record, family: int, value: str) -> None:
+        key = f"ipv{family}.nat.address"
+        if uplink.config.get("ovn.ingress_mode", "l2proxy") != "routed":
+            raise NetworkError(
+                f'Cannot specify "{key}" when uplink ovn.ingress_mode is not "routed"'
+            )
+        address = ipaddress.ip_address(value)
+        routes = uplink.config.get(f"ipv{family}.routes", "")
+        if not routes or not any(address in net for net in ovnconfig.routes(routes, family)):
+            raise NetworkError(f'Uplink network does not contain "{value}" in its routes')
+
+    def cluster_update(
+        self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        changed = [k for k in FIXED if config.get(k) != before.config.get(k)]
+        if changed:
+            raise NetworkError(
+                f'Changing "{changed[0]}" of an OVN network is not supported: '
+                "delete and create the network again"
+            )
+        return config, []
+
+    def cluster_delete(
+        self, ctx: Context, name: str
+    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+        n = nbmod.names(name)
+        ports = ctx.nb.select(
+            "Logical_Switch_Port",
+            [["external_ids", "includes", ["map", [[nbmod.TAG, name]]]]],
+            ["name"],
+        )
+        pods = [
+            p["name"]
+            for p in ports
+            if p["name"] not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
+        ]
+        if pods:
+            raise NetworkError("The network is currently in use")
+        return nbmod.delete_ops(name), lambda: None

@@ -1,0 +1,363 @@
+"""Pods on OVN networks: the ``podnet`` plugin's verbs for a conflist whose ``network`` is an
+``ovn`` network (issue 16, item 5).
+
+ADD, each step on the undo stack:
+
+1. a logical switch port ``pn-<network>-pod-<hash of container/ifname>`` on the network's
+   internal switch, ``"<MAC> dynamic"`` (northd assigns the addresses, unique on every node even
+   when all ADD at once) and ``requested-chassis`` this node;
+2. its addresses, once northd has written them (an OVSDB ``wait``, under the call's deadline);
+3. the veth pair (host end ``pn<13 hex>``, alias ``podnet:<dataDir>``), the pod end addressed
+   with the subnet's prefix and a default route via the router; MTU the network's ``bridge.mtu``;
+4. the host end in the integration bridge with ``external_ids:iface-id`` = the port; TX
+   checksum offload off on both ends where the datapath is userspace (``netdev``: FIELD-NOTES
+   §8, else TCP stalls on bad checksums);
+5. wait for ``external_ids:ovn-installed=true`` on the OVS interface (ovn-controller has wired
+   the port on this chassis, as ovn-kubernetes waits), under the call's deadline;
+6. the rows in the node's store (seed 001's ``pods``; the attachment names the network).
+
+DEL removes the OVS port, the veth, the logical switch port and the rows, and always succeeds:
+an NB that does not answer only costs a warning (GC removes the port later).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from typing import Any
+
+from podnet import errors, proc
+from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
+from podnet.errors import CNIError
+from podnet.link import names
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.cni.skel import Call
+    from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.store import Store
+
+#: Seconds an ADD waits for northd's addresses and for ovn-controller, at most (and never past
+#: the tools' deadline).
+WAIT = 10.0
+PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis")
+
+
+def _nb(store: Store) -> Ovsdb:
+    from podnet.drivers import cluster
+
+    nb = cluster.connect(store.config.all())
+    if nb is None:
+        raise errors.InvalidConfig(
+            "network: an ovn network needs network.ovn.northbound_connection"
+        )
+    return nb
+
+
+def network_record(store: Store, nb: Ovsdb, name: str) -> dict[str, str]:
+    """The OVN network's config from the NB, mirrored into the node's store (seed 004's
+    ``networks``: the node's view); InvalidConfig (7) when it is not an ovn network."""
+    from podnet.ovn import nb as nbmod
+
+    record = nbmod.read(nb).records.get(name)
+    if record is None or record.type != "ovn":
+        raise errors.InvalidConfig(f"network: {name!r} is not an ovn network of the cluster")
+    row = store.networks.get(name)
+    with store.write():
+        if row is None:
+            store.networks.insert(name, "ovn", record.description, record.config)
+        elif dict(row.config) != record.config:
+            store.networks.update(row.id, record.description, record.config)
+    return record.config
+
+
+def _integration_bridge(store: Store) -> str:
+    from podnet.networks import server
+
+    return server.effective(store.config.all())[server.INTEGRATION_BRIDGE]
+
+
+def _ovs(*args: str) -> None:
+    proc.run(["ovs-vsctl", "--timeout=10", *args])
+
+
+def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
+    """ADD on an OVN network (see the module). Errors: 7 bad config or OVS not set up for OVN,
+    11 NB unreachable (naming it), 102 CNI_IFNAME exists, 104 kernel or OVS failure, or the
+    port not wired by ovn-controller within the deadline (naming it)."""
+    from podnet.cni.netconf import parse_requested_mac
+    from podnet.cni.result import attachment
+    from podnet.link import veth
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn import vswitch
+    from podnet.undo import Undo
+
+    require_netns(call)
+    veth.check_ifname(call.ifname)
+    deadline = time.monotonic() + min(WAIT, proc.Limits.timeout)
+    chassis = vswitch.chassis()
+    pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
+    host_if = names.host_ifname(call.container_id, call.ifname)
+    network = str(conf.network)
+    port = nbmod.port_name(network, call.container_id, call.ifname)
+    undo = Undo()
+    with open_store(conf) as store:
+        refuse_existing(store, call.container_id)
+        nb = _nb(store)
+        config = network_record(store, nb, network)
+        try:
+            ids = dict(
+                zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
+            )
+            nbmod.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
+            undo.push(f"deleting port {port}", lambda: nbmod.delete_port(nb, network, port))
+            left = max(1, int((deadline - time.monotonic()) * 1000))
+            found = nbmod.port_addresses(nb, port, left)
+            if len(found) < 2:
+                raise CNIError(
+                    f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
+                    f"dynamic_addresses {found}",
+                )
+            alloc, prefixes = _allocation(config, found[1:])
+            mtu = int(config.get("bridge.mtu") or 1500)
+            link = veth.PodLink(
+                host_if=host_if,
+                ifname=call.ifname,
+                netns=call.netns,
+                mtu=mtu,
+                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                host_mac=names.random_mac(),
+                pod_mac=pod_mac,
+                alias=link_alias(conf),
+                bridge="ovn",
+                prefixes=prefixes,
+            )
+            _create_pair(link)
+            undo.push(f"deleting {host_if}", lambda: veth.delete_host(host_if))
+            configuring = veth.start_configure_pod(link)
+            bridge = _integration_bridge(store)
+            _ovs(
+                "--may-exist",
+                "add-port",
+                bridge,
+                host_if,
+                "--",
+                "set",
+                "Interface",
+                host_if,
+                f"external_ids:iface-id={port}",
+                f"external_ids:podnet-owner={link.alias}",
+            )
+            undo.push(
+                f"removing {host_if} from {bridge}",
+                lambda: _ovs("--if-exists", "del-port", bridge, host_if),
+            )
+            veth.finish_configure_pod(link, configuring)
+            if chassis.userspace:
+                proc.run(["ethtool", "-K", host_if, "tx", "off"])
+                proc.run(
+                    ["nsenter", f"--net={call.netns}", "ethtool", "-K", call.ifname, "tx", "off"]
+                )
+            _wait_installed(host_if, port, deadline)
+            with store.write():
+                store.pods.insert(
+                    container_id=call.container_id,
+                    netns=call.netns,
+                    interface_name=host_if,
+                    interface_mtu=mtu,
+                    ifname=call.ifname,
+                    network_name=conf.name,
+                    host_mac=link.host_mac,
+                    pod_mac=pod_mac,
+                    ip_address_v4=alloc[4][0] if 4 in alloc else None,
+                    ip_address_v6=alloc[6][0] if 6 in alloc else None,
+                    ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                    ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                    name=call.args.get("K8S_POD_NAME"),
+                    namespace=call.args.get("K8S_POD_NAMESPACE"),
+                    uid=call.args.get("K8S_POD_UID"),
+                )
+                row = store.networks.get(network)
+                if row is not None:
+                    store.networks.attach_pod(call.container_id, row.id)
+        except BaseException as err:
+            undo.run(err, call.log.warn)
+            raise
+    return attachment(
+        host_if, link.host_mac, call.ifname, pod_mac, call.netns, mtu, alloc, prefixes
+    )
+
+
+def _allocation(
+    config: dict[str, str], found: list[str]
+) -> tuple[dict[int, tuple[str, str, Any]], dict[int, int]]:  # noqa: E501
+    """``{family: (address, gateway, subnet)}`` and the prefix lengths, from northd's
+    addresses and the network's router addresses."""
+    alloc: dict[int, tuple[str, str, Any]] = {}
+    prefixes: dict[int, int] = {}
+    for text in found:
+        address = ipaddress.ip_address(text)
+        router = config.get(f"ipv{address.version}.address", "none")
+        if router in ("", "none", "auto"):
+            continue
+        iface = ipaddress.ip_interface(router)
+        alloc[address.version] = (str(address), str(iface.ip), iface.network)
+        prefixes[address.version] = iface.network.prefixlen
+    if not alloc:
+        raise CNIError("OVN assigned no address in the network's subnets", f"{found}")
+    return alloc, prefixes
+
+
+def _create_pair(link: Any) -> None:
+    from podnet.link import veth
+
+    lines = [
+        f"link add {link.host_if} mtu {link.mtu} address {link.host_mac} type veth "
+        f"peer name {veth.q(link.ifname)} mtu {link.mtu} address {link.pod_mac} "
+        f"netns {veth.q(link.netns)}",
+        f"link set dev {link.host_if} alias {veth.q(link.alias)}",
+        f"link set dev {link.host_if} up",
+    ]
+    rc, _, err = proc.spawn(["ip", "-batch", "-"], veth.batch(lines), die_with_parent=True).wait()
+    if rc != 0:
+        if "File exists" in err:
+            raise errors.InterfaceExists(
+                f"interface {link.ifname} or {link.host_if} already exists"
+            )
+        raise errors.KernelError(f"failed to create veth {link.host_if}", err.strip())
+
+
+def _wait_installed(host_if: str, port: str, deadline: float) -> None:
+    left = max(1, int(deadline - time.monotonic()))
+    argv = [
+        "ovs-vsctl",
+        f"--timeout={left}",
+        "wait-until",
+        "Interface",
+        host_if,
+        "external_ids:ovn-installed=true",
+    ]
+    rc, _, err = proc.spawn(argv, timeout=left + 2).wait()
+    if rc != 0:
+        raise errors.KernelError(
+            f"port {port} was not wired on this chassis within the deadline "
+            "(is ovn-controller running?)",
+            err.strip(),
+        )
+
+
+def detach(call: Call, conf: StoreConf, network: str) -> None:
+    """DEL on an OVN network: the OVS port, the veth, the logical switch port and the rows;
+    never fails for what is already gone or for an NB that does not answer (warned; GC later)."""
+    from podnet.link import veth
+    from podnet.ovn import nb as nbmod
+
+    host_if = names.host_ifname(call.container_id, call.ifname)
+    port = nbmod.port_name(network, call.container_id, call.ifname)
+    with open_store(conf) as store, store.write():
+        pod = store.pods.get(call.container_id)
+        mine = pod is not None and pod.ifname == call.ifname and pod.network_name == conf.name
+        if pod is not None and not mine:
+            return  # another attachment of the container: not this DEL's
+        try:
+            bridge = _integration_bridge(store)
+            _ovs("--if-exists", "del-port", bridge, host_if)
+        except CNIError as err:
+            call.log.warn(f"removing {host_if} from OVS: {err.msg}")
+        if veth.alias_of(host_if) in ("", link_alias(conf)):
+            veth.delete_host(host_if)
+        try:
+            nbmod.delete_port(_nb(store), network, port)
+        except CNIError as err:
+            call.log.warn(f"port {port} stays in the NB until a GC: {err.msg}")
+        if mine:
+            store.pods.delete(call.container_id)
+
+
+def check(call: Call, conf: PodnetConf) -> None:
+    """CHECK on an OVN network: the row, the host link (this store's), its OVS interface with
+    ``iface-id`` = the port and ``ovn-installed``, the logical switch port (``up`` in the NB,
+    bound here) and the pod's address on CNI_IFNAME; the first difference is code 103."""
+    from podnet.cni.result import prev_result
+    from podnet.link import veth
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn import vswitch
+    from podnet.ovn.ovsdb import pyatom, pymap, pyset
+
+    if prev_result(call.config) is None:
+        raise errors.InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
+    require_netns(call)
+    network = str(conf.network)
+    host_if = names.host_ifname(call.container_id, call.ifname)
+    port = nbmod.port_name(network, call.container_id, call.ifname)
+    with open_store(conf) as store:
+        pod = store.pods.get(call.container_id)
+        nb = _nb(store)
+    if pod is None or pod.ifname != call.ifname or pod.network_name != conf.name:
+        raise CNIError(f"container {call.container_id} has no podnet attachment {call.ifname} in "
+                       f"network {conf.name}", code=errors.UNKNOWN_CONTAINER)  # fmt: skip
+    if veth.alias_of(host_if) != link_alias(conf):
+        raise errors.CheckFailed(f"host interface {host_if} is missing or not this store's")
+    rows = vswitch.local_db().select("Interface", [["name", "==", host_if]], ["external_ids"])
+    ids = pymap(rows[0]["external_ids"]) if rows else {}
+    if ids.get("iface-id") != port:
+        raise errors.CheckFailed(f"{host_if} is not the OVS port of {port} "
+                                 "(podnetctl network restore puts it back)")  # fmt: skip
+    if ids.get("ovn-installed") != "true":
+        raise errors.CheckFailed(f"port {port} is not wired on this chassis (ovn-controller)")
+    lsp = nb.select("Logical_Switch_Port", [["name", "==", port]], ["up", "dynamic_addresses"])
+    if not lsp:
+        raise errors.CheckFailed(f"logical switch port {port} is missing from the NB")
+    if pyset(lsp[0].get("up")) != [True]:
+        raise errors.CheckFailed(f"logical switch port {port} is not up (not bound)")
+    found = str(pyatom(pyset(lsp[0]["dynamic_addresses"])[0]) if pyset(lsp[0]["dynamic_addresses"])
+                else "").split()  # fmt: skip
+    want = [a for a in (pod.ip_address_v4, pod.ip_address_v6) if a]
+    if not set(want) <= set(found[1:]):
+        raise errors.CheckFailed(f"port {port} has addresses {found[1:]}, the pod {want}")
+    rc, out, _ = proc.spawn(["nsenter", f"--net={call.netns}", "ip", "-o", "addr", "show", "dev",
+                             call.ifname]).wait()  # fmt: skip
+    for address in want:
+        if rc != 0 or f" {address}/" not in out:
+            raise errors.CheckFailed(f"{call.ifname} in {call.netns} lacks {address}")
+
+
+def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
+    """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
+    ports of podnet whose attachment is not valid (nor in the store any more)."""
+    from podnet.cni.netconf import parse_valid_attachments
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn import vswitch
+
+    valid = parse_valid_attachments(call.config)
+    try:
+        with open_store(conf) as store:
+            nb = _nb(store)
+            known = {(str(p.container_id), str(p.ifname)) for p in store.pods.all()}
+            bridge = _integration_bridge(store)
+        system_id = vswitch.chassis().system_id
+        for lsp in nbmod.ports_of_chassis(nb, system_id):
+            ids = lsp["external_ids"]
+            key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
+            if key not in valid and key not in known:
+                nbmod.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
+        alias = link_alias(conf)
+        for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
+            ids = {k: str(v) for k, v in pymap_of(row).items()}
+            if ids.get("podnet-owner") == alias and not _link_exists(str(row["name"])):
+                _ovs("--if-exists", "del-port", bridge, str(row["name"]))
+    except CNIError as err:
+        failures.append(f"OVN: {err.msg}: {err.details}")
+
+
+def pymap_of(row: dict[str, Any]) -> dict[str, Any]:
+    from podnet.ovn.ovsdb import pymap
+
+    return pymap(row.get("external_ids"))
+
+
+def _link_exists(name: str) -> bool:
+    import os
+
+    return os.path.exists(f"/proc/sys/net/ipv4/conf/{name}")

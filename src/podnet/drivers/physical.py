@@ -1,0 +1,142 @@
+"""The ``physical`` network type: an uplink for OVN networks (issue 16, item 2; LXD's
+``physical`` driver, FIELD-NOTES §8a).
+
+Cluster-wide (its record is in OVN's NB, :mod:`podnet.ovn.nb`): every node sees it. On a node
+whose ``parent`` interface exists, ``network create`` and ``network restore`` attach it: an OVS
+bridge ``pnu<8 hex>`` (the integration bridge's datapath type) holding ``parent``, and the
+bridge mapping ``<network>:<bridge>`` — the node is then a gateway chassis of the routers on
+this uplink. ``parent`` must hold no IP address (LXD's rule: its addresses would be bypassed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+
+from podnet import proc
+from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.networks import ovnconfig
+from podnet.networks.errors import NetworkError
+
+
+def bridge_name(network: str) -> str:
+    """The OVS bridge that carries uplink ``network`` on a node (15 characters at most)."""
+    return "pnu" + hashlib.sha256(network.encode()).hexdigest()[:8]
+
+
+def _parent_addresses(parent: str) -> list[str] | None:
+    """The IP addresses on ``parent`` in this netns (None: no such interface)."""
+    rc, out, _ = proc.spawn(["ip", "-j", "addr", "show", "dev", parent]).wait()
+    if rc != 0:
+        return None
+    try:
+        links = json.loads(out or "[]")
+    except ValueError:
+        return None
+    return [
+        a.get("local", "")
+        for link in links
+        for a in link.get("addr_info", [])
+        if a.get("scope") != "link"
+    ]
+
+
+class PhysicalDriver(ClusterDriver):
+    """Uplinks of OVN networks."""
+
+    type = "physical"
+    creatable = True
+
+    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
+        return ovnconfig.validate_physical(name, config)
+
+    def attach_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
+        """Attach uplink ``name`` on this node when its ``parent`` exists here; what was done."""
+        from podnet.ovn import vswitch
+
+        parent = config["parent"]
+        found = _parent_addresses(parent)
+        if found is None:
+            return []
+        if found:
+            raise NetworkError(
+                f'Parent interface "{parent}" has IP addresses configured '
+                f"({', '.join(found)}); an uplink's parent must have none"
+            )
+        chassis = vswitch.chassis()
+        bridge = bridge_name(name)
+        argv = [
+            "ovs-vsctl",
+            "--timeout=10",
+            "--may-exist",
+            "add-br",
+            bridge,
+            "--",
+            "set",
+            "bridge",
+            bridge,
+            f"datapath_type={chassis.datapath_type}",
+            "--",
+            "--may-exist",
+            "add-port",
+            bridge,
+            parent,
+        ]
+        proc.run(argv)
+        if chassis.userspace:
+            proc.run(["ethtool", "-K", parent, "tx", "off"])
+        proc.run(["ip", "link", "set", parent, "up"])
+        proc.run(["ip", "link", "set", bridge, "up"])
+        vswitch.set_bridge_mapping(name, bridge)
+        return [f"uplink {name}: {parent} in OVS bridge {bridge}, mapped for OVN"]
+
+    def detach_node(self, ctx: Context, name: str) -> None:
+        """Undo :meth:`attach_node` on this node (nothing when it was not attached)."""
+        from podnet.ovn import vswitch
+
+        try:
+            chassis = vswitch.chassis()
+        except Exception:  # noqa: BLE001 - no OVS here: nothing of ours to undo
+            return
+        if chassis.bridge_mappings.get(name) != bridge_name(name):
+            return  # not attached here, or mapped by someone else: not ours to undo
+        vswitch.set_bridge_mapping(name, None)
+        proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", bridge_name(name)])
+
+    def cluster_create(
+        self, ctx: Context, name: str, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
+        return config, [], lambda: self.attach_node(ctx, name, config)
+
+    def cluster_delete(
+        self, ctx: Context, name: str
+    ) -> tuple[list[dict[str, object]], Callable[[], None]]:
+        users = [
+            n
+            for n, r in ctx.registry.records.items()
+            if r.type == "ovn" and r.config.get("network") == name
+        ]
+        if users:
+            raise NetworkError("The network is currently in use")
+        return [], lambda: self.detach_node(ctx, name)
+
+    def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
+        return self.attach_node(ctx, name, config)
+
+    def forget_node(self, ctx: Context) -> list[str]:
+        """Detach this node from uplinks no longer registered (deleted from another node): only
+        mappings to a bridge of podnet's name for that uplink (:func:`bridge_name`)."""
+        from podnet.ovn import vswitch
+
+        try:
+            chassis = vswitch.chassis()
+        except Exception:  # noqa: BLE001 - no OVS here: nothing of ours to undo
+            return []
+        done = []
+        for physnet, bridge in chassis.bridge_mappings.items():
+            record = ctx.registry.records.get(physnet)
+            if bridge == bridge_name(physnet) and (record is None or record.type != self.type):
+                self.detach_node(ctx, physnet)
+                done.append(f"uplink {physnet}: deleted, OVS bridge {bridge} removed")
+        return done

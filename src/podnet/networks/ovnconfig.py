@@ -1,0 +1,245 @@
+"""Config of ``physical`` (uplink) and ``ovn`` networks: LXD's keys, defaults and messages
+(issue 16, items 2 and 3; FIELD-NOTES §8a; lxd/network/driver_physical.go and driver_ovn.go
+``Validate``), for the keys podnet implements.
+
+``physical`` — an uplink OVN routers reach the outside through: ``parent`` (required: the
+node's interface), ``mtu``, ``ipv4.gateway``/``ipv6.gateway`` (the uplink router, CIDR),
+``ipv4.ovn.ranges``/``ipv6.ovn.ranges`` (addresses OVN routers take on the uplink),
+``ipv4.routes``/``ipv6.routes`` (external subnets routed to the uplink: forwards' listen
+addresses and NAT addresses), ``dns.nameservers``, ``ovn.ingress_mode`` (``l2proxy`` |
+``routed``), ``user.*``.
+
+``ovn`` — ``network`` (the uplink, required), ``ipv4.address``/``ipv6.address`` (the router's
+address in CIDR form, ``auto`` — the default, which also turns NAT on — or ``none``),
+``ipv4.nat``/``ipv6.nat``, ``ipv4.nat.address``/``ipv6.nat.address``, ``bridge.mtu``
+(default from the underlay and the encapsulation), ``user.*``, and the ``volatile.*`` keys podnet
+sets (the router's uplink addresses).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+
+from podnet import checked
+from podnet.networks.config import _BOOLS, is_true
+from podnet.networks.errors import NetworkError
+
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+Iface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+#: Bytes: the range of ``mtu``/``bridge.mtu`` (LXD's IsNetworkMTU).
+MTU_RANGE = (1280, 16384)
+#: Bytes of Geneve's encapsulation over IPv4 / IPv6 (LXD's ``bridge.mtu`` defaults: 1442, 1422).
+GENEVE_OVERHEAD = {4: 58, 6: 78}
+
+
+def _parse(parse: Callable[[str], object], value: str, bad: str) -> object:
+    try:
+        return parse(value)
+    except checked.ScopedAddress as err:
+        raise ValueError(str(err)) from None
+    except checked.BadValue:
+        raise ValueError(bad) from None
+
+
+def _gateway(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        iface = _parse(checked.interface, value, f"invalid CIDR address: {value}")
+        assert isinstance(iface, ipaddress.IPv4Interface | ipaddress.IPv6Interface)
+        if iface.version != family:
+            raise ValueError(f'Not an IPv{family} address "{value}"')
+
+    return check
+
+
+def ranges(value: str, family: int) -> list[tuple[IP, IP]]:
+    """``a-b,c-d`` (LXD's IP ranges) as ``(first, last)`` pairs; ValueError with the reason."""
+    out = []
+    for item in value.split(","):
+        first, sep, last = item.strip().partition("-")
+        if not sep:
+            raise ValueError(f'Invalid IP range "{item.strip()}" (must be start-end)')
+        a = _parse(checked.ip, first.strip(), f'Invalid IP address "{first.strip()}"')
+        b = _parse(checked.ip, last.strip(), f'Invalid IP address "{last.strip()}"')
+        assert isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address)
+        assert isinstance(b, ipaddress.IPv4Address | ipaddress.IPv6Address)
+        if a.version != family or b.version != family:
+            raise ValueError(f'Not an IPv{family} range "{item.strip()}"')
+        if int(b) < int(a):
+            raise ValueError(f'Start IP "{a}" must be less than End IP "{b}"')
+        out.append((a, b))
+    return out
+
+
+def _ranges(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        ranges(value, family)
+
+    return check
+
+
+def routes(value: str, family: int) -> list[Net]:
+    """A comma-separated CIDR list (``ipv4.routes``); ValueError with the reason."""
+    out = []
+    for item in value.split(","):
+        net = _parse(
+            lambda v: checked.network(v), item.strip(), f'Invalid network "{item.strip()}"'
+        )
+        assert isinstance(net, ipaddress.IPv4Network | ipaddress.IPv6Network)
+        if net.version != family:
+            raise ValueError(f'Not an IPv{family} network "{item.strip()}"')
+        out.append(net)
+    return out
+
+
+def _routes(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        routes(value, family)
+
+    return check
+
+
+def _bool(value: str) -> None:
+    if value.lower() not in _BOOLS:
+        raise ValueError(f'Invalid value for a boolean "{value}"')
+
+
+def _mtu(value: str) -> None:
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f'Invalid MTU "{value}"')
+    if not MTU_RANGE[0] <= int(value) <= MTU_RANGE[1]:
+        raise ValueError(f'Out of MTU range ({MTU_RANGE[0]}-{MTU_RANGE[1]}) "{value}"')
+
+
+def _interface(value: str) -> None:
+    try:
+        checked.name(value)
+    except checked.BadValue as err:
+        raise ValueError(str(err)) from None
+
+
+def _nameservers(value: str) -> None:
+    for item in value.split(","):
+        _parse(checked.ip, item.strip(), f'Invalid IP address "{item.strip()}"')
+
+
+def _ingress(value: str) -> None:
+    if value not in ("l2proxy", "routed"):
+        raise ValueError(f'Invalid value "{value}" (must be one of l2proxy, routed)')
+
+
+def _cidr(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value in ("auto", "none"):
+            return
+        iface = _parse(checked.interface, value, f"invalid CIDR address: {value}")
+        assert isinstance(iface, ipaddress.IPv4Interface | ipaddress.IPv6Interface)
+        if iface.version != family:
+            raise ValueError(f'Not an IPv{family} address "{value}"')
+        if iface.ip == iface.network.network_address:
+            raise ValueError(f'Not a usable IPv{family} address "{value}"')
+        if family == 4 and iface.network.prefixlen > 30:
+            raise ValueError(f'Subnet too small for a network "{value}" (at most /30)')
+        if family == 6 and iface.network.prefixlen != 64:
+            raise ValueError(f'Subnet must be a /64 for OVN\'s address assignment "{value}"')
+
+    return check
+
+
+def _address(family: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        addr = _parse(checked.ip, value, f'Not an IPv{family} address "{value}"')
+        assert isinstance(addr, ipaddress.IPv4Address | ipaddress.IPv6Address)
+        if addr.version != family:
+            raise ValueError(f'Not an IPv{family} address "{value}"')
+
+    return check
+
+
+PHYSICAL_KEYS: dict[str, Callable[[str], None]] = {
+    "parent": _interface,
+    "mtu": _mtu,
+    "ipv4.gateway": _gateway(4),
+    "ipv6.gateway": _gateway(6),
+    "ipv4.ovn.ranges": _ranges(4),
+    "ipv6.ovn.ranges": _ranges(6),
+    "ipv4.routes": _routes(4),
+    "ipv6.routes": _routes(6),
+    "dns.nameservers": _nameservers,
+    "ovn.ingress_mode": _ingress,
+}
+
+OVN_KEYS: dict[str, Callable[[str], None]] = {
+    "network": _interface,
+    "ipv4.address": _cidr(4),
+    "ipv6.address": _cidr(6),
+    "ipv4.nat": _bool,
+    "ipv6.nat": _bool,
+    "ipv4.nat.address": _address(4),
+    "ipv6.nat.address": _address(6),
+    "bridge.mtu": _mtu,
+    "volatile.network.ipv4.address": _address(4),
+    "volatile.network.ipv6.address": _address(6),
+}
+
+
+def validate(
+    name: str,
+    config: Mapping[str, str],
+    keys: Mapping[str, Callable[[str], None]],
+    required: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """``config`` checked against ``keys`` (``user.*`` free), empty values dropped;
+    NetworkError (400) in LXD's words naming the network and the key."""
+    out = {}
+    for key, value in config.items():
+        if key.startswith("user."):
+            out[key] = value
+            continue
+        check = keys.get(key)
+        if check is None:
+            raise NetworkError(f'Invalid option for network "{name}" option "{key}"')
+        if value == "":
+            continue
+        try:
+            check(value)
+        except ValueError as err:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "{key}": {err}'
+            ) from None
+        out[key] = value
+    for key in required:
+        if key not in out:
+            raise NetworkError(f'Missing required "{key}" config key')
+    return out
+
+
+def validate_physical(name: str, config: Mapping[str, str]) -> dict[str, str]:
+    """A ``physical`` network's config (``parent`` required)."""
+    return validate(name, config, PHYSICAL_KEYS, ("parent",))
+
+
+def validate_ovn(name: str, config: Mapping[str, str]) -> dict[str, str]:
+    """An ``ovn`` network's config (``network`` required)."""
+    return validate(name, config, OVN_KEYS, ("network",))
+
+
+def default_mtu(underlay_mtu: int, underlay_family: int) -> int:
+    """Bytes: LXD's ``bridge.mtu`` default over Geneve — the underlay's MTU less the
+    encapsulation (58 bytes over IPv4, 78 over IPv6), at most 1500."""
+    return min(1500, underlay_mtu - GENEVE_OVERHEAD[underlay_family])
+
+
+__all__ = [
+    "OVN_KEYS",
+    "PHYSICAL_KEYS",
+    "default_mtu",
+    "is_true",
+    "ranges",
+    "routes",
+    "validate",
+    "validate_ovn",
+    "validate_physical",
+]

@@ -1,0 +1,447 @@
+"""podnet's cluster-wide networks in OVN's northbound database (issue 16, items 3 and 4).
+
+The NB database is the cluster's shared truth: every node reads the same records, whichever
+node wrote them.
+
+- **The registry.** Each podnet network that spans nodes (``physical`` uplinks, ``ovn``
+  networks) is one key of ``NB_Global`` ``external_ids``: ``podnet:network:<name>`` → JSON
+  ``{"type", "description", "config"}``. A change is one transaction that first ``wait``\\s for
+  the map it read: a concurrent change (from any node) makes it fail and :func:`change` reads
+  again and re-applies — per network, an update is never lost, and a stale ETag is still a 412.
+- **An OVN network's objects** (LXD's layout, FIELD-NOTES §8a), named ``pn-<name>-…`` and
+  tagged ``external_ids:podnet-network=<name>``: router ``-lr``; internal switch ``-ls-int``
+  with ``other_config:subnet`` (OVN's own address assignment) and its router port; external
+  switch ``-ls-ext`` with the router's uplink port and a ``localnet`` port (``network_name`` =
+  the uplink's name); an HA chassis group ``-chassis`` (the uplink's gateway chassis); SNAT of
+  the internal subnet to the router's uplink address (or ``ipv4.nat.address``); default routes
+  via the uplink's gateways.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from podnet.ovn.ovsdb import Conflict, Ovsdb, named, omap, oset, pymap
+
+PREFIX = "podnet:network:"
+TAG = "podnet-network"
+#: Attempts of :func:`change` when other writers keep changing the registry meanwhile.
+RETRIES = 8
+
+
+@dataclass
+class Record:
+    """One registered network: ``type``, ``description``, ``config`` (LXD keys)."""
+
+    type: str
+    description: str = ""
+    config: dict[str, str] = field(default_factory=dict)
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "type": self.type,
+                "description": self.description,
+                "config": dict(sorted(self.config.items())),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> Record | None:
+        try:
+            data = json.loads(text)
+            return cls(
+                str(data["type"]),
+                str(data.get("description", "")),
+                {str(k): str(v) for k, v in dict(data.get("config", {})).items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # not podnet's shape: ignored, never overwritten blindly
+
+
+@dataclass
+class Registry:
+    """The registry as read: ``records`` (name → :class:`Record`) and the raw map, for the
+    ``wait`` of the transaction that changes it."""
+
+    records: dict[str, Record]
+    raw: Any
+
+
+def read(nb: Ovsdb) -> Registry:
+    """Every registered network (Unreachable, 11, naming the connection)."""
+    rows = nb.select("NB_Global", [], ["external_ids"])
+    raw = rows[0]["external_ids"] if rows else ["map", []]
+    records = {}
+    for key, value in pymap(raw).items():
+        if key.startswith(PREFIX) and isinstance(value, str):
+            record = Record.loads(value)
+            if record is not None:
+                records[key[len(PREFIX) :]] = record
+    return Registry(records, raw)
+
+
+Change = Callable[[Registry], tuple[dict[str, "Record | None"], list[dict[str, Any]]]]
+
+
+def change(nb: Ovsdb, fn: Change) -> Registry:
+    """Apply ``fn`` to the registry as it is now: ``fn(registry)`` returns the records to set
+    (None: remove) and further operations of the same transaction (the network's objects);
+    it raises to refuse. Retried from a fresh read when another writer got in between; the
+    registry as written is returned."""
+    for _ in range(RETRIES):
+        registry = read(nb)
+        records, ops = fn(registry)
+        drop = [PREFIX + name for name in records if name in registry.records]
+        put = {PREFIX + name: r.dumps() for name, r in records.items() if r is not None}
+        txn: list[dict[str, Any]] = [
+            {
+                "op": "wait",
+                "table": "NB_Global",
+                "where": [],
+                "columns": ["external_ids"],
+                "until": "==",
+                "rows": [{"external_ids": registry.raw}],
+                "timeout": 0,
+            },
+        ]
+        if drop:
+            txn.append(
+                {
+                    "op": "mutate",
+                    "table": "NB_Global",
+                    "where": [],
+                    "mutations": [["external_ids", "delete", oset(drop)]],
+                }
+            )
+        if put:
+            txn.append(
+                {
+                    "op": "mutate",
+                    "table": "NB_Global",
+                    "where": [],
+                    "mutations": [["external_ids", "insert", omap(put)]],
+                }
+            )
+        try:
+            nb.transact([*txn, *ops])
+        except Conflict:
+            continue
+        for name, r in records.items():
+            if r is None:
+                registry.records.pop(name, None)
+            else:
+                registry.records[name] = r
+        return registry
+    raise Conflict("OVN Northbound: the registry kept changing", f"{RETRIES} attempts")
+
+
+# -- an OVN network's objects ----------------------------------------------------------------
+
+
+def names(network: str) -> dict[str, str]:
+    """The NB names of ``network``'s objects."""
+    p = f"pn-{network}"
+    return {
+        "lr": f"{p}-lr",
+        "ls_int": f"{p}-ls-int",
+        "ls_ext": f"{p}-ls-ext",
+        "lrp_int": f"{p}-lr-lrp-int",
+        "lrp_ext": f"{p}-lr-lrp-ext",
+        "lsp_int_router": f"{p}-ls-int-lsp-router",
+        "lsp_ext_router": f"{p}-ls-ext-lsp-router",
+        "lsp_provider": f"{p}-ls-ext-lsp-provider",
+        "chassis": f"{p}-chassis",
+    }
+
+
+@dataclass
+class Plan:
+    """What an OVN network is made of: the router's internal addresses (``internal``, CIDR
+    interfaces), its uplink addresses (``uplink``), the uplink's gateways (``gateways``), SNAT
+    ``(external address, internal subnet)`` pairs, the uplink's name (``physnet``), gateway
+    chassis names by priority, MACs of the two router ports, the MTU (bytes)."""
+
+    internal: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]
+    uplink: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]
+    gateways: list[ipaddress.IPv4Address | ipaddress.IPv6Address]
+    snat: list[tuple[str, str]]
+    physnet: str
+    chassis: list[str]
+    mac_int: str
+    mac_ext: str
+    mtu: int
+
+
+def create_ops(network: str, plan: Plan) -> list[dict[str, Any]]:
+    """The operations that make ``network``'s objects (one transaction with the registry)."""
+    n = names(network)
+    tag = omap({TAG: network})
+    v4 = [i for i in plan.internal if i.version == 4]
+    v6 = [i for i in plan.internal if i.version == 6]
+    other: dict[str, str] = {}
+    if v4:
+        other["subnet"] = str(v4[0].network)
+        other["exclude_ips"] = str(v4[0].ip)
+    if v6:
+        other["ipv6_prefix"] = str(v6[0].network.network_address)
+    other["mcast_snoop"] = "false"
+    ops: list[dict[str, Any]] = [
+        {
+            "op": "insert",
+            "table": "Logical_Switch_Port",
+            "uuid-name": "lspir",
+            "row": {
+                "name": n["lsp_int_router"],
+                "type": "router",
+                "addresses": "router",
+                "options": omap({"router-port": n["lrp_int"]}),
+                "external_ids": tag,
+            },
+        },
+        {
+            "op": "insert",
+            "table": "Logical_Switch",
+            "uuid-name": "lsint",
+            "row": {
+                "name": n["ls_int"],
+                "ports": oset([named("lspir")]),
+                "other_config": omap(other),
+                "external_ids": tag,
+            },
+        },
+        {
+            "op": "insert",
+            "table": "Logical_Switch_Port",
+            "uuid-name": "lsper",
+            "row": {
+                "name": n["lsp_ext_router"],
+                "type": "router",
+                "addresses": "router",
+                "options": omap({"router-port": n["lrp_ext"]}),
+                "external_ids": tag,
+            },
+        },
+        {
+            "op": "insert",
+            "table": "Logical_Switch_Port",
+            "uuid-name": "lspprov",
+            "row": {
+                "name": n["lsp_provider"],
+                "type": "localnet",
+                "addresses": "unknown",
+                "options": omap({"network_name": plan.physnet}),
+                "external_ids": tag,
+            },
+        },
+        {
+            "op": "insert",
+            "table": "Logical_Switch",
+            "uuid-name": "lsext",
+            "row": {
+                "name": n["ls_ext"],
+                "ports": oset([named("lsper"), named("lspprov")]),
+                "external_ids": tag,
+            },
+        },
+        {
+            "op": "insert",
+            "table": "HA_Chassis_Group",
+            "uuid-name": "hagrp",
+            "row": {
+                "name": n["chassis"],
+                "external_ids": tag,
+                "ha_chassis": oset([named(f"hach{i}") for i in range(len(plan.chassis))]),
+            },
+        },
+        *(
+            {
+                "op": "insert",
+                "table": "HA_Chassis",
+                "uuid-name": f"hach{i}",
+                "row": {"chassis_name": c, "priority": 32767 - i},
+            }
+            for i, c in enumerate(plan.chassis)
+        ),
+        {
+            "op": "insert",
+            "table": "Logical_Router_Port",
+            "uuid-name": "lrpint",
+            "row": {
+                "name": n["lrp_int"],
+                "mac": plan.mac_int,
+                "networks": oset([str(i) for i in plan.internal]),
+            },
+        },
+        {
+            "op": "insert",
+            "table": "Logical_Router_Port",
+            "uuid-name": "lrpext",
+            "row": {
+                "name": n["lrp_ext"],
+                "mac": plan.mac_ext,
+                "networks": oset([str(i) for i in plan.uplink]),
+                "ha_chassis_group": named("hagrp"),
+            },
+        },
+        *(
+            {
+                "op": "insert",
+                "table": "NAT",
+                "uuid-name": f"nat{i}",
+                "row": {
+                    "type": "snat",
+                    "external_ip": ext,
+                    "logical_ip": internal,
+                    "external_ids": tag,
+                },
+            }
+            for i, (ext, internal) in enumerate(plan.snat)
+        ),
+        *(
+            {
+                "op": "insert",
+                "table": "Logical_Router_Static_Route",
+                "uuid-name": f"route{i}",
+                "row": {
+                    "ip_prefix": "0.0.0.0/0" if gw.version == 4 else "::/0",
+                    "nexthop": str(gw),
+                    "external_ids": tag,
+                },
+            }
+            for i, gw in enumerate(plan.gateways)
+        ),
+        {
+            "op": "insert",
+            "table": "Logical_Router",
+            "uuid-name": "lr",
+            "row": {
+                "name": n["lr"],
+                "ports": oset([named("lrpint"), named("lrpext")]),
+                "nat": oset([named(f"nat{i}") for i in range(len(plan.snat))]),
+                "static_routes": oset([named(f"route{i}") for i in range(len(plan.gateways))]),
+                "external_ids": tag,
+            },
+        },
+    ]
+    return ops
+
+
+def delete_ops(network: str) -> list[dict[str, Any]]:
+    """The operations that remove ``network``'s root objects (ports, NAT rules and routes go
+    with them: they are referenced strongly, OVSDB collects them). Absent rows are no error."""
+    n = names(network)
+    return [
+        # the router port's reference first: the group is a root row, deleted by name below
+        {
+            "op": "update",
+            "table": "Logical_Router_Port",
+            "where": [["name", "==", n["lrp_ext"]]],
+            "row": {"ha_chassis_group": oset([])},
+        },
+        {"op": "delete", "table": "Logical_Router", "where": [["name", "==", n["lr"]]]},
+        {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]]},
+        {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_ext"]]]},
+        {"op": "delete", "table": "HA_Chassis_Group", "where": [["name", "==", n["chassis"]]]},
+    ]
+
+
+def gateway_chassis(sb: Ovsdb, physnet: str) -> list[str]:
+    """The chassis that reach OVN physical network ``physnet`` (their ``ovn-bridge-mappings``
+    name it), sorted by name: the HA chassis group of routers on that uplink."""
+    out = []
+    for row in sb.select("Chassis", [], ["name", "other_config", "external_ids"]):
+        ids = {**pymap(row.get("external_ids")), **pymap(row.get("other_config"))}
+        mappings = str(ids.get("ovn-bridge-mappings", ""))
+        if any(m.partition(":")[0] == physnet for m in mappings.split(",")):
+            out.append(str(row["name"]))
+    return sorted(out)
+
+
+def used_addresses(records: Mapping[str, Record], keys: Sequence[str]) -> set[str]:
+    """The values of ``keys`` over every record (addresses taken on an uplink)."""
+    return {r.config[k].split("/")[0] for r in records.values() for k in keys if r.config.get(k)}
+
+
+# -- pods' logical switch ports ---------------------------------------------------------------
+
+
+def port_name(network: str, container_id: str, ifname: str) -> str:
+    """The logical switch port of one attachment: unique per (container, CNI_IFNAME, network),
+    derived, so a DEL finds it without any state."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{container_id}/{ifname}".encode()).hexdigest()[:20]
+    return f"pn-{network}-pod-{digest}"
+
+
+def add_port(
+    nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str]
+) -> None:
+    """Create logical switch port ``port`` on ``network``'s internal switch with ``"<mac>
+    dynamic"`` (northd assigns the addresses: unique across every node) and
+    ``requested-chassis`` this node. TxnFailed when the switch does not exist or the port
+    does (a duplicate name is a constraint violation)."""
+    n = names(network)
+    nb.transact(
+        [
+            {"op": "wait", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+             "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}], "timeout": 0},
+            {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
+             "row": {"name": port, "addresses": f"{mac} dynamic",
+                     "options": omap({"requested-chassis": chassis}),
+                     "external_ids": omap({TAG: network, **ids})}},
+            {"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+             "mutations": [["ports", "insert", oset([named("pod")])]]},
+        ]
+    )  # fmt: skip
+
+
+def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
+    """The port's ``dynamic_addresses`` (``MAC IPv4 [IPv6]``) split, waiting up to
+    ``timeout_ms`` for northd to assign them; [] when it did not."""
+    from podnet.ovn.ovsdb import pyset
+
+    results = nb.transact(
+        [
+            {"op": "wait", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
+             "columns": ["dynamic_addresses"], "until": "!=",
+             "rows": [{"dynamic_addresses": oset([])}], "timeout": timeout_ms},
+            {"op": "select", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
+             "columns": ["dynamic_addresses"]},
+        ]
+    )  # fmt: skip
+    rows = results[1].get("rows", [])
+    values = pyset(rows[0]["dynamic_addresses"]) if rows else []
+    return str(values[0]).split() if values else []
+
+
+def delete_port(nb: Ovsdb, network: str, port: str) -> None:
+    """Remove ``port`` from ``network``'s internal switch (the port row goes with it); no error
+    when either is gone."""
+    n = names(network)
+    rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["_uuid"])
+    if not rows:
+        return
+    uuid = rows[0]["_uuid"]
+    nb.transact(
+        [
+            {"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+             "mutations": [["ports", "delete", oset([uuid])]]},
+        ]
+    )  # fmt: skip
+
+
+def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
+    """Every pod port podnet made for ``chassis``: ``name``, ``external_ids`` (a dict)."""
+    rows = nb.select(
+        "Logical_Switch_Port",
+        [["external_ids", "includes", omap({"podnet-chassis": chassis})]],
+        ["name", "external_ids"],
+    )
+    return [{"name": r["name"], "external_ids": pymap(r["external_ids"])} for r in rows]

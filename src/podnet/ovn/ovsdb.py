@@ -1,0 +1,140 @@
+"""OVSDB transactions (RFC 7047) through the OVS project's ``ovsdb-client transact``.
+
+Why this tool (issue 16, item 1; measured in docs/benchmarks.md "Reaching OVN"): one process
+and one round trip, whatever the database holds. ``ovn-nbctl`` and the Python IDL first copy
+whole tables into the client: an ``lsp-add`` took 10.3 ms with 0 ports and 31.5 ms with 1,000
+(``ovsdb-client``: 8.9 and 16.0 ms; a select stayed at 7 ms), and importing the IDL
+(``ovs.db.idl``, PyPI ``ovs``) alone costs 52 ms — an ADD's whole budget.
+
+A transaction is a list of operations (``insert``, ``update``, ``mutate``, ``delete``,
+``select``, ``wait``); a ``wait`` on the columns a change read makes it fail instead of losing
+a concurrent update (the API's ETag/If-Match across nodes). Values are built with :func:`oset`,
+:func:`omap`, :func:`uuid`, :func:`named` and read with :func:`pyset`, :func:`pymap`.
+
+Errors: :class:`Unreachable` (CNI 11, the API's 503) names the connection; :class:`TxnFailed`
+(the server refused an operation: its ``error`` and ``details``); a ``wait`` that did not hold
+is :class:`Conflict`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from podnet import proc
+from podnet.errors import KernelError, TryAgainLater
+
+#: Seconds ``ovsdb-client`` may take to connect and answer.
+DEFAULT_TIMEOUT = 10.0
+
+
+class Unreachable(TryAgainLater):
+    """The OVSDB server could not be reached (CNI 11; the API answers 503)."""
+
+
+class TxnFailed(KernelError):
+    """The server refused the transaction (an operation's ``error``)."""
+
+
+class Conflict(TxnFailed):
+    """A ``wait`` operation did not hold: the rows changed since they were read."""
+
+
+def oset(items: Iterable[Any]) -> list[Any]:
+    return ["set", list(items)]
+
+
+def omap(items: Mapping[str, str]) -> list[Any]:
+    return ["map", [[k, v] for k, v in sorted(items.items())]]
+
+
+def uuid(value: str) -> list[str]:
+    return ["uuid", value]
+
+
+def named(value: str) -> list[str]:
+    return ["named-uuid", value]
+
+
+def pyset(value: Any) -> list[Any]:
+    """A column's value as a list (OVSDB sends a one-element set as the element)."""
+    if isinstance(value, list) and value and value[0] == "set":
+        return [pyatom(v) for v in value[1]]
+    return [pyatom(value)]
+
+
+def pyatom(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
+        return value[1]
+    return value
+
+
+def pymap(value: Any) -> dict[str, Any]:
+    if isinstance(value, list) and value and value[0] == "map":
+        return {k: pyatom(v) for k, v in value[1]}
+    return {}
+
+
+class Ovsdb:
+    """Database ``database`` at ``remotes`` (OVSDB connection texts, tried in order: a
+    clustered NB lists each member). ``ssl``: ``(private key, certificate, CA certificate)``
+    file paths for ``ssl:`` remotes. ``timeout``: seconds per attempt."""
+
+    def __init__(
+        self,
+        remotes: Sequence[str],
+        database: str,
+        *,
+        ssl: tuple[str, str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.remotes = list(remotes)
+        self.database = database
+        self.ssl = ssl
+        self.timeout = timeout
+
+    def describe(self) -> str:
+        return ",".join(self.remotes)
+
+    def transact(self, ops: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Run ``ops`` as one transaction; each operation's result. Unreachable (11) when no
+        remote answers; Conflict for a failed ``wait``; TxnFailed for any other error (the
+        whole transaction was then rolled back by the server)."""
+        body = json.dumps([self.database, *ops], separators=(",", ":"))
+        failures = []
+        for remote in self.remotes:
+            argv = ["ovsdb-client", f"--timeout={max(1, round(self.timeout))}"]
+            if self.ssl is not None:
+                key, cert, ca = self.ssl
+                argv += [f"--private-key={key}", f"--certificate={cert}", f"--ca-cert={ca}"]
+            argv += ["transact", remote, body]
+            rc, out, err = proc.spawn(argv, None, timeout=self.timeout + 2).wait()
+            if rc == 0:
+                return self._results(json.loads(out), ops)
+            failures.append(f"{remote}: {' '.join(err.split())[:300]}")
+        raise Unreachable(
+            f"OVN {self.database} database unreachable at {self.describe()}", "; ".join(failures)
+        )
+
+    def _results(
+        self, results: list[Any], ops: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        for i, result in enumerate(results):
+            if isinstance(result, dict) and "error" in result:
+                op = ops[i]["op"] if i < len(ops) else "commit"
+                message = f"{result['error']}: {result.get('details', '')}".strip(": ")
+                if result["error"] == "timed out" and op == "wait":
+                    raise Conflict(f"OVN {self.database}: changed concurrently", message)
+                raise TxnFailed(f"OVN {self.database} refused the change ({op})", message)
+        return [r if isinstance(r, dict) else {} for r in results]
+
+    def select(
+        self, table: str, where: Sequence[Any] = (), columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The rows of ``table`` matching ``where`` (OVSDB conditions)."""
+        op: dict[str, Any] = {"op": "select", "table": table, "where": list(where)}
+        if columns is not None:
+            op["columns"] = list(columns)
+        rows: list[dict[str, Any]] = self.transact([op])[0].get("rows", [])
+        return rows

@@ -1,0 +1,362 @@
+"""OVN networks across nodes (issue 16, items 1-4 and 7): the server config that reaches OVN,
+``physical`` uplinks and ``ovn`` networks made from one node and seen from every other, their
+northbound objects, concurrent changes from two nodes, and an unreachable NB.
+
+A real OVN deployment in namespaces (:class:`podnet.cli.demo.ovnlab.OvnLab`, FIELD-NOTES §8):
+central services and OVS (userspace datapath) with ``ovn-controller`` on two nodes, and an
+outside namespace behind ``n1``'s uplink. Each node has its own podnet store; ``podnetctl`` runs
+inside the node's namespace with the node's OVS (``OVS_RUNDIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envgate import need
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+sys.path.insert(0, SRC)
+
+from podnet.cli.demo.ovnlab import Node, OvnLab, missing_tools  # noqa: E402
+
+pytestmark = pytest.mark.root
+
+UPLINK = {"parent": "ext0", "ipv4.gateway": "203.0.113.254/24",
+          "ipv4.ovn.ranges": "203.0.113.10-203.0.113.19", "ipv4.routes": "198.51.100.0/24",
+          "ovn.ingress_mode": "routed"}  # fmt: skip
+
+
+class Cluster:
+    """The lab, and each node's podnet store configured for the NB (n1 by its unix socket, n2
+    over TCP)."""
+
+    def __init__(self, lab: OvnLab, base: Path) -> None:
+        self.lab = lab
+        self.data = {n.name: base / f"data-{n.name}" for n in lab.nodes}
+        for node in lab.nodes:
+            nb = lab.nb_unix if node is lab.nodes[0] else lab.nb_tcp
+            self.ok(node, "config", "set", "network.ovn.northbound_connection", nb, "--init")
+
+    def ctl(self, node: Node, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``podnetctl ARGS --data-dir <node's>`` in ``node``'s namespace, with its OVS."""
+        code = (f"import sys; sys.path.insert(0, {SRC!r}); sys.argv[0] = 'podnetctl'; "
+                "from podnet.cli.main import main; main()")
+        env = [f"{k}={v}" for k, v in node.env.items()]
+        argv = ["ip", "netns", "exec", node.netns, "env", *env, sys.executable, "-c", code,
+                *args, "--data-dir", str(self.data[node.name])]  # fmt: skip
+        return subprocess.run(argv, capture_output=True, text=True, input=input, timeout=60)
+
+    def ok(self, node: Node, *args: str) -> str:
+        out = self.ctl(node, *args)
+        assert out.returncode == 0, f"podnetctl {' '.join(args)} on {node.name}: {out.stderr}"
+        return out.stdout
+
+    def networks(self, node: Node) -> dict[str, Any]:
+        return {n["name"]: n for n in json.loads(self.ok(node, "network", "list", "-f", "json"))}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    need("root")
+    if missing_tools():
+        pytest.fail(f"OVN tools missing: {missing_tools()} (.ci/run installs them)")
+    lab = OvnLab(f"pno{uuid.uuid4().hex[:4]}", ("n1", "n2"), subnet=249)
+    try:
+        lab.start()
+        lab.outside(lab.nodes[0])
+        yield Cluster(lab, tmp_path_factory.mktemp("ovn"))
+    finally:
+        lab.stop()
+
+
+def nbctl(cluster: Cluster, *args: str) -> str:
+    return cluster.lab.nbctl(*args)
+
+
+def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None:
+    """An uplink made on n1 and an OVN network made on n2 are listed alike by both nodes (same
+    config, same ETag); the network's NB objects exist (router with SNAT to its uplink address
+    and a default route, internal switch with OVN's subnet, external switch with a localnet
+    port on the uplink, the HA chassis group of n1, the only chassis mapping the uplink); n1's
+    OVS maps the uplink to a bridge holding ext0. Delete removes all of it."""
+    n1, n2 = cluster.lab.nodes
+    pairs = [f"{k}={v}" for k, v in UPLINK.items()]
+    cluster.ok(n1, "network", "create", "up0", "--type=physical", *pairs)
+    mappings = cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids:ovn-bridge-mappings")
+    assert mappings.strip('"').startswith("up0:pnu"), mappings
+    bridge = mappings.strip('"').split(":")[1]
+    assert "ext0" in cluster.lab.vsctl(n1, "list-ports", bridge).split()
+    cluster.ok(n2, "network", "create", "ovn0", "--type=ovn", "network=up0",
+               "ipv4.address=10.40.0.1/24", "ipv4.nat=true", "ipv6.address=none", "user.k=v")  # fmt: skip
+    seen = [cluster.networks(n) for n in (n1, n2)]
+    assert seen[0] == seen[1], seen
+    ovn0 = seen[0]["ovn0"]
+    assert ovn0["type"] == "ovn" and ovn0["config"]["volatile.network.ipv4.address"] == "203.0.113.10"
+    assert ovn0["config"]["ipv4.nat"] == "true" and ovn0["config"]["bridge.mtu"] == "1442", ovn0
+    shows = [cluster.ok(n, "network", "show", "ovn0") for n in (n1, n2)]
+    assert shows[0] == shows[1]
+    assert nbctl(cluster, "--bare", "--columns=other_config", "list", "Logical_Switch",
+                 "pn-ovn0-ls-int").find("subnet=10.40.0.0/24") >= 0  # fmt: skip
+    nat = nbctl(cluster, "lr-nat-list", "pn-ovn0-lr")
+    assert "203.0.113.10" in nat and "10.40.0.0/24" in nat, nat
+    assert "203.0.113.254" in nbctl(cluster, "lr-route-list", "pn-ovn0-lr")
+    assert "localnet" in nbctl(cluster, "--bare", "--columns=type", "list", "Logical_Switch_Port",
+                               "pn-ovn0-ls-ext-lsp-provider")  # fmt: skip
+    assert nbctl(cluster, "--bare", "--columns=chassis_name", "list", "HA_Chassis").split() == ["n1"]
+    refused = cluster.ctl(n1, "network", "delete", "up0")
+    assert refused.returncode == 1 and "currently in use" in refused.stderr, refused.stderr
+    cluster.ok(n1, "network", "delete", "ovn0")
+    assert "ovn0" not in cluster.networks(n2)
+    assert nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Router") == ""
+    assert nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch") == ""
+    assert nbctl(cluster, "--bare", "--columns=name", "list", "HA_Chassis_Group") == ""
+    cluster.ok(n2, "network", "delete", "up0")  # n2 has no ext0: the record goes, n1 keeps its side
+    assert "up0" not in cluster.networks(n1)
+    assert bridge in cluster.lab.vsctl(n1, "list-br").split()
+    done = cluster.ok(n1, "network", "restore")  # n1 forgets its side of the deleted uplink
+    assert f"uplink up0: deleted, OVS bridge {bridge} removed" in done, done
+    assert bridge not in cluster.lab.vsctl(n1, "list-br").split()
+    assert "up0:" not in cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
+
+
+def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> None:
+    """Two nodes set different keys of one OVN network at the same time, 10 rounds: every key
+    is there afterwards; an If-Match ETag read before another node's change gets 412."""
+    n1, n2 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up1", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn1", "--type=ovn", "network=up1", "ipv6.address=none")
+    try:
+        errors: list[str] = []
+
+        def setter(node: Node, key: str) -> None:
+            for i in range(10):
+                out = cluster.ctl(node, "network", "set", "ovn1", f"user.{key}{i}=x")
+                if out.returncode != 0:
+                    errors.append(out.stderr)
+
+        threads = [threading.Thread(target=setter, args=(n, k)) for n, k in ((n1, "a"), (n2, "b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        config = cluster.networks(n2)["ovn1"]["config"]
+        assert {f"user.{k}{i}" for k in "ab" for i in range(10)} <= set(config), config
+        from podnet.drivers.cluster import connect, update
+        from podnet.networks.errors import NetworkError
+
+        nb = connect({"network.ovn.northbound_connection": cluster.lab.nb_unix})
+        assert nb is not None
+        stale = cluster.networks(n1)["ovn1"]
+        cluster.ok(n2, "network", "set", "ovn1", "user.later=1")
+        with pytest.raises(NetworkError) as err:
+            update(nb, "t", "ovn1", None, {"user.x": "1"}, True, _etag(stale))
+        assert err.value.status == 412
+    finally:
+        cluster.ctl(n1, "network", "delete", "ovn1")
+        cluster.ctl(n1, "network", "delete", "up1")
+
+
+def _etag(network: dict[str, Any]) -> str:
+    from podnet.networks.model import Network
+
+    return Network(network["name"], network["type"], network["description"],
+                   network["config"]).etag()  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["ipv4.nat.address=198.51.100.7"], None),
+    (["ipv4.nat.address=192.0.2.7"], 'Uplink network does not contain "192.0.2.7" in its routes'),
+    (["ipv4.address=10.50.0.1/33"], 'Invalid value for network "bad" option "ipv4.address"'),
+    (["bogus=1"], 'Invalid option for network "bad" option "bogus"'),
+    ([], None),
+])  # fmt: skip
+def test_ovn_network_config_is_checked(cluster: Cluster, extra: list[str], message: str | None) -> None:
+    """LXD's rules and messages; a refused create leaves no record and no NB object."""
+    n1 = cluster.lab.nodes[0]
+    cluster.ok(n1, "network", "create", "up2", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    try:
+        before = nbctl(cluster, "show")
+        out = cluster.ctl(n1, "network", "create", "bad", "--type=ovn", "network=up2", "ipv6.address=none", *extra)
+        if message is None:
+            assert out.returncode == 0, out.stderr
+            snat = nbctl(cluster, "lr-nat-list", "pn-bad-lr")
+            want = extra[0].split("=")[1] if extra else "203.0.113.10"
+            assert want in snat, snat
+            cluster.ok(n1, "network", "delete", "bad")
+        else:
+            assert out.returncode == 1 and message in out.stderr, out.stderr
+            assert "bad" not in cluster.networks(n1)
+            assert nbctl(cluster, "show") == before
+    finally:
+        cluster.ctl(n1, "network", "delete", "bad")
+        cluster.ctl(n1, "network", "delete", "up2")
+
+
+def test_nat_address_needs_a_routed_uplink(cluster: Cluster) -> None:
+    n1 = cluster.lab.nodes[0]
+    l2 = {**UPLINK, "ovn.ingress_mode": "l2proxy"}
+    cluster.ok(n1, "network", "create", "up3", "--type=physical", *[f"{k}={v}" for k, v in l2.items()])
+    try:
+        out = cluster.ctl(n1, "network", "create", "nat3", "--type=ovn", "network=up3",
+                          "ipv6.address=none", "ipv4.nat.address=198.51.100.9")  # fmt: skip
+        assert out.returncode == 1
+        assert 'Cannot specify "ipv4.nat.address" when uplink ovn.ingress_mode is not "routed"' in out.stderr
+    finally:
+        cluster.ctl(n1, "network", "delete", "up3")
+
+
+def test_unreachable_northbound_is_a_clean_error(cluster: Cluster) -> None:
+    """With the NB server stopped, list and create fail with one line naming the connection
+    (exit 1; the API's 503) and nothing is made; a bridge network of the node is still there
+    once the NB is back."""
+    n1, n2 = cluster.lab.nodes
+    cluster.lab.stop_nb()
+    try:
+        for node, conn in ((n1, cluster.lab.nb_unix), (n2, cluster.lab.nb_tcp)):
+            out = cluster.ctl(node, "network", "list")
+            assert out.returncode == 1 and conn in out.stderr and "unreachable" in out.stderr, out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+            out = cluster.ctl(node, "network", "create", "up9", "--type=physical", "parent=ext0")
+            assert out.returncode == 1 and conn in out.stderr, out.stderr
+    finally:
+        cluster.lab.start_nb()
+    assert "up9" not in cluster.networks(n1) and "up9" not in cluster.networks(n2)
+
+
+ECHO = str(Path(__file__).resolve().parent / "echo.py")
+
+
+class Echo:
+    """``echo.py serve NAME PORT`` in namespace ``ns`` until :meth:`stop`."""
+
+    def __init__(self, ns: str, name: str, port: int) -> None:
+        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, ECHO, "serve", name,
+                                      str(port)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def tcp(ns: str, host: str, port: int) -> str:
+    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, ECHO, "tcp", host, str(port)],
+                          capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+
+
+def run_plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str,
+               **extra: Any) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The ``podnet`` plugin (this tree's) run in ``node`` for a conflist joining ``network``;
+    ``extra``: more NetConf keys."""
+    conf = {"cniVersion": "1.1.0", "name": "ovnpods", "type": "podnet", "network": network,
+            "dataDir": str(cluster.data[node.name]), **extra}  # fmt: skip
+    code = f"import sys; sys.path.insert(0, {SRC!r}); from podnet.plugins.podnet import main; main()"
+    env = {**node.env, "CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/run/netns/{netns}",
+           "CNI_IFNAME": "eth0", "CNI_PATH": "/usr/lib/cni", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+           "PODNET_DATA_DIRS": str(cluster.data[node.name])}  # fmt: skip
+    argv = ["ip", "netns", "exec", node.netns, "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+            sys.executable, "-c", code]  # fmt: skip
+    return subprocess.run(argv, input=json.dumps(conf), capture_output=True, text=True, timeout=60)
+
+
+def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """:func:`run_plugin`, which must succeed; its result."""
+    out = run_plugin(cluster, node, command, cid, netns, network, **extra)
+    assert out.returncode == 0, f"{command} {cid} on {node.name}: {out.stdout} {out.stderr}"
+    return json.loads(out.stdout) if out.stdout.strip() else {}
+
+
+def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
+    """A pod on n1 and one on n2 join one OVN network through the real plugin: addresses from
+    OVN's dynamic addressing (distinct, in the subnet), MTU the network's; TCP between them
+    crosses the tunnel; a pod reaching the outside is seen from the SNAT address (the router's
+    uplink address). DEL removes ports, veths and rows on each node."""
+    n1, n2 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up5", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn5", "--type=ovn", "network=up5", "ipv6.address=none")
+    pods = {"a": (n1, f"{cluster.lab.prefix}-pa"), "b": (n2, f"{cluster.lab.prefix}-pb")}
+    servers: list[Echo] = []
+    try:
+        for _, ns in pods.values():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        results = {k: plugin(cluster, node, "ADD", f"c-{k}", ns, "ovn5") for k, (node, ns) in pods.items()}
+        config = cluster.networks(n2)["ovn5"]["config"]
+        subnet = config["ipv4.address"].rsplit(".", 1)[0]
+        addrs = {k: r["ips"][0]["address"].split("/")[0] for k, r in results.items()}
+        assert len(set(addrs.values())) == 2 and all(a.startswith(subnet + ".") for a in addrs.values()), addrs
+        assert all(r["interfaces"][1]["mtu"] == int(config["bridge.mtu"]) for r in results.values())
+        servers.append(Echo(pods["b"][1], "POD-B", 8080))
+        assert tcp(pods["a"][1], addrs["b"], 8080) == f"POD-B ::ffff:{addrs['a']}"
+        out = f"{cluster.lab.prefix}-out"
+        servers.append(Echo(out, "OUTSIDE", 8081))
+        for k in pods:  # n1 is the gateway chassis: n2's pod goes through the tunnel first
+            assert tcp(pods[k][1], "203.0.113.254", 8081) == "OUTSIDE ::ffff:203.0.113.10", k
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "CHECK", f"c-{k}", ns, "ovn5", prevResult=results[k])
+        node, ns = pods["b"]  # CHECK names what is off: the OVS port gone
+        host_if = results["b"]["interfaces"][0]["name"]
+        cluster.lab.vsctl(node, "del-port", "br-int", host_if)
+        out = run_plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
+        assert out.returncode == 1 and '"code": 103' in out.stdout and host_if in out.stdout, out.stdout
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")
+            plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")  # again: nothing left, still 0
+        assert "pod" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        for node in (n1, n2):
+            ports = cluster.lab.vsctl(node, "list-ports", "br-int").split()
+            assert not [p for p in ports if p.startswith("pn")], ports
+    finally:
+        for s in servers:
+            s.stop()
+        for _, ns in pods.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn5")
+        cluster.ctl(n1, "network", "delete", "up5")
+
+
+def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
+    """DEL succeeds with the NB stopped (the veth, OVS port and row go; a warning names the
+    port left in the NB); a GC once the NB is back removes that port. With ovn-controller
+    stopped an ADD fails at its deadline naming the cause and leaves nothing."""
+    n1 = cluster.lab.nodes[0]
+    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
+    ns = f"{cluster.lab.prefix}-pc"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        result = plugin(cluster, n1, "ADD", "c-c", ns, "ovn6")
+        host_if = result["interfaces"][0]["name"]
+        cluster.lab.stop_nb()
+        try:
+            out = run_plugin(cluster, n1, "DEL", "c-c", ns, "ovn6")
+            assert out.returncode == 0, out.stdout + out.stderr
+        finally:
+            cluster.lab.start_nb()
+        assert host_if not in cluster.lab.vsctl(n1, "list-ports", "br-int").split()
+        assert "-pod-" in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        plugin(cluster, n1, "GC", "", ns, "ovn6", **{"cni.dev/valid-attachments": []})
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        cluster.lab.stop_controller(n1)
+        try:
+            out = run_plugin(cluster, n1, "ADD", "c-d", ns, "ovn6", toolTimeout=3)
+            assert out.returncode == 1 and "ovn-controller" in out.stdout, out.stdout
+        finally:
+            cluster.lab.start_controller(n1)
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        ports = cluster.lab.vsctl(n1, "list-ports", "br-int").split()
+        assert not [p for p in ports if p.startswith("pn")], ports
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn6")
+        cluster.ctl(n1, "network", "delete", "up6")

@@ -1,0 +1,95 @@
+"""The server config that reaches OVN (issue 16, item 1): ``podnetctl config set|get|unset|show``,
+``GET|PUT|PATCH /1.0`` and the real ``lxc config`` client on the same rows; values parsed where
+they enter, bad ones refused naming the key and changing nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from api_helpers import PODNETCTL, ApiServer, assert_error, assert_sync, lxc, lxc_conf, serving
+from envgate import need
+from netns import Lab
+
+pytestmark = pytest.mark.root
+
+NB = "network.ovn.northbound_connection"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Lab, ApiServer, Path]]:
+    need("root", "lxc")
+    with serving(tmp_path) as (lab, server):
+        yield lab, server, lxc_conf(tmp_path / "lxc-conf")
+
+
+def ctl(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PODNETCTL, "config", *args, "--data-dir", str(data)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_lxc_config_set_get_unset_show(served: tuple[Lab, ApiServer, Path]) -> None:
+    """``lxc config set`` through the API is what ``podnetctl config get`` reads, and back."""
+    _, server, conf = served
+    out = lxc(server.data, conf, "config", "set", NB, "tcp:192.0.2.1:6641")
+    assert out.returncode == 0, out.stderr
+    assert lxc(server.data, conf, "config", "get", NB).stdout.strip() == "tcp:192.0.2.1:6641"
+    assert ctl(server.data, "get", NB).stdout.strip() == "tcp:192.0.2.1:6641"
+    shown = yaml.safe_load(lxc(server.data, conf, "config", "show").stdout)
+    assert shown["config"] == {NB: "tcp:192.0.2.1:6641"}, shown
+    assert ctl(server.data, "set", "network.ovn.integration_bridge=br-pods").returncode == 0
+    assert lxc(server.data, conf, "config", "get", "network.ovn.integration_bridge").stdout.strip() == "br-pods"
+    assert lxc(server.data, conf, "config", "unset", NB).returncode == 0
+    assert ctl(server.data, "show").stdout == "config:\n  network.ovn.integration_bridge: br-pods\n"
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    (NB, "tcp:ovn.example:6641", "the address must be an IP address and a port"),
+    (NB, "tcp:[192.0.2.1]:6641", "an IPv6 address goes in brackets, an IPv4 one does not"),
+    (NB, "tcp:192.0.2.1:70000", "port 70000 is out of range"),
+    (NB, "unix:relative/nb.sock", "is not an absolute path"),
+    (NB, "unix:/run/ovn/nb.sock;touch /tmp/x", "may only contain"),
+    (NB, "ssl:192.0.2.1:6641", "without network.ovn.ca_cert"),
+    (NB, "http:192.0.2.1:6641", "is not unix:PATH, tcp:IP:PORT or ssl:IP:PORT"),
+    ("network.ovn.integration_bridge", "br int", "may only contain"),
+    ("network.ovn.ca_cert", "not a certificate", "not PEM text with a CERTIFICATE"),
+    ("core.https_address", "[::]:8443", "unknown key"),
+])  # fmt: skip
+def test_bad_values_are_refused_and_change_nothing(served: tuple[Lab, ApiServer, Path], key: str,
+                                                   value: str, reason: str) -> None:  # fmt: skip
+    """Through lxc (exit 1, ``Error: cannot set 'KEY' to …: REASON``), the API (400) and
+    podnetctl (exit 1): refused, and the config is what it was."""
+    _, server, conf = served
+    assert ctl(server.data, "set", NB, "unix:/run/ovn/ovnnb_db.sock").returncode == 0
+    before = ctl(server.data, "show").stdout
+    out = lxc(server.data, conf, "config", "set", key, value)
+    assert out.returncode == 1 and f"Error: cannot set '{key}'" in out.stderr and reason in out.stderr, out.stderr
+    with server.client() as client:
+        r = client.patch("http://podnet/1.0", json={"config": {key: value}})
+        assert reason in assert_error(r, 400)
+    out = ctl(server.data, "set", f"{key}={value}")
+    assert out.returncode == 1 and reason in out.stderr, out.stderr
+    assert ctl(server.data, "show").stdout == before
+
+
+def test_etag_guards_put(served: tuple[Lab, ApiServer, Path]) -> None:
+    """``GET /1.0`` carries the config's ETag; a PUT with an ETag from before a change gets
+    412 and changes nothing; with the current one it replaces the config."""
+    _, server, _ = served
+    with server.client() as client:
+        r = client.get("http://podnet/1.0")
+        stale = r.headers["ETag"]
+        assert assert_sync(r)["config"] == {}
+        assert_sync(client.patch("http://podnet/1.0", json={"config": {NB: "tcp:192.0.2.1:6641"}}))
+        r = client.put("http://podnet/1.0", json={"config": {NB: "tcp:192.0.2.9:6641"}},
+                       headers={"If-Match": stale})  # fmt: skip
+        assert_error(r, 412)
+        r = client.get("http://podnet/1.0")
+        assert assert_sync(r)["config"] == {NB: "tcp:192.0.2.1:6641"}
+        r = client.put("http://podnet/1.0", json={"config": {}}, headers={"If-Match": r.headers["ETag"]})
+        assert_sync(r)
+        assert assert_sync(client.get("http://podnet/1.0"))["config"] == {}
