@@ -27,8 +27,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.drivers.base import Driver
     from podnet.drivers.conf import StoreConf
-    from podnet.store import Store
-    from podnet.store.networks import NetworkRow
 
 #: Built-in drivers: type → ``module:Class``.
 BUILTIN = {
@@ -106,19 +104,3 @@ def for_netconf(conf: StoreConf, network_type: str | None) -> Driver:
         return get("delegated")
     return get(network_type or "ptp")
 
-
-def cluster_row(store: Store, name: str) -> NetworkRow | None:
-    """Network ``name`` from OVN's NB (when the server config names one), mirrored into the
-    node's store; None when the NB is not configured or has no such network."""
-    from podnet.drivers import cluster
-    from podnet.ovn import nb as nbmod
-
-    nb = cluster.connect(store.config.all())
-    if nb is None:
-        return None
-    record = nbmod.read(nb).records.get(name)
-    if record is None:
-        return None
-    with store.write():
-        store.networks.insert(name, record.type, record.description, record.config)
-    return store.networks.get(name)

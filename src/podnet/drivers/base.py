@@ -161,28 +161,21 @@ class Driver:
 
     # -- pod side: the verbs (the plugin calls these) -------------------------------------
     def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
-        """ADD: :func:`podnet.drivers.pods.attach` over this driver's hooks."""
-        from podnet.drivers import pods
-
-        return pods.attach(self, call, conf)
+        """ADD: the pod's attachment; its 1.x result. :class:`podnet.drivers.pods.VethDriver`
+        implements it over the hooks below."""
+        raise NotImplementedError
 
     def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
-        """DEL (``network``: the conflist's, when it names one)."""
-        from podnet.drivers import pods
-
-        pods.detach(self, call, conf)
+        """DEL (``network``: the conflist's, when it names one); idempotent."""
+        raise NotImplementedError
 
     def check(self, call: Call, conf: PodnetConf) -> None:
-        """CHECK: :func:`podnet.drivers.pods.check` over this driver's hooks."""
-        from podnet.drivers import pods
-
-        pods.check(self, call, conf)
+        """CHECK: code 103 naming the first difference."""
+        raise NotImplementedError
 
     def gc(self, call: Call, conf: StoreConf) -> None:
-        """GC: :func:`podnet.drivers.pods.gc` over this driver's hooks."""
-        from podnet.drivers import pods
-
-        pods.gc(self, call, conf)
+        """GC: every attachment of this network not in ``cni.dev/valid-attachments`` goes."""
+        raise NotImplementedError
 
     # -- pod side: hooks -----------------------------------------------------------------
     def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:

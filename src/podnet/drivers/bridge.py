@@ -5,7 +5,8 @@ keys (seed 004; :mod:`podnet.networks.config`). The bridge carries the alias
 from __future__ import annotations
 
 from podnet import checked, errors
-from podnet.drivers.base import Choice, Driver, link_alias
+from podnet.drivers.base import Choice, link_alias
+from podnet.drivers.pods import VethDriver
 from podnet.networks.errors import NetworkError
 
 TYPE_CHECKING = False
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from podnet.store.pods import Pod
 
 
-class BridgeDriver(Driver):
+class BridgeDriver(VethDriver):
     """Pods on the bridge of a ``bridge`` network: an address of each subnet the network has,
     the bridge's own address as gateway, the subnet's prefix on the pod's interface."""
 

@@ -24,6 +24,11 @@ from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.store import Store
+    from podnet.store.networks import NetworkRow
+
 #: The API's answer to an unreachable NB (the CLI prints the message, exit 1).
 UNREACHABLE = 503
 
@@ -283,3 +288,17 @@ def restore(nb: Ovsdb, owner: str) -> list[str]:
     for name, record in sorted(registry.records.items()):
         done += _driver(record.type).restore_node(ctx, name, record.config)
     return done
+
+
+def cluster_row(store: Store, name: str) -> NetworkRow | None:
+    """Network ``name`` from OVN's NB (when the server config names one), mirrored into the
+    node's store; None when the NB is not configured or has no such network."""
+    nb = connect(store.config.all())
+    if nb is None:
+        return None
+    record = nbmod.read(nb).records.get(name)
+    if record is None:
+        return None
+    with store.write():
+        store.networks.insert(name, record.type, record.description, record.config)
+    return store.networks.get(name)

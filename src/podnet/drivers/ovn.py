@@ -84,6 +84,11 @@ class OvnDriver(ClusterDriver):
 
         ovn_pods.check(call, conf)
 
+    def gc(self, call: Call, conf: StoreConf) -> None:
+        from podnet.drivers import pods
+
+        pods.gc(self, call, conf)  # rows and veths, then gc_also: the NB and OVS
+
     def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
         from podnet.drivers import ovn_pods
 

@@ -9,7 +9,7 @@ error is the answer."""
 from __future__ import annotations
 
 from podnet import errors
-from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
+from podnet.drivers.base import Driver, link_alias, open_store, refuse_existing, require_netns
 from podnet.errors import CNIError
 from podnet.link import names
 from podnet.proc import ToolTimeout
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
-    from podnet.drivers.base import Choice, Driver
+    from podnet.drivers.base import Choice
     from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.link.veth import PodLink
     from podnet.proc import Spawned
@@ -422,3 +422,21 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
     driver.gc_also(call, conf, failures)
     if failures:
         raise CNIError("GC finished with errors", "; ".join(failures))
+
+
+class VethDriver(Driver):
+    """A driver whose pods get a veth pair addressed by podnet (``ptp``, ``bridge``,
+    ``delegated``, and drivers built on them): the verbs are this module's functions, over the
+    driver's hooks."""
+
+    def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
+        return attach(self, call, conf)
+
+    def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
+        detach(self, call, conf)
+
+    def check(self, call: Call, conf: PodnetConf) -> None:
+        check(self, call, conf)
+
+    def gc(self, call: Call, conf: StoreConf) -> None:
+        gc(self, call, conf)

@@ -6,7 +6,8 @@ network so forwards can target its pods; podnet never creates a link for it besi
 from __future__ import annotations
 
 from podnet import errors
-from podnet.drivers.base import Choice, Driver, link_alias
+from podnet.drivers.base import Choice, link_alias
+from podnet.drivers.pods import VethDriver
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from podnet.store.networks import NetworkRow
 
 
-class PtpDriver(Driver):
+class PtpDriver(VethDriver):
     """Routed pods (``/32``, ``/128`` and a host route per pod) from the conflist's ranges."""
 
     type = "ptp"

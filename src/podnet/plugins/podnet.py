@@ -43,7 +43,9 @@ def _driver(conf: PodnetConf) -> Driver:
         with open_store(conf) as store:
             row = store.networks.get(conf.network)
             if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
-                row = drivers.cluster_row(store, conf.network)
+                from podnet.drivers.cluster import cluster_row
+
+                row = cluster_row(store, conf.network)
         if row is None or row.type == "ptp":
             what = "does not exist" if row is None else "is a ptp network, not a bridge"
             raise errors.InvalidConfig(
