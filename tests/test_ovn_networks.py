@@ -304,11 +304,16 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
             assert tcp(pods[k][1], "203.0.113.254", 8081) == "OUTSIDE ::ffff:203.0.113.10", k
         for k, (node, ns) in pods.items():
             plugin(cluster, node, "CHECK", f"c-{k}", ns, "ovn5", prevResult=results[k])
+            plugin(cluster, node, "STATUS", "", ns, "ovn5")
         node, ns = pods["b"]  # CHECK names what is off: the OVS port gone
         host_if = results["b"]["interfaces"][0]["name"]
         cluster.lab.vsctl(node, "del-port", "br-int", host_if)
         out = run_plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
         assert out.returncode == 1 and '"code": 103' in out.stdout and host_if in out.stdout, out.stdout
+        done = cluster.ok(node, "network", "restore")  # puts the port back from the node's view
+        assert f"{host_if} in br-int" in done, done
+        plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
+        assert tcp(pods["a"][1], addrs["b"], 8080) == f"POD-B ::ffff:{addrs['a']}"
         for k, (node, ns) in pods.items():
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")  # again: nothing left, still 0
@@ -360,3 +365,73 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn6")
         cluster.ctl(n1, "network", "delete", "up6")
+
+
+def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
+    """Forwards of an OVN network made from n1 are listed alike by n2 and carry traffic from
+    the outside to pods on either node (ports, a default target, many-to-one); what no port
+    matches is dropped without a default target (seed 004); a pod reaches its own forward; the
+    seed's loopback case answers from the address called; ``0.0.0.0`` allocates from the
+    uplink's routes; listen addresses outside the routes or inside the OVN ranges are refused.
+    Deleting the network removes its forwards and load balancers."""
+    n1, n2 = cluster.lab.nodes
+    out = f"{cluster.lab.prefix}-out"
+    cluster.ok(n1, "network", "create", "up7", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn7", "--type=ovn", "network=up7", "ipv6.address=none")
+    router = cluster.networks(n1)["ovn7"]["config"]["volatile.network.ipv4.address"]
+    subprocess.run(["ip", "-n", out, "route", "replace", "198.51.100.0/24", "via", router], check=True)
+    pods = {"a": (n1, f"{cluster.lab.prefix}-fa"), "b": (n2, f"{cluster.lab.prefix}-fb")}
+    servers: list[Echo] = []
+    try:
+        for _, ns in pods.values():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        ip = {k: plugin(cluster, node, "ADD", f"f-{k}", ns, "ovn7")["ips"][0]["address"].split("/")[0]
+              for k, (node, ns) in pods.items()}  # fmt: skip
+        for k, (_, ns) in pods.items():
+            for port in (80, 8080, 9000):
+                servers.append(Echo(ns, f"POD-{k.upper()}-{port}", port))
+        # ports to b, a default target a
+        cluster.ok(n1, "network", "forward", "create", "ovn7", "198.51.100.5", f"target_address={ip['a']}")
+        cluster.ok(n1, "network", "forward", "port", "add", "ovn7", "198.51.100.5", "tcp", "80", ip["b"], "8080")
+        # no default target; many-to-one
+        cluster.ok(n2, "network", "forward", "create", "ovn7", "198.51.100.6")
+        cluster.ok(n2, "network", "forward", "port", "add", "ovn7", "198.51.100.6", "tcp", "7000-7001", ip["b"], "9000")
+        lists = [cluster.ok(n, "network", "forward", "list", "ovn7", "-f", "json") for n in (n1, n2)]
+        assert lists[0] == lists[1] and "198.51.100.5" in lists[0] and "198.51.100.6" in lists[0]
+        got = {
+            "port to b": tcp(out, "198.51.100.5", 80),
+            "default to a": tcp(out, "198.51.100.5", 9000),
+            "many-to-one 7000": tcp(out, "198.51.100.6", 7000),
+            "many-to-one 7001": tcp(out, "198.51.100.6", 7001),
+            "no default target": tcp(out, "198.51.100.6", 80),
+            "pod a to its own default": tcp(pods["a"][1], "198.51.100.5", 8080),
+        }
+        assert got["port to b"].startswith("POD-B-8080 "), got
+        assert got["default to a"].startswith("POD-A-9000 "), got
+        assert got["many-to-one 7000"].startswith("POD-B-9000 ") and got["many-to-one 7001"].startswith("POD-B-9000 "), got
+        assert got["no default target"] == "<timeout>", got
+        assert got["pod a to its own default"].startswith("POD-A-8080 "), got
+        # seed 004's loopback case: b has a whole-IP forward on .12 and port forwards on .13
+        cluster.ok(n1, "network", "forward", "create", "ovn7", "198.51.100.12", f"target_address={ip['b']}")
+        cluster.ok(n1, "network", "forward", "create", "ovn7", "198.51.100.13")
+        cluster.ok(n1, "network", "forward", "port", "add", "ovn7", "198.51.100.13", "tcp", "80", ip["b"])
+        assert tcp(pods["b"][1], "198.51.100.13", 80) == "POD-B-80 ::ffff:198.51.100.13"
+        made = cluster.ok(n2, "network", "forward", "create", "ovn7", "0.0.0.0")
+        assert "198.51.100.1" in made, made
+        bad = cluster.ctl(n1, "network", "forward", "create", "ovn7", "192.0.2.99")
+        assert bad.returncode == 1 and 'Uplink network does not contain "192.0.2.99/32" in its routes' in bad.stderr
+        bad = cluster.ctl(n1, "network", "forward", "create", "ovn7", "198.51.100.5")
+        assert bad.returncode == 1 and "already exists" in bad.stderr, bad.stderr
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "DEL", f"f-{k}", ns, "ovn7")
+        cluster.ok(n2, "network", "delete", "ovn7")
+        assert nbctl(cluster, "--bare", "--columns=name", "list", "Load_Balancer") == ""
+        assert "forward" not in cluster.lab.run(None, "ovn-nbctl", f"--db={cluster.lab.nb_unix}", "get",
+                                                "NB_Global", ".", "external_ids").stdout  # fmt: skip
+    finally:
+        for s in servers:
+            s.stop()
+        for _, ns in pods.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn7")
+        cluster.ctl(n1, "network", "delete", "up7")

@@ -41,6 +41,7 @@ from starlette.types import Scope
 from podnet import __version__
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
+from podnet.drivers import server_config
 from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
@@ -304,11 +305,11 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     # -- server --------------------------------------------------------------------------------
     @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
     def server(request: Request) -> JSONResponse:
-        config, tag = manager.server_config()
+        config, tag = server_config.read(manager)
         return sync(server_document(True, manager.data_dir, config), headers={"ETag": f'"{tag}"'})
 
     def _update_server(body: ServerPut, patch: bool, if_match: str | None) -> JSONResponse:
-        manager.update_server_config(body.config or {}, patch=patch, etag=if_match or None)
+        server_config.update(manager, body.config or {}, patch=patch, etag=if_match or None)
         return sync({})
 
     @app.put("/1.0", response_model=Envelope, responses=ERRORS,

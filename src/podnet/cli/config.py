@@ -9,6 +9,7 @@ import click
 from podnet.checked import printable
 from podnet.cli.lxcfmt import dump_yaml
 from podnet.cli.network import _add_store_options, _config_args, _manager
+from podnet.drivers import server_config
 from podnet.drivers.conf import DEFAULT_DATA_DIR
 
 
@@ -40,7 +41,7 @@ def config(ctx: click.Context, data_dir: str, busy_timeout: float, init: bool) -
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
     """Show the server config (the keys that are set) as YAML."""
-    values, _ = _manager(ctx).server_config()
+    values, _ = server_config.read(_manager(ctx))
     click.echo(dump_yaml({"config": values}), nl=False)
 
 
@@ -49,7 +50,7 @@ def config_show(ctx: click.Context) -> None:
 @click.pass_context
 def config_get(ctx: click.Context, key: str) -> None:
     """Print a key's value (nothing when it is not set)."""
-    values, _ = _manager(ctx).server_config()
+    values, _ = server_config.read(_manager(ctx))
     if key in values:
         click.echo(printable(values[key]))
 
@@ -59,7 +60,7 @@ def config_get(ctx: click.Context, key: str) -> None:
 @click.pass_context
 def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
     """Set server config keys."""
-    _manager(ctx).update_server_config(_config_args(pairs), patch=True)
+    server_config.update(_manager(ctx), _config_args(pairs), patch=True)
 
 
 @config.command("unset")
@@ -67,7 +68,7 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
 @click.pass_context
 def config_unset(ctx: click.Context, key: str) -> None:
     """Unset a server config key."""
-    _manager(ctx).update_server_config({key: ""}, patch=True)
+    server_config.update(_manager(ctx), {key: ""}, patch=True)
 
 
 _add_store_options(config)

@@ -96,6 +96,13 @@ class Manager:
         self.create = create
 
     @contextmanager
+    def store(self) -> Iterator[Store]:
+        """This manager's store, open (404 when the data dir holds none and ``create`` is
+        off)."""
+        with self._store() as store:
+            yield store
+
+    @contextmanager
     def _store(self) -> Iterator[Store]:
         try:
             store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=self.create)
@@ -109,8 +116,15 @@ class Manager:
             yield store
 
     # -- reading -----------------------------------------------------------------------------
-    def _network(self, store: Store, name: str, prefix: str = "") -> NetworkRow:
+    @staticmethod
+    def _local(store: Store, name: str) -> NetworkRow | None:
+        """Network ``name`` of this node's store; None for a cluster network's mirror there
+        (the node's view of an ovn network its pods joined: its truth is the NB)."""
         row = store.networks.get(name)
+        return None if row is None or _driver(row.type).cluster else row
+
+    def _network(self, store: Store, name: str, prefix: str = "") -> NetworkRow:
+        row = self._local(store, name)
         if row is None:
             raise NetworkError(f"{prefix}Network not found", 404)
         return row
@@ -134,7 +148,8 @@ class Manager:
         from podnet.drivers import cluster
 
         with self._store() as store:
-            local = [self._as_network(store, row) for row in store.networks.all()]
+            local = [self._as_network(store, row) for row in store.networks.all()
+                     if not _driver(row.type).cluster]  # fmt: skip
             nb = self._nb(store)
         shared = cluster.networks(nb, self.owner) if nb is not None else []
         return sorted([*local, *shared], key=lambda n: n.name)
@@ -144,7 +159,7 @@ class Manager:
         from podnet.drivers import cluster
 
         with self._store() as store:
-            row = store.networks.get(name)
+            row = self._local(store, name)
             if row is not None:
                 return self._as_network(store, row)
             nb = self._nb(store)
@@ -156,16 +171,31 @@ class Manager:
 
     def _cluster_nb(self, store: Store, name: str) -> Ovsdb | None:
         """The NB when ``name`` is not a network of this node's store and the NB is set."""
-        return self._nb(store) if store.networks.get(name) is None else None
+        return self._nb(store) if self._local(store, name) is None else None
+
+    def _forwards_nb(self, network: str) -> Ovsdb | None:
+        """The NB when ``network`` is a cluster network (its forwards live there)."""
+        with self._store() as store:
+            return self._cluster_nb(store, network)
 
     def list_forwards(self, network: str) -> list[Forward]:
         """The forwards of ``network``, oldest first; 404 for an unknown network."""
+        nb = self._forwards_nb(network)
+        if nb is not None:
+            from podnet.drivers import cluster_forwards
+
+            return cluster_forwards.list_forwards(nb, network)
         with self._store() as store:
             row = self._network(store, network, "Failed loading network: ")
             return [_forward_of(f) for f in store.networks.forwards(row.id)]
 
     def get_forward(self, network: str, listen_address: str) -> Forward:
         """One forward (the address in any spelling); 404 ``Network forward not found``."""
+        nb = self._forwards_nb(network)
+        if nb is not None:
+            from podnet.drivers import cluster_forwards
+
+            return cluster_forwards.get_forward(nb, network, listen_address)
         with self._store() as store:
             row = self._network(store, network, "Failed loading network: ")
             found = store.networks.forward(row.id, _canonical(listen_address))
@@ -181,33 +211,6 @@ class Manager:
             known = set(store.networks.node_names()) | {self.node}
         if member not in known:
             raise NetworkError(f'Member "{member}" not found', 404)
-
-    # -- the server config (/1.0) ---------------------------------------------------------
-    def server_config(self) -> tuple[dict[str, str], str]:
-        """The server config (keys that are set) and its ETag (LXD's: sha256 of the map)."""
-        from podnet.networks.model import etag
-
-        with self._store() as store:
-            config = store.config.all()
-        return config, etag(config)
-
-    def update_server_config(self, config: Mapping[str, str], *, patch: bool = False,
-                             etag: str | None = None) -> dict[str, str]:  # fmt: skip
-        """PUT (``patch`` False: ``config`` replaces the whole config) or PATCH (merged; an
-        empty value unsets a key) ``/1.0``'s config. ``etag`` (If-Match) must be the current
-        one (412); 400 naming the key for a bad value (nothing is changed then)."""
-        from podnet.networks import server
-        from podnet.networks.model import etag as etag_of
-
-        with self._store() as store, store.locked():
-            current = store.config.all()
-            if etag is not None and etag.strip('"') != etag_of(current):
-                raise _stale(etag_of(current), etag)
-            merged = {**current, **config} if patch else dict(config)
-            valid = server.validate(merged)
-            with store.write():
-                store.config.replace(valid)
-            return valid
 
     # -- networks ----------------------------------------------------------------------------
     def _taken_subnets(self, store: Store, skip: str = "") -> list[tuple[Net, str]]:
@@ -248,7 +251,7 @@ class Manager:
 
             with self._store() as store:
                 nb = self._nb(store)
-                local = {row.name for row in store.networks.all()}
+                local = {row.name for row in store.networks.all() if not _driver(row.type).cluster}
             if nb is None:
                 raise NetworkError(
                     f"{type} networks need OVN: set network.ovn.northbound_connection"
@@ -283,7 +286,7 @@ class Manager:
             row = self._network(store, name)
             current = self._as_network(store, row)
             if etag is not None and etag.strip('"') != current.etag():
-                raise _stale(current.etag(), etag)
+                raise stale(current.etag(), etag)
             driver = _driver(row.type)
             if not driver.creatable:
                 raise NetworkError(
@@ -407,6 +410,11 @@ class Manager:
         ``A forward for that listen address already exists``; another: overlap) or a hostPort
         clash; 400 anything invalid (LXD's messages, prefixed ``Failed creating forward:``)."""
         prefix = "Failed creating forward: "
+        nb = self._forwards_nb(network)
+        if nb is not None:
+            from podnet.drivers import cluster_forwards
+
+            return cluster_forwards.create_forward(nb, network, forward)
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             new = forward.normalised()
@@ -444,7 +452,7 @@ class Manager:
 
         def change(current: Forward) -> Forward:
             if etag is not None and etag.strip('"') != current.etag():
-                raise _stale(current.etag(), etag)
+                raise stale(current.etag(), etag)
             if patch:
                 merged = dict(current.config)
                 merged.update(config or {})
@@ -466,6 +474,11 @@ class Manager:
         validated like a created one; an unchanged forward is not written. Errors as
         :meth:`update_forward`."""
         prefix = "Failed updating forward: "
+        nb = self._forwards_nb(network)
+        if nb is not None:
+            from podnet.drivers import cluster_forwards
+
+            return cluster_forwards.modify_forward(nb, network, listen_address, change, client)
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             found = store.networks.forward(row.id, _canonical(listen_address))
@@ -531,6 +544,12 @@ class Manager:
 
     def delete_forward(self, network: str, listen_address: str) -> None:
         """Delete a forward and its map elements. 404 unknown network or forward."""
+        nb = self._forwards_nb(network)
+        if nb is not None:
+            from podnet.drivers import cluster_forwards
+
+            cluster_forwards.delete_forward(nb, network, listen_address)
+            return
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             found = store.networks.forward(row.id, _canonical(listen_address))
@@ -553,7 +572,7 @@ def _rebuild_or_undo(store: Store, undo: Callable[[], object]) -> None:
         raise
 
 
-def _stale(current: str, sent: str) -> NetworkError:
+def stale(current: str, sent: str) -> NetworkError:
     """412: an If-Match that is not the current ETag (LXD's message)."""
     return NetworkError(f"ETag doesn't match: {current} vs {sent.strip(chr(34))}", 412)
 

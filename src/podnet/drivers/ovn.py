@@ -29,6 +29,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.cni.skel import Call
     from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.store import Store
+    from podnet.store.networks import NetworkRow
 
 #: Keys a change may not touch (what the NB objects are made of); change them by re-creating.
 FIXED = (
@@ -83,6 +85,19 @@ class OvnDriver(ClusterDriver):
         from podnet.drivers import ovn_pods
 
         ovn_pods.check(call, conf)
+
+    def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
+        """The OVS ports of this node's pods on the network (the node's view of it): each host
+        end that exists goes back into the integration bridge with its ``iface-id``."""
+        from podnet.drivers import ovn_pods
+
+        return ovn_pods.restore(store, row, owner)
+
+    def status_also(self, call: Call, conf: PodnetConf) -> None:
+        """STATUS: the NB answers and has the network; this node's OVS is set up for OVN."""
+        from podnet.drivers import ovn_pods
+
+        ovn_pods.status(conf)
 
     def gc(self, call: Call, conf: StoreConf) -> None:
         from podnet.drivers import pods
@@ -239,4 +254,7 @@ class OvnDriver(ClusterDriver):
         ]
         if pods:
             raise NetworkError("The network is currently in use")
+        for where in ctx.registry.forwards:  # its forwards go with it (their LBs: delete_ops)
+            if where[0] == name:
+                ctx.registry.forward_changes[where] = None
         return nbmod.delete_ops(name), lambda: None

@@ -361,3 +361,45 @@ def _link_exists(name: str) -> bool:
     import os
 
     return os.path.exists(f"/proc/sys/net/ipv4/conf/{name}")
+
+
+def restore(store: Store, row: Any, owner: str) -> list[str]:
+    """``network restore``: this node's pods on OVN network ``row`` back in the integration
+    bridge (after OVS lost its ports); a pod whose host end is gone is named, not remade."""
+    from podnet.link import veth
+    from podnet.ovn import nb as nbmod
+
+    done = []
+    bridge = _integration_bridge(store)
+    for container_id, ifname, host_if in store.networks.pods(row.id):
+        port = nbmod.port_name(row.name, container_id, ifname)
+        if veth.alias_of(host_if) != owner:
+            done.append(f"pod {container_id}: its host end {host_if} is gone (ADD it again)")
+            continue
+        _ovs(
+            "--may-exist",
+            "add-port",
+            bridge,
+            host_if,
+            "--",
+            "set",
+            "Interface",
+            host_if,
+            f"external_ids:iface-id={port}",
+            f"external_ids:podnet-owner={owner}",
+        )
+        done.append(f"pod {container_id}: {host_if} in {bridge} as {port}")
+    return done
+
+
+def status(conf: PodnetConf) -> None:
+    """STATUS (code 50 naming the cause): the NB answers and has the network, this node's OVS
+    is set up for OVN."""
+    from podnet.ovn import vswitch
+
+    try:
+        with open_store(conf) as store:
+            network_record(store, _nb(store), str(conf.network))
+        vswitch.chassis()
+    except CNIError as err:
+        raise errors.Unavailable(err.msg, err.details) from None

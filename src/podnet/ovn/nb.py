@@ -28,6 +28,8 @@ from typing import Any
 from podnet.ovn.ovsdb import Conflict, Ovsdb, named, omap, oset, pymap
 
 PREFIX = "podnet:network:"
+#: Forwards of OVN networks: ``podnet:forward:<network>|<listen address>`` → JSON forward.
+FPREFIX = "podnet:forward:"
 TAG = "podnet-network"
 #: Attempts of :func:`change` when other writers keep changing the registry meanwhile.
 RETRIES = 8
@@ -66,11 +68,14 @@ class Record:
 
 @dataclass
 class Registry:
-    """The registry as read: ``records`` (name → :class:`Record`) and the raw map, for the
-    ``wait`` of the transaction that changes it."""
+    """The registry as read: ``records`` (name → :class:`Record`), ``forwards`` ((network,
+    listen address) → the forward's JSON) and the raw map, for the ``wait`` of the transaction
+    that changes it. A change function sets :attr:`forward_changes` (None: remove)."""
 
     records: dict[str, Record]
     raw: Any
+    forwards: dict[tuple[str, str], str] = field(default_factory=dict)
+    forward_changes: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
 def read(nb: Ovsdb) -> Registry:
@@ -78,12 +83,17 @@ def read(nb: Ovsdb) -> Registry:
     rows = nb.select("NB_Global", [], ["external_ids"])
     raw = rows[0]["external_ids"] if rows else ["map", []]
     records = {}
+    forwards = {}
     for key, value in pymap(raw).items():
         if key.startswith(PREFIX) and isinstance(value, str):
             record = Record.loads(value)
             if record is not None:
                 records[key[len(PREFIX) :]] = record
-    return Registry(records, raw)
+        elif key.startswith(FPREFIX) and isinstance(value, str):
+            network, sep, listen = key[len(FPREFIX) :].partition("|")
+            if sep:
+                forwards[(network, listen)] = value
+    return Registry(records, raw, forwards)
 
 
 Change = Callable[[Registry], tuple[dict[str, "Record | None"], list[dict[str, Any]]]]
@@ -99,6 +109,12 @@ def change(nb: Ovsdb, fn: Change) -> Registry:
         records, ops = fn(registry)
         drop = [PREFIX + name for name in records if name in registry.records]
         put = {PREFIX + name: r.dumps() for name, r in records.items() if r is not None}
+        for (net, listen), text in registry.forward_changes.items():
+            key = f"{FPREFIX}{net}|{listen}"
+            if (net, listen) in registry.forwards:
+                drop.append(key)
+            if text is not None:
+                put[key] = text
         txn: list[dict[str, Any]] = [
             {
                 "op": "wait",
@@ -137,6 +153,11 @@ def change(nb: Ovsdb, fn: Change) -> Registry:
                 registry.records.pop(name, None)
             else:
                 registry.records[name] = r
+        for where, text in registry.forward_changes.items():
+            if text is None:
+                registry.forwards.pop(where, None)
+            else:
+                registry.forwards[where] = text
         return registry
     raise Conflict("OVN Northbound: the registry kept changing", f"{RETRIES} attempts")
 
@@ -348,6 +369,11 @@ def delete_ops(network: str) -> list[dict[str, Any]]:
         {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]]},
         {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_ext"]]]},
         {"op": "delete", "table": "HA_Chassis_Group", "where": [["name", "==", n["chassis"]]]},
+        {
+            "op": "delete",
+            "table": "Load_Balancer",
+            "where": [["external_ids", "includes", omap({TAG: network})]],
+        },
     ]
 
 
@@ -445,3 +471,65 @@ def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
         ["name", "external_ids"],
     )
     return [{"name": r["name"], "external_ids": pymap(r["external_ids"])} for r in rows]
+
+
+# -- forwards: load balancers -----------------------------------------------------------------
+
+
+def _vip(address: str, port: int | None) -> str:
+    if port is None:
+        return address
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def forward_ops(
+    nb: Ovsdb, network: str, listen: str, dnats: Sequence[Any] | None
+) -> list[dict[str, Any]]:
+    """The operations that make ``network``'s forward on ``listen`` what ``dnats`` (the
+    :class:`podnet.values.Dnat` of a validated forward; None: no forward) say: its load
+    balancers replaced — one per protocol with port VIPs, one with the portless VIP of a default
+    target — on the router and the internal switch (so pods reach their own forwards); without a
+    default target a ``discard`` route for the listen address drops what no port matches (seed
+    004). Reads the forward's current route to replace it."""
+    n = names(network)
+    tag = {TAG: network, "podnet-forward": listen}
+    ops: list[dict[str, Any]] = [
+        {"op": "delete", "table": "Load_Balancer",
+         "where": [["external_ids", "includes", omap(tag)]]},
+    ]  # fmt: skip
+    routes = nb.select(
+        "Logical_Router_Static_Route", [["external_ids", "includes", omap(tag)]], ["_uuid"]
+    )
+    if routes:
+        ops.append(
+            {"op": "mutate", "table": "Logical_Router", "where": [["name", "==", n["lr"]]],
+             "mutations": [["static_routes", "delete", oset([r["_uuid"] for r in routes])]]}
+        )  # fmt: skip
+    if dnats is None:
+        return ops
+    vips: dict[str, dict[str, str]] = {}
+    for d in dnats:
+        kind = d.protocol or "ip"
+        vips.setdefault(kind, {})[_vip(d.listen, d.port)] = _vip(d.target, d.target_port)
+    lbs = []
+    for kind, vip_map in sorted(vips.items()):
+        lbs.append(f"lb{kind}")
+        row: dict[str, Any] = {"name": f"{n['lr'][:-3]}-lb-{listen}-{kind}", "vips": omap(vip_map),
+                               "external_ids": omap(tag)}  # fmt: skip
+        if kind != "ip":
+            row["protocol"] = kind
+        ops.append({"op": "insert", "table": "Load_Balancer", "uuid-name": f"lb{kind}", "row": row})
+    for table, name in (("Logical_Router", n["lr"]), ("Logical_Switch", n["ls_int"])):
+        ops.append(
+            {"op": "mutate", "table": table, "where": [["name", "==", name]],
+             "mutations": [["load_balancer", "insert", oset([named(x) for x in lbs])]]}
+        )  # fmt: skip
+    if "ip" not in vips:
+        prefix = f"{listen}/32" if ":" not in listen else f"{listen}/128"
+        ops += [
+            {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "drop",
+             "row": {"ip_prefix": prefix, "nexthop": "discard", "external_ids": omap(tag)}},
+            {"op": "mutate", "table": "Logical_Router", "where": [["name", "==", n["lr"]]],
+             "mutations": [["static_routes", "insert", oset([named("drop")])]]},
+        ]  # fmt: skip
+    return ops

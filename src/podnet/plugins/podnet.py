@@ -120,7 +120,7 @@ def cmd_status(call: Call) -> None:
     """STATUS (spec 1.1): code 50 when some family's ranges have no free address, or when the
     tools or the database are unusable; exit 0 (nothing printed) when ADD can be served. With
     ``ipam``, the IPAM plugin's STATUS decides about addresses (its error passes through)."""
-    from podnet import drivers, proc
+    from podnet import proc
     from podnet.errors import CNIError
 
     conf = _conf(call)
@@ -129,7 +129,7 @@ def cmd_status(call: Call) -> None:
             proc.which(tool)
         except CNIError as err:
             raise errors.Unavailable(err.msg, err.details) from None
-    drivers.for_netconf(conf, None).status_also(call, conf)
+    _driver(conf).status_also(call, conf)
 
 
 HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "STATUS": cmd_status}
