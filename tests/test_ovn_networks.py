@@ -435,3 +435,66 @@ def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn7")
         cluster.ctl(n1, "network", "delete", "up7")
+
+
+def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
+    """Eight pods per node ADDed at the same time on both nodes, on a dual-stack OVN network:
+    every pod gets an IPv4 and an IPv6 address of the network, none twice (northd assigns them
+    for the whole cluster); a pod on n1 reaches one on n2 over IPv6 TCP. All DELs leave no
+    port."""
+    n1, n2 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up8", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn8", "--type=ovn", "network=up8")
+    pods = [(node, f"{cluster.lab.prefix}-d{node.name}{i}", f"d-{node.name}-{i}")
+            for node in (n1, n2) for i in range(8)]  # fmt: skip
+    results: dict[str, Any] = {}
+    errors: list[str] = []
+    server: Echo | None = None
+    try:
+        for _, ns, _ in pods:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+
+        def add(node: Node, ns: str, cid: str) -> None:
+            out = run_plugin(cluster, node, "ADD", cid, ns, "ovn8")
+            if out.returncode != 0:
+                errors.append(f"{cid}: {out.stdout} {out.stderr}")
+            else:
+                results[cid] = json.loads(out.stdout)
+
+        threads = [threading.Thread(target=add, args=p) for p in pods]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        config = cluster.networks(n1)["ovn8"]["config"]
+        v4 = ipaddress_network(config["ipv4.address"])
+        v6 = ipaddress_network(config["ipv6.address"])
+        seen: list[str] = []
+        for cid, result in results.items():
+            got = [ip["address"].split("/")[0] for ip in result["ips"]]
+            assert len(got) == 2, (cid, got)
+            assert __import__("ipaddress").ip_address(got[0]) in v4, (cid, got)
+            assert __import__("ipaddress").ip_address(got[1]) in v6, (cid, got)
+            seen += got
+        assert len(seen) == len(set(seen)) == 32, seen
+        a_ns, b_ns = pods[0][1], pods[8][1]
+        b6 = results[pods[8][2]]["ips"][1]["address"].split("/")[0]
+        a6 = results[pods[0][2]]["ips"][1]["address"].split("/")[0]
+        server = Echo(b_ns, "POD-B6", 8086)
+        assert tcp(a_ns, b6, 8086) == f"POD-B6 {a6}"
+    finally:
+        if server is not None:
+            server.stop()
+        for node, ns, cid in pods:
+            run_plugin(cluster, node, "DEL", cid, ns, "ovn8")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        cluster.ctl(n1, "network", "delete", "ovn8")
+        cluster.ctl(n1, "network", "delete", "up8")
+
+
+def ipaddress_network(cidr: str) -> Any:
+    import ipaddress
+
+    return ipaddress.ip_interface(cidr).network

@@ -299,6 +299,7 @@ def cluster_row(store: Store, name: str) -> NetworkRow | None:
     record = nbmod.read(nb).records.get(name)
     if record is None:
         return None
-    with store.write():
-        store.networks.insert(name, record.type, record.description, record.config)
+    with store.write():  # another ADD may have mirrored it meanwhile: re-read under the lock
+        if store.networks.get(name) is None:
+            store.networks.insert(name, record.type, record.description, record.config)
     return store.networks.get(name)

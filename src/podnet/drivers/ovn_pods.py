@@ -63,8 +63,8 @@ def network_record(store: Store, nb: Ovsdb, name: str) -> dict[str, str]:
     record = nbmod.read(nb).records.get(name)
     if record is None or record.type != "ovn":
         raise errors.InvalidConfig(f"network: {name!r} is not an ovn network of the cluster")
-    row = store.networks.get(name)
-    with store.write():
+    with store.write():  # read under the write lock: parallel ADDs mirror it once
+        row = store.networks.get(name)
         if row is None:
             store.networks.insert(name, "ovn", record.description, record.config)
         elif dict(row.config) != record.config:
