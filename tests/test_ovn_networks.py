@@ -498,3 +498,52 @@ def ipaddress_network(cidr: str) -> Any:
     import ipaddress
 
     return ipaddress.ip_interface(cidr).network
+
+
+def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path: Path) -> None:
+    """The real ``lxc`` client against ``podnetctl serve`` on n1 creates an uplink, an OVN
+    network and a forward; ``podnetctl`` on n2 sees them; ``lxc network set`` with a key the
+    network's objects are made of is refused with a reason; ``lxc network delete`` removes it."""
+    import os
+
+    from api_helpers import ApiServer, lxc, lxc_conf
+
+    need("lxc")
+    n1, n2 = cluster.lab.nodes
+    server = ApiServer(n1.netns, cluster.data["n1"], tmp_path / "logs", env={**os.environ, **n1.env})
+    conf = lxc_conf(tmp_path / "lxc-conf")
+    try:
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return lxc(server.data, conf, *args)
+
+        out = run("network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        assert out.returncode == 0 and "Network up9 created" in out.stdout, out.stderr
+        out = run("network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none")
+        assert out.returncode == 0, out.stderr
+        out = run("network", "forward", "create", "ovn9", "198.51.100.40", "target_address=10.1.1.1")
+        assert out.returncode == 1 and "Default target address is not within the network subnet" in out.stderr
+        router = cluster.networks(n2)["ovn9"]["config"]["ipv4.address"]
+        target = router.rsplit(".", 1)[0] + ".7"
+        out = run("network", "forward", "create", "ovn9", "198.51.100.40", f"target_address={target}")
+        assert out.returncode == 0, out.stderr
+        listed = run("network", "list", "--format", "csv").stdout
+        assert "ovn9,ovn,YES" in listed and "up9,physical,YES" in listed, listed
+        shown = yaml_load(run("network", "show", "ovn9").stdout)
+        assert shown["config"] == cluster.networks(n2)["ovn9"]["config"]
+        assert "198.51.100.40" in cluster.ok(n2, "network", "forward", "list", "ovn9")
+        out = run("network", "set", "ovn9", "ipv4.nat=false")
+        assert out.returncode == 1 and 'Changing "ipv4.nat" of an OVN network is not supported' in out.stderr
+        assert run("network", "set", "ovn9", "user.owner=team-a").returncode == 0
+        assert cluster.networks(n2)["ovn9"]["config"]["user.owner"] == "team-a"
+        assert run("network", "delete", "ovn9").returncode == 0
+        assert "ovn9" not in cluster.networks(n2)
+    finally:
+        server.stop()
+        cluster.ctl(n1, "network", "delete", "ovn9")
+        cluster.ctl(n1, "network", "delete", "up9")
+
+
+def yaml_load(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
