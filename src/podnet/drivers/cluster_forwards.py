@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from podnet import checked
 from podnet.drivers.cluster import _failure
 from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
@@ -60,7 +61,7 @@ def _view(network: str, record: nbmod.Record) -> fwd.NetworkView:
     for family in (4, 6):
         value = record.config.get(f"ipv{family}.address", "none")
         if value not in ("", "none", "auto"):
-            subnets[family].append(ipaddress.ip_interface(value).network)
+            subnets[family].append(checked.interface(value).network)
     return fwd.NetworkView(network, "ovn", subnets)
 
 
@@ -70,11 +71,11 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
         for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
             value = record.config.get(key, "")
             if value not in ("", "none", "auto"):
-                yield ipaddress.ip_interface(value).network, f"network {name}"
+                yield checked.interface(value).network, f"network {name}"
         for key in ("ipv4.nat.address", "ipv6.nat.address", "volatile.network.ipv4.address",
                     "volatile.network.ipv6.address"):  # fmt: skip
             if record.config.get(key):
-                yield ipaddress.ip_address(record.config[key]), f"network {name}"
+                yield checked.ip(record.config[key]), f"network {name}"
         if record.type == "physical":
             for family in (4, 6):
                 text = record.config.get(f"ipv{family}.ovn.ranges", "")
@@ -83,7 +84,7 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
                         yield net, f"the OVN ranges of uplink {name}"
     for network, listen in registry.forwards:
         if (network, listen) != skip:
-            yield ipaddress.ip_address(listen), f"a forward of network {network}"
+            yield checked.ip(listen), f"a forward of network {network}"
 
 
 def _routes(registry: nbmod.Registry, record: nbmod.Record, family: int) -> list[Any]:

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from podnet import proc
+from podnet import checked, proc
 from podnet.drivers.cluster import ClusterDriver, Context
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
@@ -53,7 +53,7 @@ def _underlay_mtu(encap_ip: str) -> tuple[int, int]:
     """The MTU (bytes) and family of the interface holding this node's encapsulation address;
     (1500, 4) when it cannot be found."""
     try:
-        family = ipaddress.ip_address(encap_ip).version
+        family = checked.ip(encap_ip).version
     except ValueError:
         return 1500, 4
     rc, out, _ = proc.spawn(["ip", "-j", "addr", "show", "to", encap_ip]).wait()
@@ -127,17 +127,17 @@ class OvnDriver(ClusterDriver):
             for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
                 value = record.config.get(key, "")
                 if value not in ("", "auto", "none"):
-                    out.append(ipaddress.ip_interface(value).network)
+                    out.append(checked.interface(value).network)
         return out
 
     def _auto(self, family: int, taken: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
         for _ in range(1000):
             if family == 4:
-                net: ipaddress.IPv4Network | ipaddress.IPv6Network = ipaddress.ip_network(
+                net: ipaddress.IPv4Network | ipaddress.IPv6Network = checked.network(
                     f"10.{random.randrange(256)}.{random.randrange(256)}.0/24"
                 )
             else:
-                net = ipaddress.ip_network(
+                net = checked.network(
                     f"fd42:{random.randrange(65536):x}:{random.randrange(65536):x}:"
                     f"{random.randrange(65536):x}::/64"
                 )
@@ -156,7 +156,7 @@ class OvnDriver(ClusterDriver):
         used.add(uplink.config[f"ipv{family}.gateway"].split("/")[0])
         for first, last in ovnconfig.ranges(uplink.config[key], family):
             for value in range(int(first), int(last) + 1):
-                address = str(ipaddress.ip_address(value))
+                address = str(first + (value - int(first)))
                 if address not in used:
                     return address
         raise NetworkError(f"No free address left in the uplink's {key}")
@@ -180,7 +180,7 @@ class OvnDriver(ClusterDriver):
             nat_address = config.get(f"ipv{family}.nat.address")
             if address == "none":
                 continue
-            iface = ipaddress.ip_interface(address)
+            iface = checked.interface(address)
             for other in taken:
                 if other.version == family and iface.network.overlaps(other):
                     raise NetworkError(
@@ -193,8 +193,8 @@ class OvnDriver(ClusterDriver):
                 continue
             own = self._uplink_address(ctx, name, uplink, family)
             config[f"volatile.network.ipv{family}.address"] = own
-            gw = ipaddress.ip_interface(gateway)
-            uplink_ifaces.append(ipaddress.ip_interface(f"{own}/{gw.network.prefixlen}"))
+            gw = checked.interface(gateway)
+            uplink_ifaces.append(checked.interface(f"{own}/{gw.network.prefixlen}"))
             gateways.append(gw.ip)
             if is_true(config.get(f"ipv{family}.nat", "false")):
                 snat.append((nat_address or own, str(iface.network)))
@@ -222,7 +222,7 @@ class OvnDriver(ClusterDriver):
             raise NetworkError(
                 f'Cannot specify "{key}" when uplink ovn.ingress_mode is not "routed"'
             )
-        address = ipaddress.ip_address(value)
+        address = checked.ip(value)
         routes = uplink.config.get(f"ipv{family}.routes", "")
         if not routes or not any(address in net for net in ovnconfig.routes(routes, family)):
             raise NetworkError(f'Uplink network does not contain "{value}" in its routes')

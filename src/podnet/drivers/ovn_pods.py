@@ -22,11 +22,10 @@ an NB that does not answer only costs a warning (GC removes the port later).
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from typing import Any
 
-from podnet import errors, proc
+from podnet import checked, errors, proc
 from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
 from podnet.errors import CNIError
 from podnet.link import names
@@ -197,11 +196,11 @@ def _allocation(
     alloc: dict[int, tuple[str, str, Any]] = {}
     prefixes: dict[int, int] = {}
     for text in found:
-        address = ipaddress.ip_address(text)
+        address = checked.ip(text)
         router = config.get(f"ipv{address.version}.address", "none")
         if router in ("", "none", "auto"):
             continue
-        iface = ipaddress.ip_interface(router)
+        iface = checked.interface(router)
         alloc[address.version] = (str(address), str(iface.ip), iface.network)
         prefixes[address.version] = iface.network.prefixlen
     if not alloc:

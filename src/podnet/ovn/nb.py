@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from podnet import checked
 from podnet.ovn.ovsdb import Conflict, Ovsdb, named, omap, oset, pymap
 
 PREFIX = "podnet:network:"
@@ -479,7 +480,9 @@ def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
 def _vip(address: str, port: int | None) -> str:
     if port is None:
         return address
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    if checked.ip(address).version == 6:  # canonical text podnet validated
+        return f"[{address}]:{port}"
+    return f"{address}:{port}"
 
 
 def forward_ops(
@@ -525,7 +528,7 @@ def forward_ops(
              "mutations": [["load_balancer", "insert", oset([named(x) for x in lbs])]]}
         )  # fmt: skip
     if "ip" not in vips:
-        prefix = f"{listen}/32" if ":" not in listen else f"{listen}/128"
+        prefix = f"{listen}/{checked.ip(listen).max_prefixlen}"
         ops += [
             {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "drop",
              "row": {"ip_prefix": prefix, "nexthop": "discard", "external_ids": omap(tag)}},
