@@ -77,6 +77,23 @@ def _integration_bridge(store: Store) -> str:
     return server.effective(store.config.all())[server.INTEGRATION_BRIDGE]
 
 
+def plug(bridge: str, host_if: str, port: str, owner: str) -> None:
+    """Put ``host_if`` into OVS ``bridge`` as logical switch port ``port`` (``iface-id``),
+    marked ``podnet-owner`` (GC's); idempotent."""
+    _ovs(
+        "--may-exist",
+        "add-port",
+        bridge,
+        host_if,
+        "--",
+        "set",
+        "Interface",
+        host_if,
+        f"external_ids:iface-id={port}",
+        f"external_ids:podnet-owner={owner}",
+    )
+
+
 def _ovs(*args: str) -> None:
     proc.run(["ovs-vsctl", "--timeout=10", *args])
 
@@ -136,18 +153,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             undo.push(f"deleting {host_if}", lambda: veth.delete_host(host_if))
             configuring = veth.start_configure_pod(link)
             bridge = _integration_bridge(store)
-            _ovs(
-                "--may-exist",
-                "add-port",
-                bridge,
-                host_if,
-                "--",
-                "set",
-                "Interface",
-                host_if,
-                f"external_ids:iface-id={port}",
-                f"external_ids:podnet-owner={link.alias}",
-            )
+            plug(bridge, host_if, port, link.alias)
             undo.push(
                 f"removing {host_if} from {bridge}",
                 lambda: _ovs("--if-exists", "del-port", bridge, host_if),
@@ -375,18 +381,7 @@ def restore(store: Store, row: Any, owner: str) -> list[str]:
         if veth.alias_of(host_if) != owner:
             done.append(f"pod {container_id}: its host end {host_if} is gone (ADD it again)")
             continue
-        _ovs(
-            "--may-exist",
-            "add-port",
-            bridge,
-            host_if,
-            "--",
-            "set",
-            "Interface",
-            host_if,
-            f"external_ids:iface-id={port}",
-            f"external_ids:podnet-owner={owner}",
-        )
+        plug(bridge, host_if, port, owner)
         done.append(f"pod {container_id}: {host_if} in {bridge} as {port}")
     return done
 
