@@ -547,3 +547,22 @@ def yaml_load(text: str) -> Any:
     import yaml
 
     return yaml.safe_load(text)
+
+
+def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
+    """An uplink never takes over a link that is someone else's: a port of a Linux bridge (a
+    pod's bridge port, say) is refused naming its master, and nothing is recorded or mapped."""
+    n1 = cluster.lab.nodes[0]
+    lab = cluster.lab
+    lab.run(n1.netns, "ip", "link", "add", "brx", "type", "bridge")
+    lab.run(n1.netns, "ip", "link", "add", "vx0", "type", "veth", "peer", "name", "vx1")
+    lab.run(n1.netns, "ip", "link", "set", "vx0", "master", "brx")
+    try:
+        out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", "parent=vx0")
+        assert out.returncode == 1 and 'Parent interface "vx0" is attached to brx' in out.stderr, out.stderr
+        assert "upx" not in cluster.networks(n1)
+        assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
+        assert lab.run(n1.netns, "ip", "-o", "link", "show", "vx0").stdout.count("master brx") == 1
+    finally:
+        lab.run(n1.netns, "ip", "link", "del", "vx0", check=False)
+        lab.run(n1.netns, "ip", "link", "del", "brx", check=False)

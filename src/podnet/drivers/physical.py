@@ -42,6 +42,28 @@ def _parent_addresses(parent: str) -> list[str] | None:
     ]
 
 
+def _held(parent: str, ours: str) -> str:
+    """What already holds ``parent`` in this netns ("" nothing, or only ``ours``, the uplink's
+    own OVS bridge): a master (a bridge, a bond, another OVS bridge: a pod's bridge port, say)
+    or podnet itself (its alias) — an uplink never takes a link over from someone else, nor one
+    podnet made for a pod or a network."""
+    import os
+
+    from podnet.link.veth import alias_of
+
+    master = f"/sys/class/net/{parent}/master"
+    if os.path.exists(master):
+        held_by = os.path.basename(os.readlink(master))
+        if held_by == "ovs-system":  # the kernel datapath: which OVS bridge is OVS's to say
+            rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "port-to-br", parent]).wait()
+            held_by = out.strip() if rc == 0 else held_by
+        if held_by != ours:
+            return f"attached to {held_by}"
+    if (alias_of(parent) or "").startswith("podnet:"):
+        return "a link podnet made"
+    return ""
+
+
 class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
@@ -51,19 +73,32 @@ class PhysicalDriver(ClusterDriver):
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         return ovnconfig.validate_physical(name, config)
 
-    def attach_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
-        """Attach uplink ``name`` on this node when its ``parent`` exists here; what was done."""
-        from podnet.ovn import vswitch
-
-        parent = config["parent"]
+    @staticmethod
+    def check_parent(name: str, parent: str) -> bool:
+        """Whether ``parent`` exists on this node; NetworkError (400) when it is not free
+        (:func:`_held`) or holds IP addresses (LXD's rule)."""
         found = _parent_addresses(parent)
         if found is None:
-            return []
+            return False
+        held = _held(parent, bridge_name(name))
+        if held:
+            raise NetworkError(
+                f'Parent interface "{parent}" is {held}; an uplink takes only a free interface'
+            )
         if found:
             raise NetworkError(
                 f'Parent interface "{parent}" has IP addresses configured '
                 f"({', '.join(found)}); an uplink's parent must have none"
             )
+        return True
+
+    def attach_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
+        """Attach uplink ``name`` on this node when its ``parent`` exists here; what was done."""
+        from podnet.ovn import vswitch
+
+        parent = config["parent"]
+        if not self.check_parent(name, parent):
+            return []
         chassis = vswitch.chassis()
         bridge = bridge_name(name)
         argv = [
@@ -107,6 +142,7 @@ class PhysicalDriver(ClusterDriver):
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
     ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
+        self.check_parent(name, config["parent"])  # refused before anything is recorded
         return config, [], lambda: self.attach_node(ctx, name, config)
 
     def cluster_delete(

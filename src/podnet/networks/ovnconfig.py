@@ -22,7 +22,7 @@ import ipaddress
 from collections.abc import Callable, Mapping
 
 from podnet import checked
-from podnet.networks.config import _BOOLS, is_true
+from podnet.networks.config import _BOOLS, _parsed, is_true
 from podnet.networks.errors import NetworkError
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -35,18 +35,9 @@ MTU_RANGE = (1280, 16384)
 GENEVE_OVERHEAD = {4: 58, 6: 78}
 
 
-def _parse(parse: Callable[[str], object], value: str, bad: str) -> object:
-    try:
-        return parse(value)
-    except checked.ScopedAddress as err:
-        raise ValueError(str(err)) from None
-    except checked.BadValue:
-        raise ValueError(bad) from None
-
-
 def _gateway(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
-        iface = _parse(checked.interface, value, f"invalid CIDR address: {value}")
+        iface = _parsed(checked.interface, value, f"invalid CIDR address: {value}")
         assert isinstance(iface, ipaddress.IPv4Interface | ipaddress.IPv6Interface)
         if iface.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
@@ -61,8 +52,8 @@ def ranges(value: str, family: int) -> list[tuple[IP, IP]]:
         first, sep, last = item.strip().partition("-")
         if not sep:
             raise ValueError(f'Invalid IP range "{item.strip()}" (must be start-end)')
-        a = _parse(checked.ip, first.strip(), f'Invalid IP address "{first.strip()}"')
-        b = _parse(checked.ip, last.strip(), f'Invalid IP address "{last.strip()}"')
+        a = _parsed(checked.ip, first.strip(), f'Invalid IP address "{first.strip()}"')
+        b = _parsed(checked.ip, last.strip(), f'Invalid IP address "{last.strip()}"')
         assert isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address)
         assert isinstance(b, ipaddress.IPv4Address | ipaddress.IPv6Address)
         if a.version != family or b.version != family:
@@ -84,7 +75,7 @@ def routes(value: str, family: int) -> list[Net]:
     """A comma-separated CIDR list (``ipv4.routes``); ValueError with the reason."""
     out = []
     for item in value.split(","):
-        net = _parse(
+        net = _parsed(
             lambda v: checked.network(v), item.strip(), f'Invalid network "{item.strip()}"'
         )
         assert isinstance(net, ipaddress.IPv4Network | ipaddress.IPv6Network)
@@ -122,7 +113,7 @@ def _interface(value: str) -> None:
 
 def _nameservers(value: str) -> None:
     for item in value.split(","):
-        _parse(checked.ip, item.strip(), f'Invalid IP address "{item.strip()}"')
+        _parsed(checked.ip, item.strip(), f'Invalid IP address "{item.strip()}"')
 
 
 def _ingress(value: str) -> None:
@@ -134,7 +125,7 @@ def _cidr(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value in ("auto", "none"):
             return
-        iface = _parse(checked.interface, value, f"invalid CIDR address: {value}")
+        iface = _parsed(checked.interface, value, f"invalid CIDR address: {value}")
         assert isinstance(iface, ipaddress.IPv4Interface | ipaddress.IPv6Interface)
         if iface.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
@@ -150,7 +141,7 @@ def _cidr(family: int) -> Callable[[str], None]:
 
 def _address(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
-        addr = _parse(checked.ip, value, f'Not an IPv{family} address "{value}"')
+        addr = _parsed(checked.ip, value, f'Not an IPv{family} address "{value}"')
         assert isinstance(addr, ipaddress.IPv4Address | ipaddress.IPv6Address)
         if addr.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
