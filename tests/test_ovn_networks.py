@@ -333,7 +333,8 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
 def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
     """DEL succeeds with the NB stopped (the veth, OVS port and row go; a warning names the
     port left in the NB); a GC once the NB is back removes that port. With ovn-controller
-    stopped an ADD fails at its deadline naming the cause and leaves nothing."""
+    stopped an ADD fails at its deadline naming the cause (104) and leaves nothing; with
+    ovn-northd stopped it fails naming northd (11, try again later) and leaves nothing."""
     n1 = cluster.lab.nodes[0]
     cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
@@ -355,12 +356,28 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
         cluster.lab.stop_controller(n1)
         try:
             out = run_plugin(cluster, n1, "ADD", "c-d", ns, "ovn6", toolTimeout=3)
-            assert out.returncode == 1 and "ovn-controller" in out.stdout, out.stdout
+            error = json.loads(out.stdout)
+            assert out.returncode == 1 and error["code"] == 104, out.stdout
+            assert "ovn-controller" in error["msg"], out.stdout
         finally:
             cluster.lab.start_controller(n1)
         assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
         ports = cluster.lab.vsctl(n1, "list-ports", "br-int").split()
         assert not [p for p in ports if p.startswith("pn")], ports
+        cluster.lab.stop_northd()
+        try:
+            out = run_plugin(cluster, n1, "ADD", "c-e", ns, "ovn6", toolTimeout=2)
+            error = json.loads(out.stdout)
+            assert out.returncode == 1 and error["code"] == 11, out.stdout
+            assert "ovn-northd" in error["msg"], out.stdout
+        finally:
+            cluster.lab.start_northd()
+        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not [p for p in cluster.lab.vsctl(n1, "list-ports", "br-int").split() if p.startswith("pn")]
+        from podnet.link.names import host_ifname
+
+        links = subprocess.run(["ip", "-n", n1.netns, "-o", "link"], capture_output=True, text=True).stdout
+        assert not [c for c in ("c-d", "c-e") if f" {host_ifname(c, 'eth0')}@" in links], links
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn6")

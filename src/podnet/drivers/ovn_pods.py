@@ -130,9 +130,14 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             undo.push(f"deleting port {port}", lambda: nbmod.delete_port(nb, network, port))
             left = max(1, int((deadline - time.monotonic()) * 1000))
             found = nbmod.port_addresses(nb, port, left)
-            if len(found) < 2:
-                raise CNIError(
+            if not found:
+                raise errors.TryAgainLater(
                     f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
+                    f"dynamic_addresses still empty after {left} ms",
+                )
+            if len(found) < 2:
+                raise errors.NoFreeAddress(
+                    f"network {network} has no free address for port {port}",
                     f"dynamic_addresses {found}",
                 )
             alloc, prefixes = _allocation(config, found[1:])
@@ -210,7 +215,7 @@ def _allocation(
         alloc[address.version] = (str(address), str(iface.ip), iface.network)
         prefixes[address.version] = iface.network.prefixlen
     if not alloc:
-        raise CNIError("OVN assigned no address in the network's subnets", f"{found}")
+        raise errors.NoFreeAddress("OVN assigned no address in the network's subnets", f"{found}")
     return alloc, prefixes
 
 

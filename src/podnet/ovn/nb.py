@@ -432,17 +432,20 @@ def add_port(
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
     """The port's ``dynamic_addresses`` (``MAC IPv4 [IPv6]``) split, waiting up to
     ``timeout_ms`` for northd to assign them; [] when it did not."""
-    from podnet.ovn.ovsdb import pyset
+    from podnet.ovn.ovsdb import WaitTimedOut, pyset
 
-    results = nb.transact(
-        [
-            {"op": "wait", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
-             "columns": ["dynamic_addresses"], "until": "!=",
-             "rows": [{"dynamic_addresses": oset([])}], "timeout": timeout_ms},
-            {"op": "select", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
-             "columns": ["dynamic_addresses"]},
-        ]
-    )  # fmt: skip
+    try:
+        results = nb.transact(
+            [
+                {"op": "wait", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
+                 "columns": ["dynamic_addresses"], "until": "!=",
+                 "rows": [{"dynamic_addresses": oset([])}], "timeout": timeout_ms},
+                {"op": "select", "table": "Logical_Switch_Port", "where": [["name", "==", port]],
+                 "columns": ["dynamic_addresses"]},
+            ]
+        )  # fmt: skip
+    except WaitTimedOut:
+        return []
     rows = results[1].get("rows", [])
     values = pyset(rows[0]["dynamic_addresses"]) if rows else []
     return str(values[0]).split() if values else []

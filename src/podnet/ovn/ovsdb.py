@@ -13,7 +13,7 @@ a concurrent update (the API's ETag/If-Match across nodes). Values are built wit
 
 Errors: :class:`Unreachable` (CNI 11, the API's 503) names the connection; :class:`TxnFailed`
 (the server refused an operation: its ``error`` and ``details``); a ``wait`` that did not hold
-is :class:`Conflict`.
+is :class:`Conflict`, one that ran out of its time :class:`WaitTimedOut`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ class TxnFailed(KernelError):
 
 class Conflict(TxnFailed):
     """A ``wait`` operation did not hold: the rows changed since they were read."""
+
+
+class WaitTimedOut(TxnFailed):
+    """A ``wait`` given time (``timeout`` > 0 ms) ran out before its condition held."""
 
 
 def oset(items: Iterable[Any]) -> list[Any]:
@@ -99,7 +103,8 @@ class Ovsdb:
 
     def transact(self, ops: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Run ``ops`` as one transaction; each operation's result. Unreachable (11) when no
-        remote answers; Conflict for a failed ``wait``; TxnFailed for any other error (the
+        remote answers; Conflict for a failed ``wait`` (``timeout`` 0), WaitTimedOut for one whose
+        time ran out; TxnFailed for any other error (the
         whole transaction was then rolled back by the server)."""
         body = json.dumps([self.database, *ops], separators=(",", ":"))
         failures = []
@@ -125,6 +130,8 @@ class Ovsdb:
                 op = ops[i]["op"] if i < len(ops) else "commit"
                 message = f"{result['error']}: {result.get('details', '')}".strip(": ")
                 if result["error"] == "timed out" and op == "wait":
+                    if ops[i].get("timeout", 0):
+                        raise WaitTimedOut(f"OVN {self.database}: waited in vain", message)
                     raise Conflict(f"OVN {self.database}: changed concurrently", message)
                 raise TxnFailed(f"OVN {self.database} refused the change ({op})", message)
         return [r if isinstance(r, dict) else {} for r in results]

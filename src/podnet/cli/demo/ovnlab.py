@@ -238,8 +238,12 @@ class OvnLab:
                     f"--log-file={c / db}.log",
                 ],
             )
+        self.start_northd()
+
+    def start_northd(self) -> None:
+        c = self.central
         self._daemon(
-            node.netns,
+            self.nodes[0].netns,
             c / "northd.pid",
             [
                 "ovn-northd",
@@ -249,6 +253,11 @@ class OvnLab:
                 f"--log-file={c / 'northd.log'}",
             ],
         )
+        self.northd_ready()
+
+    def stop_northd(self) -> None:
+        """Stop ovn-northd (a fault: new ports get no addresses)."""
+        self._kill(self.central / "northd.pid")
 
     def _start_node(self, node: Node) -> None:
         d, env, ns = node.dir, node.env, node.netns
@@ -404,6 +413,12 @@ class OvnLab:
                 f"--log-file={c / 'nb'}.log",
             ],
         )
+        self.northd_ready()
+
+    def northd_ready(self) -> None:
+        """Return once northd has processed the NB (``--wait=sb``): after a restart of the NB it
+        reconnects with a back-off of up to 8 s, and until then new ports get no addresses."""
+        self.run(None, "ovn-nbctl", "--timeout=30", f"--db={self.nb_unix}", "--wait=sb", "sync")
 
     # -- tear-down ----------------------------------------------------------------------------
     @staticmethod
