@@ -36,8 +36,8 @@ UPLINK = {"parent": "ext0", "ipv4.gateway": "203.0.113.254/24",
 
 
 class Cluster:
-    """The lab, and each node's podnet store configured for the NB (n1 by its unix socket, n2
-    over TCP)."""
+    """The lab (three nodes, central services on n1), and each node's podnet store configured
+    for the NB (n1 by its unix socket, n2 and n3 over TCP)."""
 
     def __init__(self, lab: OvnLab, base: Path) -> None:
         self.lab = lab
@@ -69,7 +69,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     need("root")
     if missing_tools():
         pytest.fail(f"OVN tools missing: {missing_tools()} (.ci/run installs them)")
-    lab = OvnLab(f"pno{uuid.uuid4().hex[:4]}", ("n1", "n2"), subnet=249)
+    lab = OvnLab(f"pno{uuid.uuid4().hex[:4]}", ("n1", "n2", "n3"), subnet=249)
     try:
         lab.start()
         lab.outside(lab.nodes[0])
@@ -88,7 +88,7 @@ def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None
     and a default route, internal switch with OVN's subnet, external switch with a localnet
     port on the uplink, the HA chassis group of n1, the only chassis mapping the uplink); n1's
     OVS maps the uplink to a bridge holding ext0. Delete removes all of it."""
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     pairs = [f"{k}={v}" for k, v in UPLINK.items()]
     cluster.ok(n1, "network", "create", "up0", "--type=physical", *pairs)
     mappings = cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids:ovn-bridge-mappings")
@@ -131,7 +131,7 @@ def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None
 def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> None:
     """Two nodes set different keys of one OVN network at the same time, 10 rounds: every key
     is there afterwards; an If-Match ETag read before another node's change gets 412."""
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     cluster.ok(n1, "network", "create", "up1", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn1", "--type=ovn", "network=up1", "ipv6.address=none")
     try:
@@ -219,7 +219,7 @@ def test_unreachable_northbound_is_a_clean_error(cluster: Cluster) -> None:
     """With the NB server stopped, list and create fail with one line naming the connection
     (exit 1; the API's 503) and nothing is made; a bridge network of the node is still there
     once the NB is back."""
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     cluster.lab.stop_nb()
     try:
         for node, conn in ((n1, cluster.lab.nb_unix), (n2, cluster.lab.nb_tcp)):
@@ -249,9 +249,13 @@ class Echo:
         self.proc.wait()
 
 
-def tcp(ns: str, host: str, port: int) -> str:
-    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, ECHO, "tcp", host, str(port)],
+def tcp(ns: str, host: str, port: int, proto: str = "tcp") -> str:
+    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, ECHO, proto, host, str(port)],
                           capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+
+
+def udp(ns: str, host: str, port: int) -> str:
+    return tcp(ns, host, port, "udp")
 
 
 def run_plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, network: str,
@@ -277,15 +281,17 @@ def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, net
     return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
-def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
-    """A pod on n1 and one on n2 join one OVN network through the real plugin: addresses from
-    OVN's dynamic addressing (distinct, in the subnet), MTU the network's; TCP between them
-    crosses the tunnel; a pod reaching the outside is seen from the SNAT address (the router's
-    uplink address). DEL removes ports, veths and rows on each node."""
-    n1, n2 = cluster.lab.nodes
+def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
+    """A pod on each of n1, n2 and n3 joins one OVN network through the real plugin: addresses
+    from OVN's dynamic addressing (distinct, in the subnet), MTU the network's; TCP and UDP
+    between pods cross the tunnel (the server sees the caller's own address); a pod reaching
+    the outside is seen from the SNAT address (the router's uplink address). CHECK names an
+    OVS port that went; restore puts it back. DEL removes ports, veths and rows on each node."""
+    n1, n2, n3 = cluster.lab.nodes
     cluster.ok(n1, "network", "create", "up5", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn5", "--type=ovn", "network=up5", "ipv6.address=none")
-    pods = {"a": (n1, f"{cluster.lab.prefix}-pa"), "b": (n2, f"{cluster.lab.prefix}-pb")}
+    pods = {"a": (n1, f"{cluster.lab.prefix}-pa"), "b": (n2, f"{cluster.lab.prefix}-pb"),
+            "c": (n3, f"{cluster.lab.prefix}-pd")}  # fmt: skip
     servers: list[Echo] = []
     try:
         for _, ns in pods.values():
@@ -294,22 +300,27 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
         config = cluster.networks(n2)["ovn5"]["config"]
         subnet = config["ipv4.address"].rsplit(".", 1)[0]
         addrs = {k: r["ips"][0]["address"].split("/")[0] for k, r in results.items()}
-        assert len(set(addrs.values())) == 2 and all(a.startswith(subnet + ".") for a in addrs.values()), addrs
+        assert len(set(addrs.values())) == 3 and all(a.startswith(subnet + ".") for a in addrs.values()), addrs
         assert all(r["interfaces"][1]["mtu"] == int(config["bridge.mtu"]) for r in results.values())
-        servers.append(Echo(pods["b"][1], "POD-B", 8080))
-        assert tcp(pods["a"][1], addrs["b"], 8080) == f"POD-B ::ffff:{addrs['a']}"
+        for k, (_, ns) in pods.items():
+            servers.append(Echo(ns, f"POD-{k.upper()}", 8080))
+        for src, dst in (("a", "b"), ("b", "c"), ("c", "a")):
+            ns = pods[src][1]
+            assert tcp(ns, addrs[dst], 8080) == f"POD-{dst.upper()} ::ffff:{addrs[src]}", (src, dst)
+            assert udp(ns, addrs[dst], 8080) == f"POD-{dst.upper()} ::ffff:{addrs[src]}", (src, dst)
         out = f"{cluster.lab.prefix}-out"
         servers.append(Echo(out, "OUTSIDE", 8081))
-        for k in pods:  # n1 is the gateway chassis: n2's pod goes through the tunnel first
+        for k in pods:  # n1 is the gateway chassis: the others' pods go through the tunnel first
             assert tcp(pods[k][1], "203.0.113.254", 8081) == "OUTSIDE ::ffff:203.0.113.10", k
+            assert udp(pods[k][1], "203.0.113.254", 8081) == "OUTSIDE ::ffff:203.0.113.10", k
         for k, (node, ns) in pods.items():
             plugin(cluster, node, "CHECK", f"c-{k}", ns, "ovn5", prevResult=results[k])
             plugin(cluster, node, "STATUS", "", ns, "ovn5")
         node, ns = pods["b"]  # CHECK names what is off: the OVS port gone
         host_if = results["b"]["interfaces"][0]["name"]
         cluster.lab.vsctl(node, "del-port", "br-int", host_if)
-        out = run_plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
-        assert out.returncode == 1 and '"code": 103' in out.stdout and host_if in out.stdout, out.stdout
+        out_ = run_plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
+        assert out_.returncode == 1 and '"code": 103' in out_.stdout and host_if in out_.stdout, out_.stdout
         done = cluster.ok(node, "network", "restore")  # puts the port back from the node's view
         assert f"{host_if} in br-int" in done, done
         plugin(cluster, node, "CHECK", "c-b", ns, "ovn5", prevResult=results["b"])
@@ -318,7 +329,7 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")  # again: nothing left, still 0
         assert "pod" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
-        for node in (n1, n2):
+        for node in (n1, n2, n3):
             ports = cluster.lab.vsctl(node, "list-ports", "br-int").split()
             assert not [p for p in ports if p.startswith("pn")], ports
     finally:
@@ -328,6 +339,48 @@ def test_pods_on_two_nodes_share_one_ovn_network(cluster: Cluster) -> None:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn5")
         cluster.ctl(n1, "network", "delete", "up5")
+
+
+def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
+    """``ipv4.nat.address`` (seed 004's OVN feature): pods on n2 and n3 reaching an outside
+    server over TCP and UDP are seen from that address, not the router's. It can be changed in
+    place: unset brings back the router's address, a new one is used at once, one outside the
+    uplink's routes is refused (LXD's message) and changes nothing, ``ipv4.nat=false`` removes
+    the SNAT rule."""
+    n1, n2, n3 = cluster.lab.nodes
+    out = f"{cluster.lab.prefix}-out"
+    cluster.ok(n1, "network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n2, "network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none",
+               "ipv4.nat.address=198.51.100.77")  # fmt: skip
+    router = cluster.networks(n3)["ovn9"]["config"]["volatile.network.ipv4.address"]
+    subprocess.run(["ip", "-n", out, "route", "replace", "198.51.100.0/24", "via", router], check=True)
+    pods = {"b": (n2, f"{cluster.lab.prefix}-nb"), "c": (n3, f"{cluster.lab.prefix}-nc")}
+    server = Echo(out, "OUTSIDE", 8082)
+    try:
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            plugin(cluster, node, "ADD", f"n-{k}", ns, "ovn9")
+        for k, (_, ns) in pods.items():
+            assert tcp(ns, "203.0.113.254", 8082) == "OUTSIDE ::ffff:198.51.100.77", k
+            assert udp(ns, "203.0.113.254", 8082) == "OUTSIDE ::ffff:198.51.100.77", k
+        cluster.ok(n3, "network", "unset", "ovn9", "ipv4.nat.address")
+        assert tcp(pods["b"][1], "203.0.113.254", 8082) == f"OUTSIDE ::ffff:{router}"
+        bad = cluster.ctl(n2, "network", "set", "ovn9", "ipv4.nat.address=192.0.2.7")
+        assert bad.returncode == 1 and 'Uplink network does not contain "192.0.2.7" in its routes' in bad.stderr
+        assert "ipv4.nat.address" not in cluster.networks(n1)["ovn9"]["config"]
+        cluster.ok(n2, "network", "set", "ovn9", "ipv4.nat.address=198.51.100.78")
+        assert tcp(pods["c"][1], "203.0.113.254", 8082) == "OUTSIDE ::ffff:198.51.100.78"
+        cluster.ok(n1, "network", "set", "ovn9", "ipv4.nat=false")
+        assert tcp(pods["c"][1], "203.0.113.254", 8082) == "<timeout>"  # no SNAT: no way back
+        assert nbctl(cluster, "--bare", "--columns=_uuid", "list", "NAT") == ""
+    finally:
+        server.stop()
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"n-{k}", ns, "ovn9")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "-n", out, "route", "del", "198.51.100.0/24"], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn9")
+        cluster.ctl(n1, "network", "delete", "up9")
 
 
 def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
@@ -391,7 +444,7 @@ def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
     seed's loopback case answers from the address called; ``0.0.0.0`` allocates from the
     uplink's routes; listen addresses outside the routes or inside the OVN ranges are refused.
     Deleting the network removes its forwards and load balancers."""
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
     cluster.ok(n1, "network", "create", "up7", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn7", "--type=ovn", "network=up7", "ipv6.address=none")
@@ -454,12 +507,71 @@ def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up7")
 
 
+UPLINK6 = {**UPLINK, "ipv6.gateway": "2001:db8:ff::254/64",
+           "ipv6.ovn.ranges": "2001:db8:ff::10-2001:db8:ff::19", "ipv6.routes": "2001:db8:ee::/64"}  # fmt: skip
+
+
+def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
+    """IPv6 on a dual-stack OVN network: a whole-IP forward to a pod on n2 and a port forward
+    to a pod on n3, on one IPv6 listen address, reached from the outside over TCP and UDP (the
+    pod sees the outside's address); a pod reaches the outside from the router's IPv6 uplink
+    address; ``::`` allocates from the uplink's IPv6 routes; mixed families are refused with
+    LXD's message."""
+    n1, n2, n3 = cluster.lab.nodes
+    out = f"{cluster.lab.prefix}-out"
+    subprocess.run(["ip", "-n", out, "addr", "add", "2001:db8:ff::254/64", "dev", "gw0", "nodad"], check=True)
+    cluster.ok(n1, "network", "create", "up10", "--type=physical", *[f"{k}={v}" for k, v in UPLINK6.items()])
+    cluster.ok(n1, "network", "create", "ovn10", "--type=ovn", "network=up10")
+    router6 = cluster.networks(n2)["ovn10"]["config"]["volatile.network.ipv6.address"]
+    assert router6.startswith("2001:db8:ff::1"), router6
+    subprocess.run(["ip", "-n", out, "-6", "route", "replace", "2001:db8:ee::/64", "via", router6], check=True)
+    pods = {"b": (n2, f"{cluster.lab.prefix}-6b"), "c": (n3, f"{cluster.lab.prefix}-6c")}
+    servers: list[Echo] = []
+    try:
+        ip6 = {}
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            result = plugin(cluster, node, "ADD", f"v6-{k}", ns, "ovn10")
+            ip6[k] = next(i["address"].split("/")[0] for i in result["ips"] if ":" in i["address"])
+            servers.append(Echo(ns, f"POD-{k.upper()}", 8080))
+        servers.append(Echo(out, "OUTSIDE6", 8083))
+        cluster.ok(n2, "network", "forward", "create", "ovn10", "2001:db8:ee::5", f"target_address={ip6['b']}")
+        for proto in ("tcp", "udp"):
+            cluster.ok(n3, "network", "forward", "port", "add", "ovn10", "2001:db8:ee::5", proto, "80", ip6["c"], "8080")
+        got = {
+            "tcp port to c": tcp(out, "2001:db8:ee::5", 80),
+            "udp port to c": udp(out, "2001:db8:ee::5", 80),
+            "default to b": tcp(out, "2001:db8:ee::5", 8080),
+            "c to outside": tcp(pods["c"][1], "2001:db8:ff::254", 8083),
+        }
+        assert got["tcp port to c"] == "POD-C 2001:db8:ff::254", got
+        assert got["udp port to c"] == "POD-C 2001:db8:ff::254", got
+        assert got["default to b"] == "POD-B 2001:db8:ff::254", got
+        assert got["c to outside"] == f"OUTSIDE6 {router6}", got
+        made = cluster.ok(n1, "network", "forward", "create", "ovn10", "::")
+        assert "2001:db8:ee::1" in made, made
+        bad = cluster.ctl(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::9", "target_address=10.0.0.1")
+        assert bad.returncode == 1 and "Cannot mix IP versions" in bad.stderr, bad.stderr
+        bad = cluster.ctl(n1, "network", "forward", "create", "ovn10", "2001:db8:ff::11")
+        assert bad.returncode == 1 and "in its routes" in bad.stderr, bad.stderr
+    finally:
+        for s in servers:
+            s.stop()
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"v6-{k}", ns, "ovn10")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "-n", out, "-6", "route", "del", "2001:db8:ee::/64"], capture_output=True)
+        subprocess.run(["ip", "-n", out, "addr", "del", "2001:db8:ff::254/64", "dev", "gw0"], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn10")
+        cluster.ctl(n1, "network", "delete", "up10")
+
+
 def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
     """Eight pods per node ADDed at the same time on both nodes, on a dual-stack OVN network:
     every pod gets an IPv4 and an IPv6 address of the network, none twice (northd assigns them
     for the whole cluster); a pod on n1 reaches one on n2 over IPv6 TCP. All DELs leave no
     port."""
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     cluster.ok(n1, "network", "create", "up8", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn8", "--type=ovn", "network=up8")
     pods = [(node, f"{cluster.lab.prefix}-d{node.name}{i}", f"d-{node.name}-{i}")
@@ -526,7 +638,7 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
     from api_helpers import ApiServer, lxc, lxc_conf
 
     need("lxc")
-    n1, n2 = cluster.lab.nodes
+    n1, n2, n3 = cluster.lab.nodes
     server = ApiServer(n1.netns, cluster.data["n1"], tmp_path / "logs", env={**os.environ, **n1.env})
     conf = lxc_conf(tmp_path / "lxc-conf")
     try:
@@ -548,8 +660,10 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
         shown = yaml_load(run("network", "show", "ovn9").stdout)
         assert shown["config"] == cluster.networks(n2)["ovn9"]["config"]
         assert "198.51.100.40" in cluster.ok(n2, "network", "forward", "list", "ovn9")
-        out = run("network", "set", "ovn9", "ipv4.nat=false")
-        assert out.returncode == 1 and 'Changing "ipv4.nat" of an OVN network is not supported' in out.stderr
+        out = run("network", "set", "ovn9", "bridge.mtu=1300")
+        assert out.returncode == 1 and 'Changing "bridge.mtu" of an OVN network is not supported' in out.stderr
+        assert run("network", "set", "ovn9", "ipv4.nat=false").returncode == 0  # SNAT rules follow
+        assert nbctl(cluster, "--bare", "--columns=_uuid", "list", "NAT") == ""
         assert run("network", "set", "ovn9", "user.owner=team-a").returncode == 0
         assert cluster.networks(n2)["ovn9"]["config"]["user.owner"] == "team-a"
         assert run("network", "delete", "ovn9").returncode == 0

@@ -33,16 +33,9 @@ if TYPE_CHECKING:
     from podnet.store.networks import NetworkRow
 
 #: Keys a change may not touch (what the NB objects are made of); change them by re-creating.
-FIXED = (
-    "network",
-    "ipv4.address",
-    "ipv6.address",
-    "ipv4.nat",
-    "ipv6.nat",
-    "ipv4.nat.address",
-    "ipv6.nat.address",
-    "bridge.mtu",
-)
+FIXED = ("network", "ipv4.address", "ipv6.address", "bridge.mtu")
+#: Keys a change may touch: they rewrite the router's SNAT rules.
+NAT_KEYS = ("ipv4.nat", "ipv6.nat", "ipv4.nat.address", "ipv6.nat.address")
 
 
 def _mac() -> str:
@@ -173,11 +166,10 @@ class OvnDriver(ClusterDriver):
             if config.get(key, "auto") == "auto":
                 config[key] = self._auto(family, taken)
                 config.setdefault(f"ipv{family}.nat", "true")
-        internal, uplink_ifaces, gateways, snat = [], [], [], []
+        internal, uplink_ifaces, gateways = [], [], []
         for family in (4, 6):
             address = config[f"ipv{family}.address"]
             gateway = uplink.config.get(f"ipv{family}.gateway")
-            nat_address = config.get(f"ipv{family}.nat.address")
             if address == "none":
                 continue
             iface = checked.interface(address)
@@ -187,8 +179,6 @@ class OvnDriver(ClusterDriver):
                         f"Subnet {iface.network} overlaps another network's {other}", 409
                     )
             internal.append(iface)
-            if nat_address:
-                self._check_nat_address(uplink, family, nat_address)
             if not gateway:
                 continue
             own = self._uplink_address(ctx, name, uplink, family)
@@ -196,8 +186,7 @@ class OvnDriver(ClusterDriver):
             gw = checked.interface(gateway)
             uplink_ifaces.append(checked.interface(f"{own}/{gw.network.prefixlen}"))
             gateways.append(gw.ip)
-            if is_true(config.get(f"ipv{family}.nat", "false")):
-                snat.append((nat_address or own, str(iface.network)))
+        snat = self._snat(uplink, config)
         chassis = vswitch.chassis()
         if "bridge.mtu" not in config:
             mtu, family = _underlay_mtu(chassis.encap_ip)
@@ -214,6 +203,24 @@ class OvnDriver(ClusterDriver):
             int(config["bridge.mtu"]),
         )
         return config, nbmod.create_ops(name, plan), lambda: []
+
+    @classmethod
+    def _snat(cls, uplink: nbmod.Record, config: dict[str, str]) -> list[tuple[str, str]]:
+        """The router's SNAT ``(external address, internal subnet)`` pairs: per family with
+        an internal subnet, ``ipv{n}.nat`` true and an uplink address, to ``ipv{n}.nat.address``
+        (checked against the uplink, LXD's messages) or else the router's uplink address."""
+        snat = []
+        for family in (4, 6):
+            address = config.get(f"ipv{family}.address", "none")
+            nat_address = config.get(f"ipv{family}.nat.address")
+            own = config.get(f"volatile.network.ipv{family}.address")
+            if address == "none":
+                continue
+            if nat_address:
+                cls._check_nat_address(uplink, family, nat_address)
+            if own and is_true(config.get(f"ipv{family}.nat", "false")):
+                snat.append((nat_address or own, str(checked.interface(address).network)))
+        return snat
 
     @staticmethod
     def _check_nat_address(uplink: nbmod.Record, family: int, value: str) -> None:
@@ -236,7 +243,9 @@ class OvnDriver(ClusterDriver):
                 f'Changing "{changed[0]}" of an OVN network is not supported: '
                 "delete and create the network again"
             )
-        return config, []
+        if all(config.get(k) == before.config.get(k) for k in NAT_KEYS):
+            return config, []
+        return config, nbmod.snat_ops(name, self._snat(self._uplink(ctx, config), config))
 
     def cluster_delete(
         self, ctx: Context, name: str

@@ -311,20 +311,7 @@ def create_ops(network: str, plan: Plan) -> list[dict[str, Any]]:
                 "ha_chassis_group": named("hagrp"),
             },
         },
-        *(
-            {
-                "op": "insert",
-                "table": "NAT",
-                "uuid-name": f"nat{i}",
-                "row": {
-                    "type": "snat",
-                    "external_ip": ext,
-                    "logical_ip": internal,
-                    "external_ids": tag,
-                },
-            }
-            for i, (ext, internal) in enumerate(plan.snat)
-        ),
+        *_snat_rows(network, plan.snat),
         *(
             {
                 "op": "insert",
@@ -352,6 +339,39 @@ def create_ops(network: str, plan: Plan) -> list[dict[str, Any]]:
         },
     ]
     return ops
+
+
+def _snat_rows(network: str, snat: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """NAT rows ``nat<i>`` for SNAT ``(external address, internal subnet)`` pairs."""
+    return [
+        {
+            "op": "insert",
+            "table": "NAT",
+            "uuid-name": f"nat{i}",
+            "row": {
+                "type": "snat",
+                "external_ip": ext,
+                "logical_ip": internal,
+                "external_ids": omap({TAG: network}),
+            },
+        }
+        for i, (ext, internal) in enumerate(snat)
+    ]
+
+
+def snat_ops(network: str, snat: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The operations that make ``network``'s router SNAT exactly ``snat`` (``(external
+    address, internal subnet)`` pairs; [] for none). The old NAT rows are collected by OVSDB
+    once no router refers to them."""
+    return [
+        *_snat_rows(network, snat),
+        {
+            "op": "update",
+            "table": "Logical_Router",
+            "where": [["name", "==", names(network)["lr"]]],
+            "row": {"nat": oset([named(f"nat{i}") for i in range(len(snat))])},
+        },
+    ]
 
 
 def delete_ops(network: str) -> list[dict[str, Any]]:
