@@ -1,5 +1,7 @@
-"""``podnetctl demo``: passes end to end in under 20 s, and leaves no namespace, process or
-temporary directory behind — after success, after a failed check, and after Ctrl-C/SIGTERM."""
+"""``podnetctl demo``: passes end to end (its OVN part across three nodes included), and leaves
+no namespace, process, OVS/OVN daemon or temporary directory behind — after success, after a
+failed check, and after Ctrl-C/SIGTERM. Its duration is printed, not asserted (timing belongs
+to bench/)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,15 @@ def recorder() -> tuple[Progress, io.StringIO]:
 def leftovers(tag: str) -> list[str]:
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in names.splitlines() if f"pndemo-{tag}-" in line]
+
+
+def ovn_daemons(tmp: str) -> list[str]:
+    """OVS/OVN daemons of the demo's lab still running (their command lines name a path under
+    the demo's temporary directory ``tmp``)."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    names = ("ovsdb-server", "ovs-vswitchd", "ovn-northd", "ovn-controller")
+    return [line for line in out.splitlines()
+            if line.split(" ", 1)[0].rsplit("/", 1)[-1] in names and tmp + "/" in line]
 
 
 # -- no root ---------------------------------------------------------------------------------
@@ -67,14 +78,13 @@ def _namespaces() -> None:
 
 @pytest.mark.root
 @needs_root
-def test_demo_passes_quickly_and_leaves_nothing() -> None:
+def test_demo_passes_and_leaves_nothing() -> None:
     started = time.monotonic()
-    proc = subprocess.run([PODNETCTL, "demo"], capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
+    proc = subprocess.run([PODNETCTL, "demo"], capture_output=True, text=True, timeout=180)
+    print(f"demo took {time.monotonic() - started:.1f} s")
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "✗" not in out and "demo passed" in out
-    assert elapsed < 20, f"demo took {elapsed:.1f} s"
     for text in (
         "hostPort 8080",
         "127.0.0.1:8080",
@@ -89,6 +99,12 @@ def test_demo_passes_quickly_and_leaves_nothing() -> None:
         "forward on the node's own 192.0.2.1 refused",
         "198.51.100.11:9999 dropped",
         "no bridge and no forward element left",
+        "pod-x (n2) → pod-y (n3) over the tunnel",
+        "outside → 198.51.100.20:80 → pod-x on n2",
+        "outside → 198.51.100.21:8090 → pod-y on n3",
+        "pod-y → outside 203.0.113.254: seen from 198.51.100.77 (SNAT)",
+        "no podnet port or load balancer in the NB, no pod port in any br-int",
+        "OVN lab stopped",
     ):
         assert text in out, text
     tag = re.search(r"pndemo-(\w+)-\*", out)
@@ -96,16 +112,22 @@ def test_demo_passes_quickly_and_leaves_nothing() -> None:
     assert tag and tmp
     assert leftovers(tag.group(1)) == []
     assert not os.path.exists(tmp.group(1))
+    assert ovn_daemons(tmp.group(1)) == []
 
 
 @pytest.mark.root
 @needs_root
 @pytest.mark.parametrize(
-    ("signum", "group"),
-    [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)],
-    ids=["ctrl-c (process group)", "SIGINT", "SIGTERM"],
+    ("signum", "group", "at"),
+    [
+        (signal.SIGINT, True, "ADD through the runtime"),
+        (signal.SIGINT, False, "ADD through the runtime"),
+        (signal.SIGTERM, False, "ADD through the runtime"),
+        (signal.SIGINT, True, "  ✓ ADD pod-x on n2"),
+    ],
+    ids=["ctrl-c (process group)", "SIGINT", "SIGTERM", "ctrl-c in the OVN part"],
 )
-def test_demo_interrupted_tears_down(signum: int, group: bool) -> None:
+def test_demo_interrupted_tears_down(signum: int, group: bool, at: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [PODNETCTL, "demo"],
@@ -123,7 +145,7 @@ def test_demo_interrupted_tears_down(signum: int, group: bool) -> None:
     try:
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("ADD through the runtime"):
+            if line.startswith(at):
                 if group:  # what a terminal does: plugins and servers get it too
                     os.killpg(proc.pid, signum)
                 else:
@@ -142,6 +164,7 @@ def test_demo_interrupted_tears_down(signum: int, group: bool) -> None:
     assert tag and tmp, out
     assert leftovers(tag.group(1)) == []
     assert not os.path.exists(tmp.group(1))
+    assert ovn_daemons(tmp.group(1)) == []
 
 
 @pytest.mark.root

@@ -15,14 +15,18 @@ What it does (issue 2, item 10), each step printed as one ``✓``/``✗`` line:
 4. networks and forwards (:mod:`podnet.cli.demo.networks`): a bridge network with two pods, a
    whole-address forward and a port forward fetched from the client, hairpin from the target
    and from another pod, then all of it removed;
-5. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
+5. OVN across nodes (:mod:`podnet.cli.demo.ovn`): three node namespaces of an OVN deployment
+   of the demo's own, pods on two nodes talking over one OVN network, a forward of each kind
+   and the NAT address seen from an outside namespace, then all of it removed;
+6. the SQLite state (pods and ports tables), DEL of both pods, and a check that no row, host
    veth, hostPort map element or cache entry is left;
-6. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
+7. teardown of every process, namespace and file it made — also after a failure, Ctrl-C or
    SIGTERM. The machine's own interfaces, routes and firewall are never touched.
 
 :func:`run_demo` returns True when every check passed. The package is a kit
 (:mod:`podnet.cli.demo.kit`: resources, checks, teardown, and the pod and hostPort parts) plus
-one module per further part (:mod:`podnet.cli.demo.networks`); :class:`Demo` runs them all.
+one module per further part (:mod:`podnet.cli.demo.networks`, :mod:`podnet.cli.demo.ovn`);
+:class:`Demo` runs them all.
 """
 
 from __future__ import annotations
@@ -32,17 +36,18 @@ from collections.abc import Callable
 from rich.console import Console
 
 from podnet.cli import state
-from podnet.cli.demo import kit, networks
+from podnet.cli.demo import kit, networks, ovn
 from podnet.cli.demo.kit import DemoError, Pod, Progress
 
 __all__ = ["Demo", "DemoError", "Pod", "Progress", "run_demo"]
 
 
 class Demo(kit.Demo):
-    """The whole demo: the kit's pod and hostPort parts, then networks and forwards."""
+    """The whole demo: the kit's pod and hostPort parts, then networks and forwards, then OVN
+    networks across nodes."""
 
     def parts(self) -> list[Callable[[kit.Demo], None]]:
-        return [networks.run_networks]
+        return [networks.run_networks, ovn.run_ovn]
 
 
 def run_demo(console: Console | None = None) -> bool:
