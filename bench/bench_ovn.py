@@ -191,8 +191,8 @@ class Run:
 
         nb = Ovsdb([self.lab.nb_unix], "OVN_Northbound")
         ls = nbmod.names(NETWORK)["ls_int"]
-        new = range(self.ports, level)
-        if new:
+        for start in range(self.ports, level, 100):  # 100 per transaction: one argv each
+            chunk = range(start, min(start + 100, level))
             ops: list[dict[str, Any]] = [
                 {
                     "op": "insert",
@@ -201,25 +201,22 @@ class Run:
                     "row": {
                         "name": f"bench-filler-{i}",
                         "addresses": oset(
-                            [
-                                f"0a:58:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:"
-                                f"{i & 255:02x}:01 dynamic"
-                            ]
+                            [f"0a:58:00:{i >> 8 & 255:02x}:{i & 255:02x}:01 dynamic"]
                         ),
                     },
                 }
-                for i in new
+                for i in chunk
             ]
             ops.append(
                 {
                     "op": "mutate",
                     "table": "Logical_Switch",
                     "where": [["name", "==", ls]],
-                    "mutations": [["ports", "insert", oset([named(f"p{i}") for i in new])]],
+                    "mutations": [["ports", "insert", oset([named(f"p{i}") for i in chunk])]],
                 }
             )
             nb.transact(ops)
-            self.ports = level
+        self.ports = max(self.ports, level)
         for i in range(self.forwards, level):
             forward = Forward(
                 _filler_listen(i), config={"target_address": f"10.250.{8 + i // 250}.{i % 250 + 1}"}

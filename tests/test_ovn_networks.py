@@ -680,6 +680,36 @@ def yaml_load(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> None:
+    """With 400 KB of forwards registered (more than one argument of ``ovsdb-client`` may
+    hold), forward create and delete still work from two nodes, and each change bumps the
+    registry's generation by one instead of re-sending the whole map."""
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import Ovsdb, omap
+
+    n1, n2, _ = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up11", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn11", "--type=ovn", "network=up11", "ipv6.address=none")
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    pad = "x" * 1000
+    keys = [f"{nbmod.FPREFIX}ovn11|198.51.{101 + i // 250}.{i % 250 + 1}" for i in range(400)]
+    keys.append(f"{nbmod.FPREFIX}ovn11|198.51.100.300")  # another writer's malformed key: ignored
+    try:
+        for chunk in range(0, len(keys), 50):  # as if made earlier (descriptions of 1,000 bytes)
+            put = {k: f'{{"description":"{pad}","config":{{}},"ports":[]}}' for k in keys[chunk : chunk + 50]}
+            nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                          "mutations": [["external_ids", "insert", omap(put)]]}])  # fmt: skip
+        before = nbmod.read(nb).generation
+        cluster.ok(n1, "network", "forward", "create", "ovn11", "198.51.100.9")
+        cluster.ok(n2, "network", "forward", "delete", "ovn11", "198.51.100.9")
+        assert nbmod.read(nb).generation == before + 2
+    finally:
+        nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                      "mutations": [["external_ids", "delete", ["set", keys]]]}])  # fmt: skip
+        cluster.ctl(n1, "network", "delete", "ovn11")
+        cluster.ctl(n1, "network", "delete", "up11")
+
+
 def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
     """An uplink never takes over a link that is someone else's: a port of a Linux bridge (a
     pod's bridge port, say) is refused naming its master, and nothing is recorded or mapped."""

@@ -5,9 +5,13 @@ node wrote them.
 
 - **The registry.** Each podnet network that spans nodes (``physical`` uplinks, ``ovn``
   networks) is one key of ``NB_Global`` ``external_ids``: ``podnet:network:<name>`` → JSON
-  ``{"type", "description", "config"}``. A change is one transaction that first ``wait``\\s for
-  the map it read: a concurrent change (from any node) makes it fail and :func:`change` reads
-  again and re-applies — per network, an update is never lost, and a stale ETag is still a 412.
+  ``{"type", "description", "config"}``. ``podnet:generation`` counts the registry's changes.
+  A change is one transaction that first ``wait``\\s for the generation it read, then bumps it
+  and mutates only the keys it changes: a concurrent change (from any node) makes it fail and
+  :func:`change` reads again and re-applies — per network, an update is never lost, and a
+  stale ETag is still a 412. The transaction's size does not grow with the registry (the
+  ``wait`` once held the whole map: past about 800 forwards it no longer fit one argument of
+  ``ovsdb-client``).
 - **An OVN network's objects** (LXD's layout, FIELD-NOTES §8a), named ``pn-<name>-…`` and
   tagged ``external_ids:podnet-network=<name>``: router ``-lr``; internal switch ``-ls-int``
   with ``other_config:subnet`` (OVN's own address assignment) and its router port; external
@@ -32,6 +36,8 @@ PREFIX = "podnet:network:"
 #: Forwards of OVN networks: ``podnet:forward:<network>|<listen address>`` → JSON forward.
 FPREFIX = "podnet:forward:"
 TAG = "podnet-network"
+#: The registry's change counter (decimal text) in ``NB_Global`` ``external_ids``.
+GENERATION = "podnet:generation"
 #: Attempts of :func:`change` when other writers keep changing the registry meanwhile.
 RETRIES = 8
 
@@ -77,6 +83,15 @@ class Registry:
     raw: Any
     forwards: dict[tuple[str, str], str] = field(default_factory=dict)
     forward_changes: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: :data:`GENERATION` as read (0: absent or not a count).
+    generation: int = 0
+
+
+def _canonical_ip(text: str) -> bool:
+    try:
+        return checked.text(checked.ip(text)) == text
+    except ValueError:
+        return False
 
 
 def read(nb: Ovsdb) -> Registry:
@@ -92,12 +107,41 @@ def read(nb: Ovsdb) -> Registry:
                 records[key[len(PREFIX) :]] = record
         elif key.startswith(FPREFIX) and isinstance(value, str):
             network, sep, listen = key[len(FPREFIX) :].partition("|")
-            if sep:
+            if sep and _canonical_ip(listen):  # another writer's malformed key: ignored
                 forwards[(network, listen)] = value
-    return Registry(records, raw, forwards)
+    generation = pymap(raw).get(GENERATION)
+    valid = isinstance(generation, str) and generation.isascii() and generation.isdigit()
+    count = int(generation) if valid and len(generation) < 19 else 0  # type: ignore[arg-type]
+    return Registry(records, raw, forwards, generation=count)
 
 
 Change = Callable[[Registry], tuple[dict[str, "Record | None"], list[dict[str, Any]]]]
+
+
+def _wait_unchanged(registry: Registry) -> dict[str, Any]:
+    """A ``wait`` that fails when the registry changed since ``registry`` was read: the one
+    ``NB_Global`` row still holds the generation read (or, before any podnet change counted
+    them or when the counter is not a count, still holds the whole map read)."""
+    if registry.generation == 0:  # never counted, or not a count: the whole map
+        return {
+            "op": "wait",
+            "table": "NB_Global",
+            "where": [],
+            "columns": ["external_ids"],
+            "until": "==",
+            "rows": [{"external_ids": registry.raw}],
+            "timeout": 0,
+        }
+    held = omap({GENERATION: str(registry.generation)})
+    return {
+        "op": "wait",
+        "table": "NB_Global",
+        "where": [["external_ids", "includes", held]],
+        "columns": [],
+        "until": "==",
+        "rows": [{}],
+        "timeout": 0,
+    }
 
 
 def change(nb: Ovsdb, fn: Change) -> Registry:
@@ -116,35 +160,19 @@ def change(nb: Ovsdb, fn: Change) -> Registry:
                 drop.append(key)
             if text is not None:
                 put[key] = text
-        txn: list[dict[str, Any]] = [
+        txn = [_wait_unchanged(registry)]
+        put[GENERATION] = str(registry.generation + 1)
+        txn.append(
             {
-                "op": "wait",
+                "op": "mutate",
                 "table": "NB_Global",
                 "where": [],
-                "columns": ["external_ids"],
-                "until": "==",
-                "rows": [{"external_ids": registry.raw}],
-                "timeout": 0,
-            },
-        ]
-        if drop:
-            txn.append(
-                {
-                    "op": "mutate",
-                    "table": "NB_Global",
-                    "where": [],
-                    "mutations": [["external_ids", "delete", oset(drop)]],
-                }
-            )
-        if put:
-            txn.append(
-                {
-                    "op": "mutate",
-                    "table": "NB_Global",
-                    "where": [],
-                    "mutations": [["external_ids", "insert", omap(put)]],
-                }
-            )
+                "mutations": [
+                    ["external_ids", "delete", oset([*drop, GENERATION])],
+                    ["external_ids", "insert", omap(put)],
+                ],
+            }
+        )
         try:
             nb.transact([*txn, *ops])
         except Conflict:
