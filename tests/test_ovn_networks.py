@@ -710,6 +710,54 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
         cluster.ctl(n1, "network", "delete", "up11")
 
 
+def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
+    """A hostPort of a pod on an OVN network (n2) answers from another node (n3 → n2's
+    underlay address) and from n2 itself, through n2's management port (the pod sees its
+    address, in the subnet); a second pod asking for the same hostPort gets 101 and leaves
+    nothing; DEL takes the hostPort away. Deleting the network is not refused for the
+    management port, and ``network restore`` on n2 then removes it."""
+    from podnet.drivers.ovn_hostports import mgmt_ifname
+    from podnet.link.names import host_ifname
+
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up12", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn12", "--type=ovn", "network=up12", "ipv6.address=none")
+    subnet = cluster.networks(n2)["ovn12"]["config"]["ipv4.address"].rsplit(".", 1)[0] + "."
+    ns = {k: f"{cluster.lab.prefix}-h{k}" for k in "ab"}
+    ports = {"portMappings": [{"hostPort": 8085, "containerPort": 8080, "protocol": "tcp"}]}
+    server: Echo | None = None
+    try:
+        for name in ns.values():
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        plugin(cluster, n2, "ADD", "h-a", ns["a"], "ovn12", runtimeConfig=ports)
+        server = Echo(ns["a"], "POD-HA", 8080)
+        seen = tcp(n3.netns, n2.address, 8085)
+        assert seen.startswith("POD-HA ::ffff:" + subnet), seen
+        assert tcp(n2.netns, n2.address, 8085).startswith("POD-HA ::ffff:" + subnet)  # the node itself
+        out = run_plugin(cluster, n2, "ADD", "h-b", ns["b"], "ovn12", runtimeConfig=ports)
+        assert out.returncode == 1 and '"code": 101' in out.stdout, out.stdout
+        assert "h-b" not in cluster.ok(n2, "pods") and f" {host_ifname('h-b', 'eth0')}@" not in \
+            subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
+        assert len(nbctl(cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port",
+                         "external_ids:podnet-container=h-b")) == 0  # fmt: skip
+        plugin(cluster, n2, "DEL", "h-a", ns["a"], "ovn12")
+        assert tcp(n3.netns, n2.address, 8085) in ("<timeout>", "<refused>", ""), "hostPort still there"
+        mgmt = mgmt_ifname("ovn12")
+        assert mgmt in subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
+        cluster.ok(n1, "network", "delete", "ovn12")
+        assert "management port" in cluster.ok(n2, "network", "restore")
+        links = subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
+        assert mgmt not in links and mgmt not in cluster.lab.vsctl(n2, "list-ports", "br-int")
+    finally:
+        if server is not None:
+            server.stop()
+        for k, name in ns.items():
+            run_plugin(cluster, n2, "DEL", f"h-{k}", name, "ovn12")
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn12")
+        cluster.ctl(n1, "network", "delete", "up12")
+
+
 def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
     """An uplink never takes over a link that is someone else's: a port of a Linux bridge (a
     pod's bridge port, say) is refused naming its master, and nothing is recorded or mapped."""

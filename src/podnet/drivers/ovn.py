@@ -251,19 +251,30 @@ class OvnDriver(ClusterDriver):
         self, ctx: Context, name: str
     ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
         n = nbmod.names(name)
+        from podnet.drivers import ovn_hostports
+        from podnet.ovn.ovsdb import pymap
+
         ports = ctx.nb.select(
             "Logical_Switch_Port",
             [["external_ids", "includes", ["map", [[nbmod.TAG, name]]]]],
-            ["name"],
+            ["name", "external_ids"],
         )
         pods = [
             p["name"]
             for p in ports
             if p["name"] not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
+            and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
         ]
         if pods:
             raise NetworkError("The network is currently in use")
         for where in ctx.registry.forwards:  # its forwards go with it (their LBs: delete_ops)
             if where[0] == name:
                 ctx.registry.forward_changes[where] = None
-        return nbmod.delete_ops(name), lambda: None
+        # this node's management port now; other nodes' at their `network restore`
+        return nbmod.delete_ops(name), lambda: ovn_hostports.remove_mgmt(name, ctx.owner)
+
+    def forget_node(self, ctx: Context) -> list[str]:
+        from podnet.drivers import ovn_hostports
+
+        keep = {n for n, r in ctx.registry.records.items() if r.type == "ovn"}
+        return ovn_hostports.forget_mgmt(keep, ctx.owner)

@@ -25,8 +25,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from podnet import checked, errors, proc
+from podnet import errors, proc
 from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
+from podnet.drivers.ovn_hostports import allocation as _allocation
+from podnet.drivers.ovn_hostports import ovs as _ovs
+from podnet.drivers.ovn_hostports import wait_installed as _wait_installed
 from podnet.errors import CNIError
 from podnet.link import names
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.ovn.ovsdb import Ovsdb
     from podnet.store import Store
+    from podnet.values import PortMapping
 
 #: Seconds an ADD waits for northd's addresses and for ovn-controller, at most (and never past
 #: the tools' deadline).
@@ -94,16 +98,15 @@ def plug(bridge: str, host_if: str, port: str, owner: str) -> None:
     )
 
 
-def _ovs(*args: str) -> None:
-    proc.run(["ovs-vsctl", "--timeout=10", *args])
-
-
 def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     """ADD on an OVN network (see the module). Errors: 7 bad config or OVS not set up for OVN,
     11 NB unreachable (naming it), 102 CNI_IFNAME exists, 104 kernel or OVS failure, or the
     port not wired by ovn-controller within the deadline (naming it)."""
+    from podnet import reconcile
     from podnet.cni.netconf import parse_requested_mac
     from podnet.cni.result import attachment
+    from podnet.drivers.ovn_hostports import ensure_mgmt
+    from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
     from podnet.ovn import nb as nbmod
     from podnet.ovn import vswitch
@@ -122,6 +125,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
         refuse_existing(store, call.container_id)
         nb = _nb(store)
         config = network_record(store, nb, network)
+        entries: list[PortMapping] = []
         try:
             ids = dict(
                 zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
@@ -141,6 +145,9 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                     f"dynamic_addresses {found}",
                 )
             alloc, prefixes = _allocation(config, found[1:])
+            entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
+            if entries:  # refused early, before any link is made; checked again at the COMMIT
+                check_hostports(store, entries)
             mtu = int(config.get("bridge.mtu") or 1500)
             link = veth.PodLink(
                 host_if=host_if,
@@ -170,7 +177,10 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                     ["nsenter", f"--net={call.netns}", "ethtool", "-K", call.ifname, "tx", "off"]
                 )
             _wait_installed(host_if, port, deadline)
+            if entries:
+                ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline)
             with store.write():
+                check_hostports(store, entries)
                 store.pods.insert(
                     container_id=call.container_id,
                     netns=call.netns,
@@ -191,6 +201,11 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                 row = store.networks.get(network)
                 if row is not None:
                     store.networks.attach_pod(call.container_id, row.id)
+                store.pods.insert_portmaps(entries)
+            undo.push("removing the rows", lambda: _delete_rows(store, call, entries))
+            if entries:
+                pending = reconcile.start_add(store, entries, ranges_changed=False)
+                reconcile.finish_add(store, pending, call.log.warn)
         except BaseException as err:
             undo.run(err, call.log.warn)
             raise
@@ -199,24 +214,13 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     )
 
 
-def _allocation(
-    config: dict[str, str], found: list[str]
-) -> tuple[dict[int, tuple[str, str, Any]], dict[int, int]]:  # noqa: E501
-    """``{family: (address, gateway, subnet)}`` and the prefix lengths, from northd's
-    addresses and the network's router addresses."""
-    alloc: dict[int, tuple[str, str, Any]] = {}
-    prefixes: dict[int, int] = {}
-    for text in found:
-        address = checked.ip(text)
-        router = config.get(f"ipv{address.version}.address", "none")
-        if router in ("", "none", "auto"):
-            continue
-        iface = checked.interface(router)
-        alloc[address.version] = (str(address), str(iface.ip), iface.network)
-        prefixes[address.version] = iface.network.prefixlen
-    if not alloc:
-        raise errors.NoFreeAddress("OVN assigned no address in the network's subnets", f"{found}")
-    return alloc, prefixes
+def _delete_rows(store: Store, call: Call, entries: list[PortMapping]) -> None:
+    """Undo of the rows: the hostPort elements the kernel may hold first, then the rows."""
+    from podnet import reconcile
+
+    reconcile.delete(store, entries, call.container_id, call.log.warn)
+    with store.write():
+        store.pods.delete(call.container_id)
 
 
 def _create_pair(link: Any) -> None:
@@ -238,33 +242,18 @@ def _create_pair(link: Any) -> None:
         raise errors.KernelError(f"failed to create veth {link.host_if}", err.strip())
 
 
-def _wait_installed(host_if: str, port: str, deadline: float) -> None:
-    left = max(1, int(deadline - time.monotonic()))
-    argv = [
-        "ovs-vsctl",
-        f"--timeout={left}",
-        "wait-until",
-        "Interface",
-        host_if,
-        "external_ids:ovn-installed=true",
-    ]
-    rc, _, err = proc.spawn(argv, timeout=left + 2).wait()
-    if rc != 0:
-        raise errors.KernelError(
-            f"port {port} was not wired on this chassis within the deadline "
-            "(is ovn-controller running?)",
-            err.strip(),
-        )
-
-
 def detach(call: Call, conf: StoreConf, network: str) -> None:
     """DEL on an OVN network: the OVS port, the veth, the logical switch port and the rows;
-    never fails for what is already gone or for an NB that does not answer (warned; GC later)."""
+    never fails for what is already gone or for an NB that does not answer (warned; GC later).
+    The pod's hostPort elements and rows go as for any podnet pod."""
+    from podnet import reconcile
+    from podnet.drivers.pods import flush_udp
     from podnet.link import veth
     from podnet.ovn import nb as nbmod
 
     host_if = names.host_ifname(call.container_id, call.ifname)
     port = nbmod.port_name(network, call.container_id, call.ifname)
+    entries: list[PortMapping] = []
     with open_store(conf) as store, store.write():
         pod = store.pods.get(call.container_id)
         mine = pod is not None and pod.ifname == call.ifname and pod.network_name == conf.name
@@ -282,7 +271,11 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
         except CNIError as err:
             call.log.warn(f"port {port} stays in the NB until a GC: {err.msg}")
         if mine:
+            rows = store.pods.portmaps(call.container_id)
+            entries = reconcile.renderable(rows, call.log.warn)
+            reconcile.delete(store, entries, call.container_id, call.log.warn)
             store.pods.delete(call.container_id)
+    flush_udp(call, entries)
 
 
 def check(call: Call, conf: PodnetConf) -> None:

@@ -100,7 +100,7 @@ class _Add:
             with self.store.locked():
                 self.undo.run(err, self.call.log.warn)
             raise
-        _flush_udp(self.call, self.entries)
+        flush_udp(self.call, self.entries)
         return attachment(link.host_if, link.host_mac, link.ifname, link.pod_mac, link.netns,
                           link.mtu, choice.alloc, choice.prefixes)  # fmt: skip
 
@@ -277,7 +277,7 @@ def check_hostports(store: Store, entries: list[PortMapping]) -> None:
         raise errors.HostPortConflict(hostport_message(*found))
 
 
-def _flush_udp(call: Call, entries: list[PortMapping]) -> None:
+def flush_udp(call: Call, entries: list[PortMapping]) -> None:
     """Flush stale UDP conntrack entries of the mapped ports; a failure is logged only (as the
     reference portmap does: the mapping works, old flows may linger)."""
     ports = [(e.family, e.host_port) for e in entries if e.protocol == "udp"]
@@ -341,7 +341,7 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
         finally:
             if released is not None:
                 released()
-    _flush_udp(call, entries)
+    flush_udp(call, entries)
 
 
 def check(driver: Driver, call: Call, conf: PodnetConf) -> None:

@@ -12,7 +12,8 @@ Both kinds of DNAT are :class:`~podnet.firewall.dnat.Dnat` entries in hash maps,
     input (filter)             no new connection to 127.0.0.0/8 from outside ``lo``
     forward_drop_in/_out       (filter, after the DNATs) drop what still goes to the listen
                                address of a forward without a default target (seed 004)
-    postrouting (nat, srcnat)  marked → masquerade; a network's SNAT address; egress masquerade
+    postrouting (nat, srcnat)  marked → masquerade; DNAT out of an OVN management port
+                               (``pnm*``) → masquerade; a network's SNAT address; egress masquerade
 
 Forwards are not behind ``fib daddr type local``: a listen address is usually routed to the
 node, not assigned to it (seed 004). They come first, so a forward's listen address is the
@@ -47,6 +48,9 @@ __all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableS
            "add_script", "delete_script", "script"]  # fmt: skip
 
 MASQ_MARK = 0x2000
+#: OVN management ports (:mod:`podnet.drivers.ovn_hostports`): a hostPort DNATed to a pod of
+#: an OVN network leaves through one and is masqueraded, so the reply comes back to the node.
+MGMT_LINKS = "pnm*"
 _L4 = "meta l4proto { tcp, udp }"
 
 
@@ -157,7 +161,8 @@ def script(state: TableState) -> str:
                        f"{d.lookup(HOSTPORTS, kind, family)} {mark_stmt}"
                        for kind, family in hostport_kinds]  # fmt: skip
     hostport_rules += [d.statement(HOSTPORTS, kind, family) for kind, family in hostport_kinds]
-    postrouting = [f"meta mark & {mark} == {mark} masquerade"]
+    postrouting = [f"meta mark & {mark} == {mark} masquerade",
+                   f'oifname "{MGMT_LINKS}" ct status dnat masquerade']  # fmt: skip
     postrouting += [f"{ip[f]} saddr {cidr} {ip[f]} daddr != @ranges_v{f} snat {ip[f]} to {addr}"
                     for f, cidr, addr in snat]  # fmt: skip
     postrouting += [f"{ip[f]} saddr @egress_v{f} {ip[f]} daddr != @ranges_v{f} masquerade"

@@ -1,0 +1,194 @@
+"""hostPorts for pods on OVN networks (issue 16, item 5).
+
+A node has no route into an OVN network's subnet: its pods sit behind the integration
+bridge. The first ADD with ``portMappings`` on a network gives the node a **management port**
+there, as ovn-kubernetes does (``k8s-<node>``):
+
+- a logical switch port ``pn-<network>-mgmt-<hash of the chassis>`` on the internal switch,
+  ``"<MAC> dynamic"`` (northd assigns its address like a pod's), ``requested-chassis`` this
+  node, ``external_ids`` ``podnet-network`` and ``podnet-mgmt=<system-id>`` (not a pod: GC and
+  "in use" pass it by);
+- an OVS internal port ``pnm<12 hex of the network>`` on the integration bridge with that
+  ``iface-id``, the port's MAC and addresses, the network's MTU, alias ``podnet:<dataDir>``
+  (the node's link, podnet's); TX checksum offload off on a ``netdev`` datapath;
+  ``ip_forward``/``forwarding`` and ``route_localnet`` as for a pod's host veth.
+
+The hostPort then works as for ptp and bridge pods: the same rows (seed 001's
+``portmap_entries``), conflict checks and ``inet podnet`` map elements; the DNATed packet
+leaves through the management port, and ``postrouting`` masquerades every DNATed connection
+leaving through a ``pnm*`` link, so the pod's reply comes back through the node (the pod sees
+the management port's address as the client). The management port is the node's, like an
+uplink's bridge: it stays for later pods and goes with the network (``network restore`` on a
+node forgets those of networks deleted elsewhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from typing import Any
+
+from podnet import checked, errors, proc
+from podnet.firewall.table import MGMT_LINKS
+from podnet.link import names
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.ovn.vswitch import Chassis
+
+#: Links podnet makes as management ports; ``postrouting`` masquerades DNAT through them.
+MGMT_PREFIX = MGMT_LINKS.rstrip("*")
+MGMT_ID = "podnet-mgmt"
+_MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+
+
+def ovs(*args: str) -> None:
+    proc.run(["ovs-vsctl", "--timeout=10", *args])
+
+
+def wait_installed(host_if: str, port: str, deadline: float) -> None:
+    left = max(1, int(deadline - time.monotonic()))
+    argv = [
+        "ovs-vsctl",
+        f"--timeout={left}",
+        "wait-until",
+        "Interface",
+        host_if,
+        "external_ids:ovn-installed=true",
+    ]
+    rc, _, err = proc.spawn(argv, timeout=left + 2).wait()
+    if rc != 0:
+        raise errors.KernelError(
+            f"port {port} was not wired on this chassis within the deadline "
+            "(is ovn-controller running?)",
+            err.strip(),
+        )
+
+
+def allocation(
+    config: dict[str, str], found: list[str]
+) -> tuple[dict[int, tuple[str, str, Any]], dict[int, int]]:  # noqa: E501
+    """``{family: (address, gateway, subnet)}`` and the prefix lengths, from northd's
+    addresses and the network's router addresses."""
+    alloc: dict[int, tuple[str, str, Any]] = {}
+    prefixes: dict[int, int] = {}
+    for text in found:
+        address = checked.ip(text)
+        router = config.get(f"ipv{address.version}.address", "none")
+        if router in ("", "none", "auto"):
+            continue
+        iface = checked.interface(router)
+        alloc[address.version] = (str(address), str(iface.ip), iface.network)
+        prefixes[address.version] = iface.network.prefixlen
+    if not alloc:
+        raise errors.NoFreeAddress("OVN assigned no address in the network's subnets", f"{found}")
+    return alloc, prefixes
+
+
+def mgmt_ifname(network: str) -> str:
+    """The node's management link on ``network`` (15 characters, an interface name's most)."""
+    return MGMT_PREFIX + hashlib.sha256(network.encode()).hexdigest()[:12]
+
+
+def mgmt_port(network: str, system_id: str) -> str:
+    """The logical switch port of ``system_id``'s management port on ``network``."""
+    return f"pn-{network}-mgmt-{hashlib.sha256(system_id.encode()).hexdigest()[:12]}"
+
+
+def ensure_mgmt(
+    nb: Ovsdb,
+    network: str,
+    config: dict[str, str],
+    chassis: Chassis,
+    bridge: str,
+    owner: str,
+    deadline: float,
+) -> str:
+    """The node's management port on ``network`` (see the module), made when missing and
+    checked otherwise; returns the link's name. Errors: 11 northd gave no address in time,
+    100 the subnet is full, 104 OVS or the kernel refused, or ovn-controller did not wire it
+    before ``deadline`` (monotonic seconds)."""
+    from podnet.link import sysctl, veth
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import pyset
+
+    dev = mgmt_ifname(network)
+    port = mgmt_port(network, chassis.system_id)
+    rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
+    if not rows:
+        ids = {MGMT_ID: chassis.system_id}
+        nbmod.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
+    left = max(1, int((deadline - time.monotonic()) * 1000))
+    found = nbmod.port_addresses(nb, port, left)
+    if len(found) < 2:
+        raise errors.TryAgainLater(
+            f"OVN assigned no address to management port {port} in time "
+            "(is ovn-northd running, is the subnet full?)",
+            f"dynamic_addresses {found or pyset([])}",
+        )
+    alloc, prefixes = allocation(config, found[1:])
+    mac = found[0].lower()
+    if not _MAC.fullmatch(mac):
+        raise errors.KernelError(f"management port {port}: {checked.show(mac)} is not a MAC")
+    existing = veth.alias_of(dev)
+    if existing is not None and existing != owner:
+        raise errors.KernelError(f"{dev} exists and is not this store's: refusing to use it")
+    ovs("--may-exist", "add-port", bridge, dev, "--", "set", "Interface", dev, "type=internal",
+         f"external_ids:iface-id={port}", f"external_ids:podnet-owner={owner}")  # fmt: skip
+    mtu = int(config.get("bridge.mtu") or 1500)
+    lines = [
+        f"link set dev {dev} address {mac} mtu {mtu}",
+        f"link set dev {dev} alias {veth.q(owner)}",
+        *(
+            f"address replace {a[0]}/{prefixes[f]} dev {dev}" + (" nodad" if f == 6 else "")
+            for f, a in sorted(alloc.items())
+        ),
+        f"link set dev {dev} up",
+    ]
+    rc, _, err = proc.spawn(["ip", "-batch", "-"], veth.batch(lines)).wait()
+    if rc != 0:
+        raise errors.KernelError(f"failed to configure management port {dev}", err.strip())
+    try:
+        sysctl.configure_host_side(dev, alloc)
+    except OSError as exc:
+        raise errors.KernelError(f"failed to configure management port {dev}", str(exc)) from None
+    if chassis.userspace:
+        proc.run(["ethtool", "-K", dev, "tx", "off"])
+    wait_installed(dev, port, deadline)
+    return dev
+
+
+def forget_mgmt(keep: set[str], owner: str) -> list[str]:
+    """Remove this node's management links (of store ``owner``) of networks not in ``keep``
+    (their switch went with the network); what was removed, as lines."""
+    from podnet.ovn import vswitch
+    from podnet.ovn.ovsdb import pymap
+
+    wanted = {mgmt_ifname(n) for n in keep}
+    done = []
+    for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
+        name = str(row["name"])
+        ids = pymap(row.get("external_ids"))
+        if name.startswith(MGMT_PREFIX) and name not in wanted and ids.get("podnet-owner") == owner:
+            _remove(name, owner)
+            done.append(f"management port {name} removed (its network is gone)")
+    return done
+
+
+def remove_mgmt(network: str, owner: str) -> None:
+    """Remove this node's management link on ``network`` if store ``owner`` made it."""
+    from podnet.link import veth
+
+    name = mgmt_ifname(network)
+    if veth.alias_of(name) == owner:
+        _remove(name, owner)
+
+
+def _remove(name: str, owner: str) -> None:
+    from podnet.link import veth
+
+    ovs("--if-exists", "del-port", name)
+    if veth.alias_of(name) == owner:
+        veth.delete_host(name, owner=owner)
