@@ -93,3 +93,34 @@ def test_etag_guards_put(served: tuple[Lab, ApiServer, Path]) -> None:
         r = client.put("http://podnet/1.0", json={"config": {}}, headers={"If-Match": r.headers["ETag"]})
         assert_sync(r)
         assert assert_sync(client.get("http://podnet/1.0"))["config"] == {}
+
+
+def test_the_client_key_is_never_shown(served: tuple[Lab, ApiServer, Path], tmp_path: Path) -> None:
+    """``GET /1.0`` (and ``lxc config show``) show ``network.ovn.client_key`` as ``(hidden)``,
+    never its PEM text; a PUT sending back what GET showed (``lxc config edit``, with its ETag)
+    keeps the stored key; ``lxc config unset`` removes it."""
+    import sqlite3
+
+    _, server, conf = served
+    key_file = tmp_path / "client.key"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key_file)], check=True)
+    pem = key_file.read_text()
+    body = pem.split("-----")[2].strip().splitlines()[0]
+    assert ctl(server.data, "set", f"network.ovn.client_key={pem}").returncode == 0
+
+    def stored() -> str | None:
+        with sqlite3.connect(server.data / "podnet.db") as db:
+            row = db.execute("SELECT value FROM server_config WHERE key = 'network.ovn.client_key'").fetchone()
+        return row[0] if row else None
+
+    with server.client() as client:
+        r = client.get("http://podnet/1.0")
+        shown = assert_sync(r)
+        assert shown["config"]["network.ovn.client_key"] == "(hidden)" and body not in r.text
+        r = client.put("http://podnet/1.0", json={"config": shown["config"]}, headers={"If-Match": r.headers["ETag"]})
+        assert_sync(r)
+    assert stored() == pem.strip() or stored() == pem, "PUT of the shown config changed the key"
+    out = lxc(server.data, conf, "config", "show")
+    assert body not in out.stdout and "(hidden)" in out.stdout, out.stdout
+    assert lxc(server.data, conf, "config", "unset", "network.ovn.client_key").returncode == 0
+    assert stored() is None

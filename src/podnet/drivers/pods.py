@@ -420,8 +420,8 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
     driver.gc_also(call, conf, failures)
-    if failures:
-        raise CNIError("GC finished with errors", "; ".join(failures))
+    if failures:  # what GC could not remove stays for the next GC: the kernel's or OVS's code
+        raise errors.KernelError("GC finished with errors", "; ".join(failures))
 
 
 class VethDriver(Driver):

@@ -132,6 +132,8 @@ KEYS: dict[str, Callable[[str], None]] = {
 }
 #: Keys whose values are secrets: shown as set, never echoed back in errors.
 SECRET = (CLIENT_KEY,)
+#: What ``GET /1.0`` shows for a secret that is set (PUT/PATCH of it keeps the value).
+HIDDEN = "(hidden)"
 
 
 def _shown(key: str, value: str) -> str:
