@@ -758,6 +758,60 @@ def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up12")
 
 
+def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
+    """Rows and records podnet did not make (review of issue 16): a registry record of another
+    type or with a bad config is not a network (no bridge appears on a node, listing works); a
+    malformed forward key is not listed; ``network create`` is refused (409) when a router of
+    the names it would take exists, and that router survives; ``volatile.*`` keys are podnet's
+    (400), a PUT sending the stored value back is fine."""
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import Ovsdb, omap
+
+    n1, n2, _ = cluster.lab.nodes
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    planted = {f"{nbmod.PREFIX}evb": '{"type":"bridge","config":{"ipv4.address":"8.8.8.1/24"}}',
+               f"{nbmod.PREFIX}evo": '{"type":"ovn","config":{"network":"x","ipv4.address":"garbage"}}',
+               f"{nbmod.PREFIX}ev;x": '{"type":"physical","config":{"parent":"eth0"}}'}  # fmt: skip
+    nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                  "mutations": [["external_ids", "insert", omap(planted)]]}])  # fmt: skip
+    cluster.lab.nbctl("lr-add", "pn-xy-lr", "--", "set", "Logical_Router", "pn-xy-lr", "external_ids:owner=admin")
+    ns = f"{cluster.lab.prefix}-ev"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        listed = cluster.networks(n2)
+        assert not {"evb", "evo", "ev;x"} & set(listed), listed
+        out = run_plugin(cluster, n2, "ADD", "ev-1", ns, "evb")
+        assert out.returncode == 1 and '"code": 7' in out.stdout, out.stdout
+        assert "evb" not in subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
+        cluster.ok(n1, "network", "create", "upx", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        bad = cluster.ctl(n1, "network", "create", "xy", "--type=ovn", "network=upx", "ipv6.address=none")
+        assert bad.returncode == 1 and "pn-xy-lr" in bad.stderr and "not made by podnet" in bad.stderr, bad.stderr
+        assert "xy" not in cluster.networks(n1)
+        assert cluster.lab.nbctl("--bare", "--columns=external_ids", "find", "Logical_Router", "name=pn-xy-lr") == "owner=admin"
+        cluster.ok(n1, "network", "create", "ovx", "--type=ovn", "network=upx", "ipv6.address=none")
+        bad = cluster.ctl(n2, "network", "set", "ovx", "volatile.network.ipv4.address=8.8.4.4")
+        assert bad.returncode == 1 and "read-only" in bad.stderr, bad.stderr
+        bad = cluster.ctl(n2, "network", "create", "ovy", "--type=ovn", "network=upx",
+                          "volatile.network.ipv4.address=203.0.113.10")  # fmt: skip
+        assert bad.returncode == 1 and "read-only" in bad.stderr, bad.stderr
+        shown = yaml_load(cluster.ok(n2, "network", "show", "ovx"))
+        edited = cluster.ctl(n2, "network", "edit", "ovx", input=yaml_dump({"config": {**shown["config"], "user.a": "b"}}))
+        assert edited.returncode == 0, edited.stderr
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                      "mutations": [["external_ids", "delete", ["set", list(planted)]]]}])  # fmt: skip
+        cluster.lab.nbctl("--if-exists", "lr-del", "pn-xy-lr")
+        for name in ("ovx", "ovy", "xy", "upx"):
+            cluster.ctl(n1, "network", "delete", name)
+
+
+def yaml_dump(data: Any) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(data))
+
+
 def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
     """An uplink never takes over a link that is someone else's: a port of a Linux bridge (a
     pod's bridge port, say) is refused naming its master, and nothing is recorded or mapped."""

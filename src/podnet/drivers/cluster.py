@@ -174,6 +174,15 @@ def networks(nb: Ovsdb, owner: str) -> list[Network]:
     return [as_network(ctx, n, r) for n, r in sorted(registry.records.items())]
 
 
+def _read_only(config: Mapping[str, str], current: Mapping[str, str]) -> None:
+    """Refuse (400) a client's ``volatile.*`` key unless it is the value podnet set (a PUT
+    sends back what GET showed): those keys are podnet's record of what it allocated (the
+    router's uplink address), never a client's choice."""
+    for key, value in config.items():
+        if key.startswith("volatile.") and current.get(key) != value:
+            raise NetworkError(f'Key "{key}" is read-only: podnet sets it')
+
+
 def create(
     nb: Ovsdb,
     owner: str,
@@ -187,6 +196,7 @@ def create(
     """Create cluster network ``name``: 409 when any node's network has the name, 400 bad
     config, 503 NB unreachable. Then this node's side (an uplink's parent, say)."""
     driver = _driver(kind)
+    _read_only(config, {})
     valid = driver.validate(name, config)
     if name in local_names:
         raise NetworkError("The network already exists", 409)
@@ -235,6 +245,7 @@ def update(
                 f"ETag doesn't match: {current.etag()} vs {etag.strip(chr(34))}", 412
             )
         driver = _driver(record.type)
+        _read_only(config or {}, record.config)
         merged = dict(record.config) if patch else {}
         merged.update(config or {})
         if not patch:  # volatile keys are the node's, not the client's

@@ -160,6 +160,11 @@ class OvnDriver(ClusterDriver):
         from podnet.ovn import vswitch
 
         uplink = self._uplink(ctx, config)
+        clash = nbmod.taken_names(ctx.nb, name)
+        if clash:  # someone else's rows: podnet would act on them later
+            raise NetworkError(
+                f"OVN already has {', '.join(clash)}, not made by podnet for this network", 409
+            )
         taken = self._taken(ctx)
         for family in (4, 6):
             key = f"ipv{family}.address"

@@ -32,8 +32,8 @@ def update(
 ) -> dict[str, str]:
     """PUT (``patch`` False: ``config`` replaces the whole config) or PATCH (merged; an
     empty value unsets a key) ``/1.0``'s config; a secret sent back as GET shows it
-    (:data:`~podnet.networks.server.HIDDEN`) keeps its value. ``etag`` (If-Match) must be the current
-    one (412); 400 naming the key for a bad value (nothing is changed then)."""
+    (:data:`~podnet.networks.server.HIDDEN`) keeps its value. ``etag`` (If-Match) must be the
+    current one (412); 400 naming the key for a bad value (nothing is changed then)."""
     from podnet.networks import server
     from podnet.networks.model import etag as etag_of
 

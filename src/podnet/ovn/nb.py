@@ -87,6 +87,25 @@ class Registry:
     generation: int = 0
 
 
+def _valid(name: str, record: Record) -> bool:
+    """Whether a registry record is one podnet could have written: a ``physical`` or ``ovn``
+    network with a valid name and config. Another NB writer's malformed or foreign record is
+    ignored (never turned into a node's bridge, never a traceback)."""
+    from podnet.networks import ovnconfig
+    from podnet.networks.config import check_name
+    from podnet.networks.errors import NetworkError
+
+    validators = {"physical": ovnconfig.validate_physical, "ovn": ovnconfig.validate_ovn}
+    if record.type not in validators:
+        return False
+    try:
+        check_name(name)
+        validators[record.type](name, record.config)
+    except (NetworkError, ValueError):
+        return False
+    return True
+
+
 def _canonical_ip(text: str) -> bool:
     try:
         return checked.text(checked.ip(text)) == text
@@ -103,8 +122,9 @@ def read(nb: Ovsdb) -> Registry:
     for key, value in pymap(raw).items():
         if key.startswith(PREFIX) and isinstance(value, str):
             record = Record.loads(value)
-            if record is not None:
-                records[key[len(PREFIX) :]] = record
+            name = key[len(PREFIX) :]
+            if record is not None and _valid(name, record):
+                records[name] = record
         elif key.startswith(FPREFIX) and isinstance(value, str):
             network, sep, listen = key[len(FPREFIX) :].partition("|")
             if sep and _canonical_ip(listen):  # another writer's malformed key: ignored
@@ -192,6 +212,29 @@ def change(nb: Ovsdb, fn: Change) -> Registry:
 
 
 # -- an OVN network's objects ----------------------------------------------------------------
+
+
+def ours(network: str) -> list[Any]:
+    """The OVSDB condition "made by podnet for ``network``": every update or delete of a
+    network's rows carries it besides the name, so a row of the same name that someone else
+    made is never touched."""
+    return ["external_ids", "includes", omap({TAG: network})]
+
+
+def mine(network: str, name: str) -> list[Any]:
+    """The OVSDB ``where`` for row ``name`` of ``network``, made by podnet (:func:`ours`)."""
+    return [["name", "==", name], ours(network)]
+
+
+def taken_names(nb: Ovsdb, network: str) -> list[str]:
+    """Names ``network``'s objects would take that rows in the NB already hold (anyone's):
+    creating the network must be refused then."""
+    n = names(network)
+    wanted = [("Logical_Router", n["lr"]), ("Logical_Switch", n["ls_int"]),
+              ("Logical_Switch", n["ls_ext"]), ("HA_Chassis_Group", n["chassis"])]  # fmt: skip
+    ops = [{"op": "select", "table": t, "where": [["name", "==", name]], "columns": ["name"]}
+           for t, name in wanted]  # fmt: skip
+    return [name for (_, name), r in zip(wanted, nb.transact(ops), strict=True) if r.get("rows")]
 
 
 def names(network: str) -> dict[str, str]:
@@ -324,6 +367,7 @@ def create_ops(network: str, plan: Plan) -> list[dict[str, Any]]:
             "uuid-name": "lrpint",
             "row": {
                 "name": n["lrp_int"],
+                "external_ids": tag,
                 "mac": plan.mac_int,
                 "networks": oset([str(i) for i in plan.internal]),
             },
@@ -334,6 +378,7 @@ def create_ops(network: str, plan: Plan) -> list[dict[str, Any]]:
             "uuid-name": "lrpext",
             "row": {
                 "name": n["lrp_ext"],
+                "external_ids": tag,
                 "mac": plan.mac_ext,
                 "networks": oset([str(i) for i in plan.uplink]),
                 "ha_chassis_group": named("hagrp"),
@@ -396,7 +441,7 @@ def snat_ops(network: str, snat: list[tuple[str, str]]) -> list[dict[str, Any]]:
         {
             "op": "update",
             "table": "Logical_Router",
-            "where": [["name", "==", names(network)["lr"]]],
+            "where": [["name", "==", names(network)["lr"]], ours(network)],
             "row": {"nat": oset([named(f"nat{i}") for i in range(len(snat))])},
         },
     ]
@@ -411,13 +456,13 @@ def delete_ops(network: str) -> list[dict[str, Any]]:
         {
             "op": "update",
             "table": "Logical_Router_Port",
-            "where": [["name", "==", n["lrp_ext"]]],
+            "where": mine(network, n["lrp_ext"]),
             "row": {"ha_chassis_group": oset([])},
         },
-        {"op": "delete", "table": "Logical_Router", "where": [["name", "==", n["lr"]]]},
-        {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]]},
-        {"op": "delete", "table": "Logical_Switch", "where": [["name", "==", n["ls_ext"]]]},
-        {"op": "delete", "table": "HA_Chassis_Group", "where": [["name", "==", n["chassis"]]]},
+        {"op": "delete", "table": "Logical_Router", "where": mine(network, n["lr"])},
+        {"op": "delete", "table": "Logical_Switch", "where": mine(network, n["ls_int"])},
+        {"op": "delete", "table": "Logical_Switch", "where": mine(network, n["ls_ext"])},
+        {"op": "delete", "table": "HA_Chassis_Group", "where": mine(network, n["chassis"])},
         {
             "op": "delete",
             "table": "Load_Balancer",
@@ -465,13 +510,13 @@ def add_port(
     n = names(network)
     nb.transact(
         [
-            {"op": "wait", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+            {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}], "timeout": 0},
             {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
              "row": {"name": port, "addresses": f"{mac} dynamic",
                      "options": omap({"requested-chassis": chassis}),
                      "external_ids": omap({TAG: network, **ids})}},
-            {"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+            {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "mutations": [["ports", "insert", oset([named("pod")])]]},
         ]
     )  # fmt: skip
@@ -503,13 +548,13 @@ def delete_port(nb: Ovsdb, network: str, port: str) -> None:
     """Remove ``port`` from ``network``'s internal switch (the port row goes with it); no error
     when either is gone."""
     n = names(network)
-    rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["_uuid"])
+    rows = nb.select("Logical_Switch_Port", mine(network, port), ["_uuid"])
     if not rows:
         return
     uuid = rows[0]["_uuid"]
     nb.transact(
         [
-            {"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", n["ls_int"]]],
+            {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "mutations": [["ports", "delete", oset([uuid])]]},
         ]
     )  # fmt: skip
@@ -556,7 +601,7 @@ def forward_ops(
     )
     if routes:
         ops.append(
-            {"op": "mutate", "table": "Logical_Router", "where": [["name", "==", n["lr"]]],
+            {"op": "mutate", "table": "Logical_Router", "where": mine(network, n["lr"]),
              "mutations": [["static_routes", "delete", oset([r["_uuid"] for r in routes])]]}
         )  # fmt: skip
     if dnats is None:
@@ -575,7 +620,7 @@ def forward_ops(
         ops.append({"op": "insert", "table": "Load_Balancer", "uuid-name": f"lb{kind}", "row": row})
     for table, name in (("Logical_Router", n["lr"]), ("Logical_Switch", n["ls_int"])):
         ops.append(
-            {"op": "mutate", "table": table, "where": [["name", "==", name]],
+            {"op": "mutate", "table": table, "where": mine(network, name),
              "mutations": [["load_balancer", "insert", oset([named(x) for x in lbs])]]}
         )  # fmt: skip
     if "ip" not in vips:
@@ -583,7 +628,7 @@ def forward_ops(
         ops += [
             {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "drop",
              "row": {"ip_prefix": prefix, "nexthop": "discard", "external_ids": omap(tag)}},
-            {"op": "mutate", "table": "Logical_Router", "where": [["name", "==", n["lr"]]],
+            {"op": "mutate", "table": "Logical_Router", "where": mine(network, n["lr"]),
              "mutations": [["static_routes", "insert", oset([named("drop")])]]},
         ]  # fmt: skip
     return ops
