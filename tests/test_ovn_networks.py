@@ -797,6 +797,10 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         shown = yaml_load(cluster.ok(n2, "network", "show", "ovx"))
         edited = cluster.ctl(n2, "network", "edit", "ovx", input=yaml_dump({"config": {**shown["config"], "user.a": "b"}}))
         assert edited.returncode == 0, edited.stderr
+        bad = cluster.ctl(n2, "network", "set", "upx", "parent=eth0")
+        assert bad.returncode == 1 and 'Changing "parent"' in bad.stderr, bad.stderr
+        made = cluster.ctl(n2, "network", "forward", "create", "ovx", "0.0.0.0")
+        assert made.returncode == 0, made.stderr
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],

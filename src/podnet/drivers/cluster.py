@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podnet.drivers.base import Driver
+from podnet.errors import CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
@@ -296,8 +297,15 @@ def restore(nb: Ovsdb, owner: str) -> list[str]:
     done = []
     for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here
         done += _driver(kind).forget_node(ctx)
+    failed = []
     for name, record in sorted(registry.records.items()):
-        done += _driver(record.type).restore_node(ctx, name, record.config)
+        try:  # one network that cannot be restored here does not stop the others
+            done += _driver(record.type).restore_node(ctx, name, record.config)
+        except (CNIError, NetworkError) as err:
+            failed.append(f"network {name}: {getattr(err, 'msg', None) or err}")
+    if failed:
+        also = f" (done: {'; '.join(done)})" if done else ""
+        raise NetworkError("Failed restoring networks: " + "; ".join(failed) + also)
     return done
 
 

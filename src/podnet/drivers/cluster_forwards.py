@@ -106,13 +106,24 @@ def _overlaps(address: Addr, taken: Iterable[tuple[Any, str]]) -> str | None:
     return None
 
 
+#: Addresses ``0.0.0.0``/``::`` may try before giving up (the first free one is taken).
+ALLOCATE_TRIES = 65536
+
+
 def _allocate(registry: nbmod.Registry, record: nbmod.Record, family: int) -> str:
     taken = list(_taken(registry, None))
+    tries = 0
     for net in _routes(registry, record, family):
         hosts = net.hosts() if net.num_addresses > 2 else iter(net)
         for address in hosts:
             if _overlaps(address, taken) is None:
                 return str(address)
+            tries += 1
+            if tries >= ALLOCATE_TRIES:  # a route covered by huge ranges: never loop for ever
+                raise NetworkError(
+                    f"No free address in the uplink's routes within {ALLOCATE_TRIES} tries: "
+                    "give the listen address"
+                )
     raise NetworkError("No free address in the uplink's routes")
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from podnet import proc
 from podnet.drivers.cluster import ClusterDriver, Context
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
+from podnet.ovn import nb as nbmod
 
 
 def bridge_name(network: str) -> str:
@@ -144,6 +146,16 @@ class PhysicalDriver(ClusterDriver):
     ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
         self.check_parent(name, config["parent"])  # refused before anything is recorded
         return config, [], lambda: self.attach_node(ctx, name, config)
+
+    def cluster_update(
+        self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        if config.get("parent") != before.config.get("parent"):  # the old one stays bridged
+            raise NetworkError(
+                'Changing "parent" of a physical network is not supported: delete and create '
+                "the network again"
+            )
+        return config, []
 
     def cluster_delete(
         self, ctx: Context, name: str
