@@ -124,3 +124,39 @@ def test_the_client_key_is_never_shown(served: tuple[Lab, ApiServer, Path], tmp_
     assert body not in out.stdout and "(hidden)" in out.stdout, out.stdout
     assert lxc(server.data, conf, "config", "unset", "network.ovn.client_key").returncode == 0
     assert stored() is None
+
+
+def test_ssl_files_written_by_parallel_calls() -> None:
+    """Eight processes writing the same new PEM files at once (a node's parallel ADDs on an
+    ``ssl:`` NB after a key change), 40 times: all succeed and find the files complete, 0600 in
+    a 0700 directory. Each writes through a temporary file of its own (they once shared
+    ``<file>.new``, and one renamed another's away: FileNotFoundError, CNI 999)."""
+    import shutil
+    import sys
+    import uuid
+
+    marker = uuid.uuid4().hex
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "from podnet.drivers.cluster import _ssl_files\n"
+            "for i in range(40):\n"
+            "    m = sys.argv[2] + str(i)\n"
+            "    config = {'network.ovn.client_key': 'K' + m, 'network.ovn.client_cert': 'C' + m,"
+            " 'network.ovn.ca_cert': 'A' + m}\n"
+            "    paths = _ssl_files(config)\n"
+            "    assert [open(p).read() for p in paths] == ['K' + m, 'C' + m, 'A' + m]\n"
+            "    print(paths[0])\n")  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", code, src, marker], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    bases = {Path(line).parent for out, _ in outs for line in out.split()}
+    try:
+        assert all(p.returncode == 0 for p in procs), [err[-300:] for _, err in outs]
+        assert len(bases) == 40
+        for base in bases:
+            assert oct(base.stat().st_mode & 0o777) == "0o700"
+            assert sorted(f.name for f in base.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+            assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in base.iterdir())
+    finally:
+        for base in bases:
+            shutil.rmtree(base, ignore_errors=True)

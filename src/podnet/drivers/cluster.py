@@ -117,7 +117,8 @@ def connect(config: Mapping[str, str]) -> Ovsdb | None:
 
 def _ssl_files(config: Mapping[str, str]) -> tuple[str, str, str]:
     """The PEM values written to private files for ``ovsdb-client`` (0600, in a 0700 directory
-    under /run/podnet, rewritten only when they change)."""
+    ``/run/podnet/ovn-<hash>``, written only when they change, each writer through a temporary
+    file of its own)."""
     import hashlib
 
     from podnet.networks import server
@@ -127,15 +128,16 @@ def _ssl_files(config: Mapping[str, str]) -> tuple[str, str, str]:
     base = f"/run/podnet/ovn-{digest}"
     paths = tuple(f"{base}/{n}" for n in ("key.pem", "cert.pem", "ca.pem"))
     if not all(os.path.exists(p) for p in paths):
+        import tempfile
+
         os.makedirs(base, mode=0o700, exist_ok=True)
         os.chmod(base, 0o700)
         for path, pem in zip(paths, pems, strict=True):
-            fd = os.open(
-                path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
-            )
+            # a name of its own per writer: parallel calls never rename each other's file
+            fd, tmp = tempfile.mkstemp(dir=base, prefix=".new-")  # 0600
             with os.fdopen(fd, "w") as f:
                 f.write(pem)
-            os.replace(path + ".new", path)
+            os.replace(tmp, path)
     return paths[0], paths[1], paths[2]
 
 
