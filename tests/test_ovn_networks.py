@@ -797,6 +797,14 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         shown = yaml_load(cluster.ok(n2, "network", "show", "ovx"))
         edited = cluster.ctl(n2, "network", "edit", "ovx", input=yaml_dump({"config": {**shown["config"], "user.a": "b"}}))
         assert edited.returncode == 0, edited.stderr
+        mappings = cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings").strip('"')
+        cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings},adm:br-int"')
+        try:
+            bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+            assert bad.returncode == 1 and "already mapped to bridge br-int" in bad.stderr, bad.stderr
+            assert "adm:br-int" in cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings")
+        finally:
+            cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings}"')
         bad = cluster.ctl(n2, "network", "set", "upx", "parent=eth0")
         assert bad.returncode == 1 and 'Changing "parent"' in bad.stderr, bad.stderr
         made = cluster.ctl(n2, "network", "forward", "create", "ovx", "0.0.0.0")

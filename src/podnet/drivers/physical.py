@@ -66,6 +66,20 @@ def _held(parent: str, ours: str) -> str:
     return ""
 
 
+def _check_mapping(name: str) -> None:
+    """NetworkError (409) when this node's OVS maps OVN physical network ``name`` to a bridge
+    podnet did not make (``ovn-bridge-mappings``): the uplink would take over that mapping."""
+    from podnet.ovn import vswitch
+
+    mapped = vswitch.chassis().bridge_mappings.get(name)
+    if mapped not in (None, bridge_name(name)):
+        raise NetworkError(
+            f'OVN physical network "{name}" is already mapped to bridge {mapped} on this node '
+            "(ovn-bridge-mappings), not by podnet",
+            409,
+        )
+
+
 class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
@@ -92,6 +106,7 @@ class PhysicalDriver(ClusterDriver):
                 f'Parent interface "{parent}" has IP addresses configured '
                 f"({', '.join(found)}); an uplink's parent must have none"
             )
+        _check_mapping(name)
         return True
 
     def attach_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
