@@ -58,9 +58,9 @@ def host_ifname(cid: str) -> str:
 
 
 def port_name(cid: str) -> str:
-    from podnet.ovn import nb
+    from podnet.ovn import ports
 
-    return nb.port_name(NET, cid, IFNAME)
+    return ports.port_name(NET, cid, IFNAME)
 
 
 class Cluster:

@@ -26,6 +26,7 @@ from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, canonical_address
 from podnet.ovn import nb as nbmod
+from podnet.ovn import ports
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 Addr = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -192,7 +193,7 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward) -> Forward:
         new.config = {k: v for k, v in new.config.items() if v != ""}
         registry.forward_changes[(network, new.listen_address)] = dumps(new)
         made[:] = [new]
-        return nbmod.forward_ops(nb, network, new.listen_address, dnats)
+        return ports.forward_ops(nb, network, new.listen_address, dnats)
 
     _apply(nb, apply, "Failed creating forward: ")
     return made[0]
@@ -218,7 +219,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
         if new.etag() == current.etag():
             return []
         registry.forward_changes[where] = dumps(new)
-        return nbmod.forward_ops(nb, network, where[1], dnats)
+        return ports.forward_ops(nb, network, where[1], dnats)
 
     _apply(nb, apply, "Failed updating forward: ")
     return made[0]
@@ -232,6 +233,6 @@ def delete_forward(nb: Ovsdb, network: str, listen: str) -> None:
         if where not in registry.forwards:
             raise NetworkError("Failed deleting forward: Network forward not found", 404)
         registry.forward_changes[where] = None
-        return nbmod.forward_ops(nb, network, where[1], None)
+        return ports.forward_ops(nb, network, where[1], None)
 
     _apply(nb, apply, "")

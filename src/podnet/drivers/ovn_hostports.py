@@ -111,7 +111,7 @@ def ensure_mgmt(
     100 the subnet is full, 104 OVS or the kernel refused, or ovn-controller did not wire it
     before ``deadline`` (monotonic seconds)."""
     from podnet.link import sysctl, veth
-    from podnet.ovn import nb as nbmod
+    from podnet.ovn import ports
     from podnet.ovn.ovsdb import pyset
 
     dev = mgmt_ifname(network)
@@ -119,9 +119,9 @@ def ensure_mgmt(
     rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
     if not rows:
         ids = {MGMT_ID: chassis.system_id}
-        nbmod.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
+        ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
     left = max(1, int((deadline - time.monotonic()) * 1000))
-    found = nbmod.port_addresses(nb, port, left)
+    found = ports.port_addresses(nb, port, left)
     if len(found) < 2:
         raise errors.TryAgainLater(
             f"OVN assigned no address to management port {port} in time "

@@ -108,8 +108,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.drivers.ovn_hostports import ensure_mgmt
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
-    from podnet.ovn import nb as nbmod
-    from podnet.ovn import vswitch
+    from podnet.ovn import ports, vswitch
     from podnet.undo import Undo
 
     require_netns(call)
@@ -119,7 +118,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
     host_if = names.host_ifname(call.container_id, call.ifname)
     network = str(conf.network)
-    port = nbmod.port_name(network, call.container_id, call.ifname)
+    port = ports.port_name(network, call.container_id, call.ifname)
     undo = Undo()
     with open_store(conf) as store:
         refuse_existing(store, call.container_id)
@@ -130,10 +129,10 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             ids = dict(
                 zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
             )
-            nbmod.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
-            undo.push(f"deleting port {port}", lambda: nbmod.delete_port(nb, network, port))
+            ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
+            undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
             left = max(1, int((deadline - time.monotonic()) * 1000))
-            found = nbmod.port_addresses(nb, port, left)
+            found = ports.port_addresses(nb, port, left)
             if not found:
                 raise errors.TryAgainLater(
                     f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
@@ -249,10 +248,10 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
     from podnet import reconcile
     from podnet.drivers.pods import flush_udp
     from podnet.link import veth
-    from podnet.ovn import nb as nbmod
+    from podnet.ovn import ports
 
     host_if = names.host_ifname(call.container_id, call.ifname)
-    port = nbmod.port_name(network, call.container_id, call.ifname)
+    port = ports.port_name(network, call.container_id, call.ifname)
     entries: list[PortMapping] = []
     with open_store(conf) as store, store.write():
         pod = store.pods.get(call.container_id)
@@ -267,7 +266,7 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
         if veth.alias_of(host_if) in ("", link_alias(conf)):
             veth.delete_host(host_if)
         try:
-            nbmod.delete_port(_nb(store), network, port)
+            ports.delete_port(_nb(store), network, port)
         except CNIError as err:
             call.log.warn(f"port {port} stays in the NB until a GC: {err.msg}")
         if mine:
@@ -284,8 +283,7 @@ def check(call: Call, conf: PodnetConf) -> None:
     bound here) and the pod's address on CNI_IFNAME; the first difference is code 103."""
     from podnet.cni.result import prev_result
     from podnet.link import veth
-    from podnet.ovn import nb as nbmod
-    from podnet.ovn import vswitch
+    from podnet.ovn import ports, vswitch
     from podnet.ovn.ovsdb import pyatom, pymap, pyset
 
     if prev_result(call.config) is None:
@@ -293,7 +291,7 @@ def check(call: Call, conf: PodnetConf) -> None:
     require_netns(call)
     network = str(conf.network)
     host_if = names.host_ifname(call.container_id, call.ifname)
-    port = nbmod.port_name(network, call.container_id, call.ifname)
+    port = ports.port_name(network, call.container_id, call.ifname)
     with open_store(conf) as store:
         pod = store.pods.get(call.container_id)
         nb = _nb(store)
@@ -331,7 +329,7 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     ports of podnet whose attachment is not valid (nor in the store any more)."""
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.ovn import nb as nbmod
-    from podnet.ovn import vswitch
+    from podnet.ovn import ports, vswitch
 
     valid = parse_valid_attachments(call.config)
     try:
@@ -340,11 +338,11 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             known = {(str(p.container_id), str(p.ifname)) for p in store.pods.all()}
             bridge = _integration_bridge(store)
         system_id = vswitch.chassis().system_id
-        for lsp in nbmod.ports_of_chassis(nb, system_id):
+        for lsp in ports.ports_of_chassis(nb, system_id):
             ids = lsp["external_ids"]
             key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
             if key not in valid and key not in known:
-                nbmod.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
+                ports.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
         alias = link_alias(conf)
         for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
             ids = {k: str(v) for k, v in pymap_of(row).items()}
@@ -370,12 +368,12 @@ def restore(store: Store, row: Any, owner: str) -> list[str]:
     """``network restore``: this node's pods on OVN network ``row`` back in the integration
     bridge (after OVS lost its ports); a pod whose host end is gone is named, not remade."""
     from podnet.link import veth
-    from podnet.ovn import nb as nbmod
+    from podnet.ovn import ports
 
     done = []
     bridge = _integration_bridge(store)
     for container_id, ifname, host_if in store.networks.pods(row.id):
-        port = nbmod.port_name(row.name, container_id, ifname)
+        port = ports.port_name(row.name, container_id, ifname)
         if veth.alias_of(host_if) != owner:
             done.append(f"pod {container_id}: its host end {host_if} is gone (ADD it again)")
             continue
