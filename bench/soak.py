@@ -97,6 +97,9 @@ class Soak:
         for ns in sorted(self.namespaces):
             sh("ip", "netns", "del", ns, check=False)
         sh("rm", "-rf", str(self.tmp), check=False)
+        from podnet.reconcile import prune_claims
+
+        prune_claims(str(self.tmp))  # the node's table owner record under /run/podnet/tables
 
     # -- one call ----------------------------------------------------------------------------
     def call(self, command: str, cid: str, netns: str, port: int) -> tuple[int, Any, float]:
