@@ -56,6 +56,11 @@ def test_lxc_config_set_get_unset_show(served: tuple[Lab, ApiServer, Path]) -> N
     (NB, "ssl:192.0.2.1:6641", "without network.ovn.ca_cert"),
     (NB, "http:192.0.2.1:6641", "is not unix:PATH, tcp:IP:PORT or ssl:IP:PORT"),
     ("network.ovn.integration_bridge", "br int", "may only contain"),
+    ("network.ovn.integration_bridge", "--all", "starts with '-'"),
+    (NB, ",".join(f"tcp:192.0.2.{i}:6641" for i in range(1, 10)), "9 connections: at most 8"),
+    (NB, "tcp:192.0.2.1:6641,tcp:192.0.2.1:6641", "a connection is named twice"),
+    ("network.ovn.ca_cert", "-----BEGIN CERTIFICATE-----\nAB\x7f\n-----END CERTIFICATE-----\n",
+     "PEM text holds only printable ASCII"),
     ("network.ovn.ca_cert", "not a certificate", "not PEM text with a CERTIFICATE"),
     ("core.https_address", "[::]:8443", "unknown key"),
 ])  # fmt: skip
@@ -66,7 +71,7 @@ def test_bad_values_are_refused_and_change_nothing(served: tuple[Lab, ApiServer,
     _, server, conf = served
     assert ctl(server.data, "set", NB, "unix:/run/ovn/ovnnb_db.sock").returncode == 0
     before = ctl(server.data, "show").stdout
-    out = lxc(server.data, conf, "config", "set", key, value)
+    out = lxc(server.data, conf, "config", "set", f"{key}={value}")  # KEY=VALUE: "-…" is no flag
     assert out.returncode == 1 and f"Error: cannot set '{key}'" in out.stderr and reason in out.stderr, out.stderr
     with server.client() as client:
         r = client.patch("http://podnet/1.0", json={"config": {key: value}})
@@ -160,3 +165,51 @@ def test_ssl_files_written_by_parallel_calls() -> None:
     finally:
         for base in bases:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_replaced_client_key_leaves_no_copy_in_run(tmp_path: Path) -> None:
+    """The PEM files an ``ssl:`` NB was reached with (``/run/podnet/ovn-<hash>``) are removed
+    when ``podnetctl config set`` replaces the key or ``unset`` removes it; another store's
+    files with the same PEM text stay (the hash covers the store)."""
+    import shutil
+
+    from podnet.drivers import cluster
+
+    need("root")
+    pems = {}
+    for name in ("key", "cert", "other"):
+        f = tmp_path / f"{name}.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-subj", f"/CN={name}", "-days", "1", "-keyout", str(f),
+                        "-out", str(tmp_path / f"{name}.crt")], check=True, capture_output=True)  # fmt: skip
+        pems[name] = (f.read_text(), (tmp_path / f"{name}.crt").read_text())
+    data, other = tmp_path / "node", tmp_path / "other-node"
+    dirs = []
+    try:
+        for d in (data, other):
+            key, cert = pems["key"]
+            out = ctl(d, "set", f"network.ovn.client_key={key}", f"network.ovn.client_cert={cert}",
+                      f"network.ovn.ca_cert={cert}", f"{NB}=ssl:192.0.2.1:6642", "--init")  # fmt: skip
+            assert out.returncode == 0, out.stderr
+        configs = {d: {"network.ovn.client_key": pems["key"][0], "network.ovn.client_cert": pems["key"][1],
+                       "network.ovn.ca_cert": pems["key"][1]} for d in (data, other)}  # fmt: skip
+        for d in (data, other):
+            cluster._ssl_files(configs[d], str(d / "podnet.db"))  # as a call reaching the NB does
+        first, kept = (Path(str(cluster.ssl_dir(configs[d], str(d / "podnet.db")))) for d in (data, other))
+        dirs += [first, kept]
+        assert first != kept and (first / "key.pem").exists() and (kept / "key.pem").exists()
+        out = ctl(data, "set", f"network.ovn.client_key={pems['other'][0]}",
+                  f"network.ovn.client_cert={pems['other'][1]}")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert not first.exists(), "the replaced key's files stayed in /run"
+        config = {**configs[data], "network.ovn.client_key": pems["other"][0],
+                  "network.ovn.client_cert": pems["other"][1]}  # fmt: skip
+        second = Path(cluster._ssl_files(config, str(data / "podnet.db"))[0]).parent
+        dirs.append(second)
+        assert ctl(data, "unset", NB).returncode == 0
+        assert ctl(data, "unset", "network.ovn.client_key").returncode == 0
+        assert not second.exists(), "the unset key's files stayed in /run"
+        assert (kept / "key.pem").read_text() == pems["key"][0], "another store's files were removed"
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)

@@ -237,13 +237,15 @@ IFNAMSIZ = 15
 
 def name(value: object) -> str:
     """An interface name podnet may write into a tool script: 1-15 of ``[A-Za-z0-9_.-]``, not
-    ``.`` or ``..``. BadValue otherwise."""
+    ``.`` or ``..``, not starting with ``-``. BadValue otherwise."""
     if not isinstance(value, str):
         raise BadValue(f"must be a string, got {show(value)}")
     if not 0 < len(value) <= IFNAMSIZ or value in (".", ".."):
         raise BadValue(f"{show(value)} is not 1-15 characters (or is '.' / '..')")
     if not _NAME_CHARS.issuperset(value):
         raise BadValue(f"{show(value)} may only contain letters, digits, '_', '.' and '-'")
+    if value.startswith("-"):  # a tool would read it as an option (ovs-vsctl, ethtool, ip)
+        raise BadValue(f"{show(value)} starts with '-'")
     return value
 
 

@@ -101,9 +101,10 @@ class ClusterDriver(Driver):
         ]
 
 
-def connect(config: Mapping[str, str]) -> Ovsdb | None:
+def connect(config: Mapping[str, str], owner: str = "") -> Ovsdb | None:
     """The NB per the server config, or None when ``network.ovn.northbound_connection`` is
-    unset (this node has no cluster networks then)."""
+    unset (this node has no cluster networks then). ``owner``: the store's path, whose
+    :func:`ssl_dir` holds the PEM files of an ``ssl:`` connection."""
     from podnet.networks import server
 
     text = config.get(server.NB_CONNECTION)
@@ -111,21 +112,45 @@ def connect(config: Mapping[str, str]) -> Ovsdb | None:
         return None
     ssl = None
     if any(r.kind == "ssl" for r in server.remotes(text)):
-        ssl = _ssl_files(config)
+        ssl = _ssl_files(config, owner)
     return Ovsdb([r.text() for r in server.remotes(text)], "OVN_Northbound", ssl=ssl)
 
 
-def _ssl_files(config: Mapping[str, str]) -> tuple[str, str, str]:
-    """The PEM values written to private files for ``ovsdb-client`` (0600, in a 0700 directory
-    ``/run/podnet/ovn-<hash>``, written only when they change, each writer through a temporary
-    file of its own)."""
+def ssl_dir(config: Mapping[str, str], owner: str = "") -> str | None:
+    """The directory ``/run/podnet/ovn-<hash>`` that holds the PEM files of ``config`` (the
+    client key, its certificate, the CA) for the store at ``owner``; None when a PEM is unset.
+    The hash covers the store too, so a config change removes only its own store's files
+    (:func:`drop_ssl_dir`)."""
     import hashlib
 
     from podnet.networks import server
 
+    pems = [config.get(k) for k in (server.CLIENT_KEY, server.CLIENT_CERT, server.CA_CERT)]
+    if not all(pems):
+        return None
+    digest = hashlib.sha256("\0".join([owner, *map(str, pems)]).encode()).hexdigest()[:16]
+    return f"/run/podnet/ovn-{digest}"
+
+
+def drop_ssl_dir(before: Mapping[str, str], after: Mapping[str, str], owner: str) -> None:
+    """Remove the PEM files of server config ``before`` when ``after`` (the store's new config)
+    no longer uses them: a replaced or unset client key leaves no copy in ``/run``."""
+    import shutil
+
+    old = ssl_dir(before, owner)
+    if old is not None and old != ssl_dir(after, owner):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _ssl_files(config: Mapping[str, str], owner: str = "") -> tuple[str, str, str]:
+    """The PEM values written to private files for ``ovsdb-client`` (0600, in the 0700
+    directory :func:`ssl_dir`, written only when they change, each writer through a temporary
+    file of its own)."""
+    from podnet.networks import server
+
     pems = [config[k] for k in (server.CLIENT_KEY, server.CLIENT_CERT, server.CA_CERT)]
-    digest = hashlib.sha256("\0".join(pems).encode()).hexdigest()[:16]
-    base = f"/run/podnet/ovn-{digest}"
+    base = ssl_dir(config, owner)
+    assert base is not None
     paths = tuple(f"{base}/{n}" for n in ("key.pem", "cert.pem", "ca.pem"))
     if not all(os.path.exists(p) for p in paths):
         import tempfile
@@ -314,7 +339,7 @@ def restore(nb: Ovsdb, owner: str) -> list[str]:
 def cluster_row(store: Store, name: str) -> NetworkRow | None:
     """Network ``name`` from OVN's NB (when the server config names one), mirrored into the
     node's store; None when the NB is not configured or has no such network."""
-    nb = connect(store.config.all())
+    nb = connect(store.config.all(), store.path)
     if nb is None:
         return None
     record = nbmod.read(nb).records.get(name)

@@ -140,7 +140,7 @@ class Manager:
         """OVN's NB as the server config names it (None: unset, no cluster networks)."""
         from podnet.drivers import cluster
 
-        return cluster.connect(store.config.all())
+        return cluster.connect(store.config.all(), store.path)
 
     def list_networks(self) -> list[Network]:
         """Every network: this node's (bridge, ptp) and the cluster's (physical, ovn; from

@@ -50,7 +50,7 @@ PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis")
 def _nb(store: Store) -> Ovsdb:
     from podnet.drivers import cluster
 
-    nb = cluster.connect(store.config.all())
+    nb = cluster.connect(store.config.all(), store.path)
     if nb is None:
         raise errors.InvalidConfig(
             "network: an ovn network needs network.ovn.northbound_connection"

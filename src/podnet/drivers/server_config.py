@@ -49,4 +49,7 @@ def update(
         valid = server.validate(merged)
         with store.write():
             store.config.replace(valid)
+        from podnet.drivers import cluster
+
+        cluster.drop_ssl_dir(current, valid, store.path)
         return valid

@@ -37,6 +37,9 @@ DEFAULT_BRIDGE = "br-int"
 DEFAULTS = {NB_CONNECTION: DEFAULT_NB, INTEGRATION_BRIDGE: DEFAULT_BRIDGE}
 #: Bytes: the longest PEM value accepted (a certificate chain fits many times over).
 MAX_PEM = 64 * 1024
+#: The most remotes a connection may name (a clustered NB has 3 or 5 members); each one is an
+#: argument of every ``ovsdb-client`` call and a connection it may try.
+MAX_REMOTES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,12 @@ def remotes(value: str) -> list[Remote]:
         if not 1 <= port <= 65535:
             raise ValueError(f"port {port} is out of range (1-65535)")
         out.append(Remote(kind, address=address, port=port))
+    if len(out) > MAX_REMOTES:
+        raise ValueError(
+            f"{len(out)} connections: at most {MAX_REMOTES} (a clustered NB has 3 or 5)"
+        )
+    if len(set(out)) != len(out):
+        raise ValueError("a connection is named twice")
     kinds = {r.kind for r in out}
     if "ssl" in kinds and kinds != {"ssl"}:
         raise ValueError("ssl: cannot be mixed with unix: or tcp: connections")
@@ -109,7 +118,9 @@ def _pem(label: str) -> Callable[[str], None]:
             raise ValueError(f"longer than {MAX_PEM} bytes")
         if not begin.search(value) or "-----END " not in value:
             raise ValueError(f"not PEM text with a {label}")
-        if not value.isascii() or any(c < " " and c not in "\r\n\t" for c in value):
+        if not value.isascii() or any(
+            (c < " " and c not in "\r\n\t") or c == "\x7f" for c in value
+        ):
             raise ValueError("PEM text holds only printable ASCII")
 
     return check
