@@ -825,19 +825,49 @@ def yaml_dump(data: Any) -> str:
 
 
 def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
-    """An uplink never takes over a link that is someone else's: a port of a Linux bridge (a
-    pod's bridge port, say) is refused naming its master, and nothing is recorded or mapped."""
+    """An uplink never takes over a link that is someone else's or in use: a port of a Linux
+    bridge (a pod's bridge port, say), a veth carrying only routes (a CNI ptp host end), a
+    bridge with ports, the lower device of a macvlan, a port of an OVS bridge podnet did not make,
+    an OVS bridge's own device and the loopback are each refused naming why, and nothing is
+    recorded or mapped; the links are as they were."""
     n1 = cluster.lab.nodes[0]
     lab = cluster.lab
-    lab.run(n1.netns, "ip", "link", "add", "brx", "type", "bridge")
-    lab.run(n1.netns, "ip", "link", "add", "vx0", "type", "veth", "peer", "name", "vx1")
-    lab.run(n1.netns, "ip", "link", "set", "vx0", "master", "brx")
+    setup = [
+        ["ip", "link", "add", "brx", "type", "bridge"],
+        ["ip", "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"],
+        ["ip", "link", "set", "vx0", "master", "brx"],
+        ["ip", "link", "add", "vr0", "type", "veth", "peer", "name", "vr1"],
+        ["ip", "link", "set", "vr0", "up"],
+        ["ip", "route", "add", "10.99.0.5/32", "dev", "vr0"],
+        ["ip", "link", "add", "vl0", "type", "veth", "peer", "name", "vl1"],
+        ["ip", "link", "add", "link", "vl0", "name", "vl0m", "type", "macvlan", "mode", "bridge"],
+        ["ip", "link", "add", "vo0", "type", "veth", "peer", "name", "vo1"],
+    ]
+    cases = {
+        "vx0": 'is attached to brx',
+        "vr0": "is used by routes (10.99.0.5)",
+        "brx": "is a bridge or bond with ports (vx0)",
+        "vl0": "is the lower device of vl0m",
+        "vo0": "is a port of OVS bridge adminbr",
+        "adminbr": "is an OVS bridge",
+        "lo": "is the loopback device",
+    }
     try:
-        out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", "parent=vx0")
-        assert out.returncode == 1 and 'Parent interface "vx0" is attached to brx' in out.stderr, out.stderr
-        assert "upx" not in cluster.networks(n1)
-        assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
-        assert lab.run(n1.netns, "ip", "-o", "link", "show", "vx0").stdout.count("master brx") == 1
+        for argv in setup:
+            lab.run(n1.netns, *argv)
+        lab.vsctl(n1, "add-br", "adminbr", "--", "set", "bridge", "adminbr", "datapath_type=netdev",
+                  "--", "add-port", "adminbr", "vo0")  # fmt: skip
+        links = lab.run(n1.netns, "ip", "-o", "link", "show").stdout
+        routes = lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout
+        for parent, why in cases.items():
+            out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", f"parent={parent}")
+            assert out.returncode == 1 and f'Parent interface "{parent}" {why}' in out.stderr, (parent, out.stderr)
+            assert "upx" not in cluster.networks(n1)
+            assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
+        assert lab.vsctl(n1, "port-to-br", "vo0").strip() == "adminbr"
+        assert lab.run(n1.netns, "ip", "-o", "link", "show").stdout == links
+        assert lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout == routes
     finally:
-        lab.run(n1.netns, "ip", "link", "del", "vx0", check=False)
-        lab.run(n1.netns, "ip", "link", "del", "brx", check=False)
+        lab.vsctl(n1, "--if-exists", "del-br", "adminbr")
+        for link in ("vx0", "vr0", "vl0", "vo0", "brx"):
+            lab.run(n1.netns, "ip", "link", "del", link, check=False)

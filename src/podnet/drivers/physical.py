@@ -44,25 +44,80 @@ def _parent_addresses(parent: str) -> list[str] | None:
     ]
 
 
+def _routes(parent: str) -> list[str]:
+    """Destinations routed through ``parent`` in any table of this netns, besides what the
+    kernel keeps on every link (the local table, IPv6 link-local and multicast)."""
+    found = []
+    for family in ("-4", "-6"):
+        rc, out, _ = proc.spawn(["ip", "-j", family, "route", "show", "table", "all", "dev",
+                                 parent]).wait()  # fmt: skip
+        try:
+            routes = json.loads(out or "[]") if rc == 0 else []
+        except ValueError:
+            routes = []
+        for route in routes:
+            dst = str(route.get("dst", ""))
+            if route.get("table") == "local" or route.get("type") in ("local", "multicast"):
+                continue
+            if dst.startswith(("fe80::", "ff00::")):
+                continue
+            found.append(dst)
+    return found
+
+
+def _ovs(*args: str) -> str | None:
+    """``ovs-vsctl`` ``args``' output; None when it fails (no such port, no OVS here)."""
+    try:
+        rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", *args]).wait()
+    except proc.ToolMissing:
+        return None
+    return out.strip() if rc == 0 else None
+
+
 def _held(parent: str, ours: str) -> str:
-    """What already holds ``parent`` in this netns ("" nothing, or only ``ours``, the uplink's
-    own OVS bridge): a master (a bridge, a bond, another OVS bridge: a pod's bridge port, say)
-    or podnet itself (its alias) — an uplink never takes a link over from someone else, nor one
-    podnet made for a pod or a network."""
+    """What already holds or uses ``parent`` in this netns ("": nothing, or only ``ours``, the
+    uplink's own OVS bridge) — an uplink never takes a link over from someone else, nor one
+    podnet made for a pod or a network:
+
+    - a master (a Linux bridge, a bond) or another OVS bridge (kernel or userspace datapath);
+    - devices stacked on it (a VLAN, a macvlan: ``upper_*``), or ports of its own (a bridge
+      with ports, a bond with slaves);
+    - routes through it (a CNI plugin's host veth carries a /32 route and no address);
+    - the loopback device, an OVS bridge's own device, a link podnet made (its alias)."""
     import os
 
     from podnet.link.veth import alias_of
 
-    master = f"/sys/class/net/{parent}/master"
-    if os.path.exists(master):
-        held_by = os.path.basename(os.readlink(master))
-        if held_by == "ovs-system":  # the kernel datapath: which OVS bridge is OVS's to say
-            rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "port-to-br", parent]).wait()
-            held_by = out.strip() if rc == 0 else held_by
-        if held_by != ours:
-            return f"attached to {held_by}"
+    sysfs = f"/sys/class/net/{parent}"
+    master = ""
+    if os.path.exists(f"{sysfs}/master"):
+        master = os.path.basename(os.readlink(f"{sysfs}/master"))
+    in_ovs = _ovs("port-to-br", parent)
+    if in_ovs is not None and in_ovs != ours:
+        return f"a port of OVS bridge {in_ovs}"
+    if master and master != "ovs-system":
+        return f"attached to {master}"
     if (alias_of(parent) or "").startswith("podnet:"):
         return "a link podnet made"
+    try:
+        entries = os.listdir(sysfs)
+        flags = int(open(f"{sysfs}/flags").read(), 16)
+        ports = os.listdir(f"{sysfs}/brif") if "brif" in entries else []
+        slaves = open(f"{sysfs}/bonding/slaves").read().split() if "bonding" in entries else []
+    except (OSError, ValueError):
+        return "not readable in /sys/class/net"
+    if flags & 0x8:  # IFF_LOOPBACK
+        return "the loopback device"
+    uppers = sorted(e[6:] for e in entries if e.startswith("upper_") and e[6:] != master)
+    if uppers:
+        return f"the lower device of {', '.join(uppers)}"
+    if ports or slaves:
+        return f"a bridge or bond with ports ({', '.join(sorted(ports + slaves))})"
+    if _ovs("br-exists", parent) is not None:
+        return "an OVS bridge"
+    routes = _routes(parent)
+    if routes:
+        return f"used by routes ({', '.join(routes[:4])}{', …' if len(routes) > 4 else ''})"
     return ""
 
 
