@@ -799,12 +799,16 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         assert edited.returncode == 0, edited.stderr
         mappings = cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings").strip('"')
         cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings},adm:br-int"')
-        try:
-            bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        cluster.lab.run(n1.netns, "ip", "link", "add", "vadm0", "type", "veth", "peer", "name", "vadm1")
+        try:  # a free parent (ext0 is upx's), so that the mapping is what refuses
+            keys = {**UPLINK, "parent": "vadm0"}
+            bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
             assert bad.returncode == 1 and "already mapped to bridge br-int" in bad.stderr, bad.stderr
+            assert "vadm0" not in cluster.lab.vsctl(n1, "list-ports", "br-int")
             assert "adm:br-int" in cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings")
         finally:
             cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings}"')
+            cluster.lab.run(n1.netns, "ip", "link", "del", "vadm0", check=False)
         bad = cluster.ctl(n2, "network", "set", "upx", "parent=eth0")
         assert bad.returncode == 1 and 'Changing "parent"' in bad.stderr, bad.stderr
         made = cluster.ctl(n2, "network", "forward", "create", "ovx", "0.0.0.0")
