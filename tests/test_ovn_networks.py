@@ -566,6 +566,70 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up10")
 
 
+def test_l2proxy_ingress_answers_for_forwards_on_the_uplink(cluster: Cluster) -> None:
+    """An uplink in ``l2proxy`` ingress mode (LXD's default): the outside has the uplink's
+    routes on-link, with no route via the router, and reaches a whole-IP forward and a port
+    forward (IPv4 over ARP, IPv6 over NDP) on pods on n2 and n3. Switching the uplink to
+    ``routed`` stops the neighbour answers (the outside then times out) and back to
+    ``l2proxy`` brings them back; ``routed`` is kept while a network uses ``ipv4.nat.address``."""
+    n1, n2, n3 = cluster.lab.nodes
+    out = f"{cluster.lab.prefix}-out"
+    keys = {**{k: v for k, v in UPLINK6.items() if k != "ovn.ingress_mode"},
+            "ipv4.routes": "198.18.5.0/24", "ipv6.routes": "2001:db8:e5::/64"}  # fmt: skip
+    subprocess.run(["ip", "-n", out, "addr", "add", "2001:db8:ff::254/64", "dev", "gw0", "nodad"], check=True)
+    onlink = [["198.18.5.0/24", "dev", "gw0"], ["2001:db8:e5::/64", "dev", "gw0"]]
+    for route in onlink:
+        subprocess.run(["ip", "-n", out, "route", "replace", *route], check=True)
+    pods = {"b": (n2, f"{cluster.lab.prefix}-lb"), "c": (n3, f"{cluster.lab.prefix}-lc")}
+    servers: list[Echo] = []
+
+    def reach() -> dict[str, str]:
+        subprocess.run(["ip", "-n", out, "neigh", "flush", "dev", "gw0"], check=True)
+        return {"whole v4": tcp(out, "198.18.5.7", 8080), "port v4": tcp(out, "198.18.5.8", 80),
+                "whole v6": tcp(out, "2001:db8:e5::7", 8080), "port v6": tcp(out, "2001:db8:e5::8", 80)}  # fmt: skip
+
+    try:
+        cluster.ok(n1, "network", "create", "up12", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
+        cluster.ok(n1, "network", "create", "ovn12", "--type=ovn", "network=up12")
+        ip: dict[str, dict[int, str]] = {}
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            result = plugin(cluster, node, "ADD", f"l2-{k}", ns, "ovn12")
+            ip[k] = {4 if ":" not in i["address"] else 6: i["address"].split("/")[0] for i in result["ips"]}
+            for port in (80, 8080):
+                servers.append(Echo(ns, f"POD-{k.upper()}-{port}", port))
+        for v, fam in (("198.18.5", 4), ("2001:db8:e5:", 6)):
+            sep = "." if fam == 4 else ":"
+            cluster.ok(n2, "network", "forward", "create", "ovn12", f"{v}{sep}7", f"target_address={ip['b'][fam]}")
+            cluster.ok(n3, "network", "forward", "create", "ovn12", f"{v}{sep}8")
+            cluster.ok(n3, "network", "forward", "port", "add", "ovn12", f"{v}{sep}8", "tcp", "80", ip["c"][fam], "8080")
+        got = reach()
+        assert got["whole v4"] == "POD-B-8080 ::ffff:203.0.113.254", got
+        assert got["port v4"] == "POD-C-8080 ::ffff:203.0.113.254", got
+        assert got["whole v6"] == "POD-B-8080 2001:db8:ff::254", got
+        assert got["port v6"] == "POD-C-8080 2001:db8:ff::254", got
+        cluster.ok(n2, "network", "set", "up12", "ovn.ingress_mode=routed")
+        assert set(reach().values()) == {"<timeout>"}, "routed mode still answered for the listen addresses"
+        cluster.ok(n3, "network", "set", "up12", "ovn.ingress_mode=l2proxy")
+        assert reach() == got
+        cluster.ok(n1, "network", "set", "up12", "ovn.ingress_mode=routed")
+        cluster.ok(n1, "network", "set", "ovn12", "ipv4.nat.address=198.18.5.50")
+        bad = cluster.ctl(n2, "network", "set", "up12", "ovn.ingress_mode=l2proxy")
+        assert bad.returncode == 1 and "uses ipv4.nat.address" in bad.stderr, bad.stderr
+        assert cluster.networks(n1)["up12"]["config"]["ovn.ingress_mode"] == "routed"
+    finally:
+        for s in servers:
+            s.stop()
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"l2-{k}", ns, "ovn12")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for route in onlink:
+            subprocess.run(["ip", "-n", out, "route", "del", *route], capture_output=True)
+        subprocess.run(["ip", "-n", out, "addr", "del", "2001:db8:ff::254/64", "dev", "gw0"], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn12")
+        cluster.ctl(n1, "network", "delete", "up12")
+
+
 def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
     """Eight pods per node ADDed at the same time on both nodes, on a dual-stack OVN network:
     every pod gets an IPv4 and an IPv6 address of the network, none twice (northd assigns them

@@ -88,6 +88,13 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
             yield checked.ip(listen), f"a forward of network {network}"
 
 
+def l2proxy(registry: nbmod.Registry, record: nbmod.Record) -> bool:
+    """Whether OVN network ``record``'s uplink takes ingress in ``l2proxy`` mode (LXD's
+    default for ``ovn.ingress_mode``)."""
+    uplink = registry.records.get(record.config.get("network", ""))
+    return uplink is not None and uplink.config.get("ovn.ingress_mode", "l2proxy") == "l2proxy"
+
+
 def _routes(registry: nbmod.Registry, record: nbmod.Record, family: int) -> list[Any]:
     uplink = registry.records.get(record.config.get("network", ""))
     text = uplink.config.get(f"ipv{family}.routes", "") if uplink is not None else ""
@@ -193,7 +200,8 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward) -> Forward:
         new.config = {k: v for k, v in new.config.items() if v != ""}
         registry.forward_changes[(network, new.listen_address)] = dumps(new)
         made[:] = [new]
-        return ports.forward_ops(nb, network, new.listen_address, dnats)
+        return ports.forward_ops(nb, network, new.listen_address, dnats,
+                                 l2proxy=l2proxy(registry, record))  # fmt: skip
 
     _apply(nb, apply, "Failed creating forward: ")
     return made[0]
@@ -219,7 +227,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
         if new.etag() == current.etag():
             return []
         registry.forward_changes[where] = dumps(new)
-        return ports.forward_ops(nb, network, where[1], dnats)
+        return ports.forward_ops(nb, network, where[1], dnats, l2proxy=l2proxy(registry, record))
 
     _apply(nb, apply, "Failed updating forward: ")
     return made[0]

@@ -225,7 +225,22 @@ class PhysicalDriver(ClusterDriver):
                 'Changing "parent" of a physical network is not supported: delete and create '
                 "the network again"
             )
-        return config, []
+        mode = config.get("ovn.ingress_mode", "l2proxy")
+        if mode == before.config.get("ovn.ingress_mode", "l2proxy"):
+            return config, []
+        from podnet.ovn import ports
+
+        ops = []
+        for net, record in ctx.registry.records.items():  # their forwards' neighbour answers
+            if record.type == "ovn" and record.config.get("network") == name:
+                nat = [k for k in ("ipv4.nat.address", "ipv6.nat.address") if record.config.get(k)]
+                if nat and mode != "routed":
+                    raise NetworkError(
+                        f'Cannot set ovn.ingress_mode to "{mode}": network "{net}" uses {nat[0]}, '
+                        'which needs "routed"'
+                    )
+                ops += ports.ingress_ops(net, mode == "l2proxy")
+        return config, ops
 
     def cluster_delete(
         self, ctx: Context, name: str

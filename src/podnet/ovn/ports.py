@@ -106,15 +106,35 @@ def _vip(address: str, port: int | None) -> str:
     return f"{address}:{port}"
 
 
+def lb_options(l2proxy: bool) -> list[Any]:
+    """A forward load balancer's ``options``: with an uplink in ``l2proxy`` ingress mode the
+    router answers ARP/NDP for the listen address on the uplink (``neighbor_responder=all``;
+    OVN's default answers only for VIPs inside the router port's subnet, and the uplink's
+    routes are outside it), so a neighbour on the uplink's segment reaches it without a route
+    (LXD's l2proxy); ``routed`` leaves that to the upstream router's routes."""
+    return omap({"neighbor_responder": "all"} if l2proxy else {})
+
+
+def ingress_ops(network: str, l2proxy: bool) -> list[dict[str, Any]]:
+    """The operations that set every forward load balancer of ``network`` to :func:`lb_options`
+    (its uplink's ``ovn.ingress_mode`` changed)."""
+    return [
+        {"op": "update", "table": "Load_Balancer",
+         "where": [["external_ids", "includes", omap({TAG: network})]],
+         "row": {"options": lb_options(l2proxy)}},
+    ]  # fmt: skip
+
+
 def forward_ops(
-    nb: Ovsdb, network: str, listen: str, dnats: Sequence[Any] | None
+    nb: Ovsdb, network: str, listen: str, dnats: Sequence[Any] | None, *, l2proxy: bool = False
 ) -> list[dict[str, Any]]:
     """The operations that make ``network``'s forward on ``listen`` what ``dnats`` (the
     :class:`podnet.values.Dnat` of a validated forward; None: no forward) say: its load
     balancers replaced — one per protocol with port VIPs, one with the portless VIP of a default
     target — on the router and the internal switch (so pods reach their own forwards); without a
     default target a ``discard`` route for the listen address drops what no port matches (seed
-    004). Reads the forward's current route to replace it."""
+    004). ``l2proxy``: the uplink's ingress mode is ``l2proxy`` (:func:`lb_options`). Reads the
+    forward's current route to replace it."""
     n = names(network)
     tag = {TAG: network, "podnet-forward": listen}
     ops: list[dict[str, Any]] = [
@@ -139,7 +159,8 @@ def forward_ops(
     for kind, vip_map in sorted(vips.items()):
         lbs.append(f"lb{kind}")
         row: dict[str, Any] = {"name": f"{n['lr'][:-3]}-lb-{listen}-{kind}", "vips": omap(vip_map),
-                               "external_ids": omap(tag)}  # fmt: skip
+                               "external_ids": omap(tag),
+                               "options": lb_options(l2proxy)}  # fmt: skip
         if kind != "ip":
             row["protocol"] = kind
         ops.append({"op": "insert", "table": "Load_Balancer", "uuid-name": f"lb{kind}", "row": row})
