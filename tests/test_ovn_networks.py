@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,6 +232,66 @@ def test_unreachable_northbound_is_a_clean_error(cluster: Cluster) -> None:
     finally:
         cluster.lab.start_nb()
     assert "up9" not in cluster.networks(n1) and "up9" not in cluster.networks(n2)
+
+
+def _pki(d: Path, ca: str, *names: str) -> None:
+    """A CA ``<ca>.crt`` and, for each of ``names``, a key and certificate it signed (EC P-256,
+    one day)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"]
+    subprocess.run(["openssl", "req", "-x509", *ec, "-subj", f"/CN={ca}", "-keyout", str(d / f"{ca}.key"),
+                    "-out", str(d / f"{ca}.crt")], check=True, capture_output=True)  # fmt: skip
+    for name in names:
+        subprocess.run(["openssl", "req", *[a for a in ec if a not in ("-days", "1")], "-subj", f"/CN={name}",
+                        "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr")],
+                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(["openssl", "x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"),
+                        "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-days", "1",
+                        "-out", str(d / f"{name}.crt")], check=True, capture_output=True)  # fmt: skip
+
+
+def test_ssl_northbound_with_a_real_ca(cluster: Cluster, tmp_path: Path) -> None:
+    """The NB over ``ssl:`` with certificates of a real CA: n3, configured with the CA, its
+    client certificate and key, makes an uplink seen by n1 (unix socket) and lists what n1
+    made. A CA that did not sign the server's certificate, and a client certificate the
+    server's CA did not sign, are each refused: one line naming the connection, exit 1,
+    nothing made (no TLS trust is skipped)."""
+    n1, n2, n3 = cluster.lab.nodes
+    _pki(tmp_path, "ca", "nb", "n3")
+    _pki(tmp_path, "rogue", "mallory")
+    pem = {f.stem + f.suffix: f.read_text() for f in tmp_path.iterdir() if f.suffix in (".crt", ".key")}
+    ssl = f"ssl:{n1.address}:6643"
+    cluster.lab.nbctl("set-ssl", str(tmp_path / "nb.key"), str(tmp_path / "nb.crt"), str(tmp_path / "ca.crt"))
+    cluster.lab.nbctl("set-connection", f"pssl:6643:{n1.address}")
+
+    def use(key: str, cert: str, ca: str) -> None:
+        cluster.ok(n3, "config", "set", f"network.ovn.client_key={pem[key]}",
+                   f"network.ovn.client_cert={pem[cert]}", f"network.ovn.ca_cert={pem[ca]}",
+                   f"network.ovn.northbound_connection={ssl}")  # fmt: skip
+
+    try:
+        use("n3.key", "n3.crt", "ca.crt")
+        deadline = time.monotonic() + 15  # ovsdb-server opens a remote of the NB's on its next run
+        while cluster.ctl(n3, "network", "list").returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        made = cluster.ctl(n3, "network", "create", "up13", "--type=physical", "parent=nosuch0",
+                           *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        assert cluster.networks(n1)["up13"]["config"] == cluster.networks(n3)["up13"]["config"]
+        for key, cert, ca, who in (("n3.key", "n3.crt", "rogue.crt", "a CA that did not sign the NB"),
+                                   ("mallory.key", "mallory.crt", "ca.crt", "a client the NB's CA did not sign")):  # fmt: skip
+            use(key, cert, ca)
+            out = cluster.ctl(n3, "network", "list")
+            assert out.returncode == 1 and ssl in out.stderr and len(out.stderr.strip().splitlines()) == 1, (who, out.stderr)
+            out = cluster.ctl(n3, "network", "create", "up14", "--type=physical", "parent=nosuch1")
+            assert out.returncode == 1 and ssl in out.stderr, (who, out.stderr)
+        assert "up14" not in cluster.networks(n1)
+    finally:
+        cluster.ctl(n1, "network", "delete", "up13")
+        cluster.lab.nbctl("del-connection")
+        cluster.lab.nbctl("del-ssl")
+        for key in ("northbound_connection", "client_key", "client_cert", "ca_cert"):
+            cluster.ctl(n3, "config", "unset", f"network.ovn.{key}")
+        cluster.ok(n3, "config", "set", "network.ovn.northbound_connection", cluster.lab.nb_tcp)
 
 
 ECHO = str(Path(__file__).resolve().parent / "echo.py")

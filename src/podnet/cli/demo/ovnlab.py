@@ -225,19 +225,7 @@ class OvnLab:
         c.mkdir()
         for db, schema in (("nb", NB_SCHEMA), ("sb", SB_SCHEMA)):
             self.run(None, "ovsdb-tool", "create", str(c / f"{db}.db"), schema)
-            port = 6641 if db == "nb" else 6642
-            self._daemon(
-                node.netns,
-                c / f"{db}.pid",
-                [
-                    "ovsdb-server",
-                    str(c / f"{db}.db"),
-                    f"--remote=punix:{c / db}.sock",
-                    f"--remote=ptcp:{port}:{node.address}",
-                    f"--unixctl={c / db}.ctl",
-                    f"--log-file={c / db}.log",
-                ],
-            )
+            self._daemon(node.netns, c / f"{db}.pid", self._db_server(db))
         self.start_northd()
 
     def start_northd(self) -> None:
@@ -399,20 +387,29 @@ class OvnLab:
         """Stop the NB database server (a fault: the northbound connection is refused)."""
         self._kill(self.central / "nb.pid")
 
-    def start_nb(self) -> None:
+    def _db_server(self, db: str) -> list[str]:
+        """The command line of central database ``db`` (``nb`` or ``sb``): its unix socket, TCP
+        on node 1's underlay address, and — as ovn-central runs them — remotes and TLS settings
+        from the database itself (``set-connection``, ``set-ssl``), so a test can add an
+        ``ssl:`` remote while it runs."""
         c = self.central
-        self._daemon(
-            self.nodes[0].netns,
-            c / "nb.pid",
-            [
-                "ovsdb-server",
-                str(c / "nb.db"),
-                f"--remote=punix:{c / 'nb'}.sock",
-                f"--remote=ptcp:6641:{self.nodes[0].address}",
-                f"--unixctl={c / 'nb'}.ctl",
-                f"--log-file={c / 'nb'}.log",
-            ],
-        )
+        port, schema = (6641, "OVN_Northbound") if db == "nb" else (6642, "OVN_Southbound")
+        table = "NB_Global" if db == "nb" else "SB_Global"
+        return [
+            "ovsdb-server",
+            str(c / f"{db}.db"),
+            f"--remote=punix:{c / db}.sock",
+            f"--remote=ptcp:{port}:{self.nodes[0].address}",
+            f"--remote=db:{schema},{table},connections",
+            f"--private-key=db:{schema},SSL,private_key",
+            f"--certificate=db:{schema},SSL,certificate",
+            f"--ca-cert=db:{schema},SSL,ca_cert",
+            f"--unixctl={c / db}.ctl",
+            f"--log-file={c / db}.log",
+        ]
+
+    def start_nb(self) -> None:
+        self._daemon(self.nodes[0].netns, self.central / "nb.pid", self._db_server("nb"))
         self.northd_ready()
 
     def northd_ready(self) -> None:
