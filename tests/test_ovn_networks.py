@@ -650,45 +650,45 @@ def test_l2proxy_ingress_answers_for_forwards_on_the_uplink(cluster: Cluster) ->
                 "whole v6": tcp(out, "2001:db8:e5::7", 8080), "port v6": tcp(out, "2001:db8:e5::8", 80)}  # fmt: skip
 
     try:
-        cluster.ok(n1, "network", "create", "up12", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
-        cluster.ok(n1, "network", "create", "ovn12", "--type=ovn", "network=up12")
+        cluster.ok(n1, "network", "create", "up15", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
+        cluster.ok(n1, "network", "create", "ovn15", "--type=ovn", "network=up15")
         ip: dict[str, dict[int, str]] = {}
         for k, (node, ns) in pods.items():
             subprocess.run(["ip", "netns", "add", ns], check=True)
-            result = plugin(cluster, node, "ADD", f"l2-{k}", ns, "ovn12")
+            result = plugin(cluster, node, "ADD", f"l2-{k}", ns, "ovn15")
             ip[k] = {4 if ":" not in i["address"] else 6: i["address"].split("/")[0] for i in result["ips"]}
             for port in (80, 8080):
                 servers.append(Echo(ns, f"POD-{k.upper()}-{port}", port))
         for v, fam in (("198.18.5", 4), ("2001:db8:e5:", 6)):
             sep = "." if fam == 4 else ":"
-            cluster.ok(n2, "network", "forward", "create", "ovn12", f"{v}{sep}7", f"target_address={ip['b'][fam]}")
-            cluster.ok(n3, "network", "forward", "create", "ovn12", f"{v}{sep}8")
-            cluster.ok(n3, "network", "forward", "port", "add", "ovn12", f"{v}{sep}8", "tcp", "80", ip["c"][fam], "8080")
+            cluster.ok(n2, "network", "forward", "create", "ovn15", f"{v}{sep}7", f"target_address={ip['b'][fam]}")
+            cluster.ok(n3, "network", "forward", "create", "ovn15", f"{v}{sep}8")
+            cluster.ok(n3, "network", "forward", "port", "add", "ovn15", f"{v}{sep}8", "tcp", "80", ip["c"][fam], "8080")
         got = reach()
         assert got["whole v4"] == "POD-B-8080 ::ffff:203.0.113.254", got
         assert got["port v4"] == "POD-C-8080 ::ffff:203.0.113.254", got
         assert got["whole v6"] == "POD-B-8080 2001:db8:ff::254", got
         assert got["port v6"] == "POD-C-8080 2001:db8:ff::254", got
-        cluster.ok(n2, "network", "set", "up12", "ovn.ingress_mode=routed")
+        cluster.ok(n2, "network", "set", "up15", "ovn.ingress_mode=routed")
         assert set(reach().values()) == {"<timeout>"}, "routed mode still answered for the listen addresses"
-        cluster.ok(n3, "network", "set", "up12", "ovn.ingress_mode=l2proxy")
+        cluster.ok(n3, "network", "set", "up15", "ovn.ingress_mode=l2proxy")
         assert reach() == got
-        cluster.ok(n1, "network", "set", "up12", "ovn.ingress_mode=routed")
-        cluster.ok(n1, "network", "set", "ovn12", "ipv4.nat.address=198.18.5.50")
-        bad = cluster.ctl(n2, "network", "set", "up12", "ovn.ingress_mode=l2proxy")
+        cluster.ok(n1, "network", "set", "up15", "ovn.ingress_mode=routed")
+        cluster.ok(n1, "network", "set", "ovn15", "ipv4.nat.address=198.18.5.50")
+        bad = cluster.ctl(n2, "network", "set", "up15", "ovn.ingress_mode=l2proxy")
         assert bad.returncode == 1 and "uses ipv4.nat.address" in bad.stderr, bad.stderr
-        assert cluster.networks(n1)["up12"]["config"]["ovn.ingress_mode"] == "routed"
+        assert cluster.networks(n1)["up15"]["config"]["ovn.ingress_mode"] == "routed"
     finally:
         for s in servers:
             s.stop()
         for k, (node, ns) in pods.items():
-            run_plugin(cluster, node, "DEL", f"l2-{k}", ns, "ovn12")
+            run_plugin(cluster, node, "DEL", f"l2-{k}", ns, "ovn15")
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for route in onlink:
             subprocess.run(["ip", "-n", out, "route", "del", *route], capture_output=True)
         subprocess.run(["ip", "-n", out, "addr", "del", "2001:db8:ff::254/64", "dev", "gw0"], capture_output=True)
-        cluster.ctl(n1, "network", "delete", "ovn12")
-        cluster.ctl(n1, "network", "delete", "up12")
+        cluster.ctl(n1, "network", "delete", "ovn15")
+        cluster.ctl(n1, "network", "delete", "up15")
 
 
 def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
@@ -837,7 +837,7 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
 
 def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
     """A hostPort of a pod on an OVN network (n2) answers from another node (n3 → n2's
-    underlay address) and from n2 itself, through n2's management port (the pod sees its
+    underlay address) and from n2 itself, its loopback 127.0.0.1 included, through n2's management port (the pod sees its
     address, in the subnet); a second pod asking for the same hostPort gets 101 and leaves
     nothing; DEL takes the hostPort away. Deleting the network is not refused for the
     management port, and ``network restore`` on n2 then removes it."""
@@ -859,6 +859,7 @@ def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
         seen = tcp(n3.netns, n2.address, 8085)
         assert seen.startswith("POD-HA ::ffff:" + subnet), seen
         assert tcp(n2.netns, n2.address, 8085).startswith("POD-HA ::ffff:" + subnet)  # the node itself
+        assert tcp(n2.netns, "127.0.0.1", 8085).startswith("POD-HA ::ffff:" + subnet)  # its loopback
         out = run_plugin(cluster, n2, "ADD", "h-b", ns["b"], "ovn12", runtimeConfig=ports)
         assert out.returncode == 1 and '"code": 101' in out.stdout, out.stdout
         assert "h-b" not in cluster.ok(n2, "pods") and f" {host_ifname('h-b', 'eth0')}@" not in \

@@ -239,6 +239,26 @@ def _create_pair(link: Any) -> None:
                 f"interface {link.ifname} or {link.host_if} already exists"
             )
         raise errors.KernelError(f"failed to create veth {link.host_if}", err.strip())
+    _quiet_host_end(link.host_if)
+
+
+def _quiet_host_end(host_if: str) -> None:
+    """Keep the node's own IP stack off an OVS port's host end: no ARP answers for the node's
+    addresses (``arp_ignore=8``) and no IPv6 on it. With the userspace datapath the kernel also
+    sees every frame on the veth; it answered a pod's ARP for the management port's address
+    with the veth's MAC, so replies to hostPort connections from 127.0.0.1 bypassed OVS and
+    died as martians. KernelError when a setting cannot be written."""
+    import os
+
+    from podnet.link import sysctl
+
+    try:
+        sysctl.write_path(f"/proc/sys/net/ipv4/conf/{host_if}/arp_ignore", "8")
+        ipv6 = f"/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6"
+        if os.path.exists(ipv6):  # absent when the node runs without IPv6
+            sysctl.write_path(ipv6, "1")
+    except OSError as err:
+        raise errors.KernelError(f"failed to configure {host_if}", str(err)) from None
 
 
 def detach(call: Call, conf: StoreConf, network: str) -> None:
