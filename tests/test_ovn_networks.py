@@ -691,6 +691,73 @@ def test_l2proxy_ingress_answers_for_forwards_on_the_uplink(cluster: Cluster) ->
         cluster.ctl(n1, "network", "delete", "up15")
 
 
+def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
+    """A podnet bridge network on n1 with ``ipv4.ovn.ranges`` and ``ipv4.routes`` is an uplink:
+    n1 joins it to OVS (a veth pair with podnet's alias, an OVS bridge, the mapping) and routes
+    ``ipv4.routes`` onto it. An OVN network made on n1 takes its router address from the
+    ranges; pods on n2 and n3 reach n1's bridge address, seen from the router's address (SNAT);
+    a forward in the routes reaches a pod from n1 (l2proxy: OVN answers ARP on the bridge).
+    n2, without the bridge, lists the network but cannot make another on it; the bridge is not
+    deleted while used; ``network restore`` brings a removed veth pair back; once deleted,
+    nothing of it is left on n1."""
+    from podnet.drivers.bridge_uplink import veth_names
+    from podnet.drivers.physical import bridge_name
+
+    n1, n2, n3 = cluster.lab.nodes
+    here, there = veth_names("brup")
+    pods = {"b": (n2, f"{cluster.lab.prefix}-ub"), "c": (n3, f"{cluster.lab.prefix}-uc")}
+    servers: list[Echo] = []
+    try:
+        bad = cluster.ctl(n1, "network", "create", "brup", "ipv4.address=100.64.10.1/24", "ipv6.address=none",
+                          "ipv4.ovn.ranges=100.64.11.10-100.64.11.19")  # fmt: skip
+        assert bad.returncode == 1 and "must lie in the subnet 100.64.10.0/24" in bad.stderr, bad.stderr
+        cluster.ok(n1, "network", "create", "brup", "ipv4.address=100.64.10.1/24", "ipv6.address=none",
+                   "ipv4.ovn.ranges=100.64.10.10-100.64.10.19", "ipv4.routes=198.18.9.0/24")  # fmt: skip
+        links = cluster.lab.run(n1.netns, "ip", "-o", "link", "show").stdout
+        assert f" {here}@{there}:" in links and "master brup" in links.split(f" {here}@")[1].splitlines()[0]
+        assert there in cluster.lab.vsctl(n1, "list-ports", bridge_name("brup"))
+        assert f"brup:{bridge_name('brup')}" in cluster.lab.vsctl(n1, "get", "open_vswitch", ".",
+                                                                  "external_ids:ovn-bridge-mappings")  # fmt: skip
+        assert "198.18.9.0/24 dev brup proto static" in cluster.lab.run(n1.netns, "ip", "route").stdout
+        cluster.ok(n1, "network", "create", "ovb", "--type=ovn", "network=brup", "ipv6.address=none")
+        assert cluster.networks(n2)["ovb"]["config"]["volatile.network.ipv4.address"] == "100.64.10.10"
+        bad = cluster.ctl(n2, "network", "create", "ovb2", "--type=ovn", "network=brup", "ipv6.address=none")
+        assert bad.returncode == 1 and 'uplink network "brup" not found' in bad.stderr, bad.stderr
+        ip = {}
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            ip[k] = plugin(cluster, node, "ADD", f"u-{k}", ns, "ovb")["ips"][0]["address"].split("/")[0]
+            servers.append(Echo(ns, f"POD-{k.upper()}", 8080))
+        servers.append(Echo(n1.netns, "NODE1", 8086))
+        for k, (_, ns) in pods.items():
+            assert tcp(ns, "100.64.10.1", 8086) == "NODE1 ::ffff:100.64.10.10", k
+        cluster.lab.run(n1.netns, "ip", "link", "del", here)  # a cleanup behind podnet's back
+        assert "uplink brup" in cluster.ok(n1, "network", "restore")
+        cluster.ok(n1, "network", "forward", "create", "ovb", "198.18.9.5", f"target_address={ip['b']}")
+        assert tcp(n1.netns, "198.18.9.5", 8080) == "POD-B ::ffff:100.64.10.1"
+        bad = cluster.ctl(n2, "network", "forward", "create", "ovb", "198.18.9.6")
+        assert bad.returncode == 1 and "in its routes" in bad.stderr, bad.stderr
+        bad = cluster.ctl(n1, "network", "delete", "brup")
+        assert bad.returncode == 1 and "in use" in bad.stderr, bad.stderr
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "DEL", f"u-{k}", ns, "ovb")
+        cluster.ok(n2, "network", "delete", "ovb")
+        cluster.ok(n1, "network", "delete", "brup")
+        links = cluster.lab.run(n1.netns, "ip", "-o", "link", "show").stdout
+        assert here not in links and there not in links and " brup:" not in links
+        assert "brup" not in cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
+        assert bridge_name("brup") not in cluster.lab.vsctl(n1, "list-br")
+        assert "198.18.9.0" not in cluster.lab.run(n1.netns, "ip", "route").stdout
+    finally:
+        for srv in servers:
+            srv.stop()
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"u-{k}", ns, "ovb")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovb")
+        cluster.ctl(n1, "network", "delete", "brup")
+
+
 def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
     """Eight pods per node ADDed at the same time on both nodes, on a dual-stack OVN network:
     every pod gets an IPv4 and an IPv6 address of the network, none twice (northd assigns them

@@ -50,6 +50,7 @@ class BridgeDriver(VethDriver):
                     config[key] = before[key]  # auto on an existing network keeps its subnet
         config = netconfig.fill_defaults(config, [n for n, _ in taken] + _routes(),
                                          create=before is None)  # fmt: skip
+        config = netconfig.validate(name, config)  # uplink keys against the settled subnet
         _check_overlap(name, config, taken)
         _check_routes(name, config, owner, before)
         return config
@@ -64,7 +65,14 @@ class BridgeDriver(VethDriver):
         return out
 
     def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
-        return [cid for cid, _, _ in store.networks.pods(row.id)]
+        """Its pods; with ``any_owner`` (before a delete) also the OVN networks that use it as
+        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`)."""
+        from podnet.drivers import bridge_uplink
+
+        pods = [cid for cid, _, _ in store.networks.pods(row.id)]
+        if any_owner and bridge_uplink.is_uplink(row.config):
+            pods += bridge_uplink.ovn_users(store, row.name)
+        return pods
 
     def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
         """The bridge with its addresses and MTU; the undo deletes it unless it was already
@@ -75,7 +83,19 @@ class BridgeDriver(VethDriver):
         mine = _ours(name, owner)
         bridge.create(name, list(addresses(config).values()), int(config.get("bridge.mtu", "0")),
                       owner=owner)  # fmt: skip
-        return (lambda: None) if mine else (lambda: bridge.delete(name, owner=owner))
+        undo = (lambda: None) if mine else (lambda: bridge.delete(name, owner=owner))
+        try:
+            _uplink(name, {}, config, owner)
+        except BaseException:
+            _uplink(name, config, {}, owner)
+            undo()
+            raise
+
+        def back() -> None:
+            _uplink(name, config, {}, owner)
+            undo()
+
+        return back
 
     def update(self, name: str, before: Mapping[str, str], config: Mapping[str, str],
                owner: str) -> Callable[[], object]:  # fmt: skip
@@ -91,7 +111,17 @@ class BridgeDriver(VethDriver):
         old = list(netconfig.addresses(before).values())
         new = list(netconfig.addresses(config).values())
         bridge.configure(name, old, new, netconfig.mtu(config), owner=owner)
-        return lambda: bridge.configure(name, new, old, netconfig.mtu(before), owner=owner)
+        try:
+            _uplink(name, before, config, owner)
+        except BaseException:
+            bridge.configure(name, new, old, netconfig.mtu(before), owner=owner)
+            raise
+
+        def back() -> None:
+            bridge.configure(name, new, old, netconfig.mtu(before), owner=owner)
+            _uplink(name, config, before, owner)
+
+        return back
 
     def delete(self, name: str, owner: str,
                warn: Callable[[str], None] | None) -> Callable[[], object]:  # fmt: skip
@@ -105,7 +135,16 @@ class BridgeDriver(VethDriver):
             if warn is not None:
                 warn(f"{err}; left it alone")
             mine = False
-        return (lambda: bridge.delete(name, owner=owner)) if mine else (lambda: None)
+        if not mine:
+            return lambda: None
+
+        def remove() -> None:
+            from podnet.drivers import bridge_uplink
+
+            bridge_uplink.detach(name, owner)
+            bridge.delete(name, owner=owner)
+
+        return remove
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """The bridge with its addresses, and the host ends of its pods' veths back on it."""
@@ -118,6 +157,7 @@ class BridgeDriver(VethDriver):
         except bridge.NotOurs as err:
             return [f"nothing for bridge {row.name}: {err.msg}"]
         done = [f"bridge {row.name}"]
+        done += _uplink(row.name, {}, row.config, owner)
         for _, _, host_if in store.networks.pods(row.id):
             if bridge.alias_of(host_if) == owner:
                 bridge.attach(host_if, row.name, owner=owner)
@@ -195,6 +235,21 @@ class BridgeDriver(VethDriver):
             return "", {}
         ifaces = addresses(net.config)
         return self.bridge_name(net), {f: i.network.prefixlen for f, i in ifaces.items()}
+
+
+def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],
+            owner: str) -> list[str]:  # fmt: skip
+    """Bridge ``name`` as an OVN uplink going from ``before`` to ``config``
+    (:mod:`podnet.drivers.bridge_uplink`): its routes, joined to OVS when it becomes an uplink
+    (or is restored as one), detached when it stops being one. What was done."""
+    from podnet.drivers import bridge_uplink
+
+    bridge_uplink.sync_routes(name, before, config)
+    if bridge_uplink.is_uplink(config):
+        return bridge_uplink.attach(name, config, owner)
+    if bridge_uplink.is_uplink(before):
+        bridge_uplink.detach(name, owner)
+    return []
 
 
 def _ours(name: str, owner: str) -> bool:

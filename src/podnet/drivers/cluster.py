@@ -220,9 +220,11 @@ def create(
     config: dict[str, str],
     warn: Callable[[str], None] | None,
     local_names: set[str],
+    uplinks: Mapping[str, nbmod.Record] | None = None,
 ) -> Network:
     """Create cluster network ``name``: 409 when any node's network has the name, 400 bad
-    config, 503 NB unreachable. Then this node's side (an uplink's parent, say)."""
+    config, 503 NB unreachable. Then this node's side (an uplink's parent, say). ``uplinks``:
+    this node's bridge uplinks (:attr:`podnet.ovn.nb.Registry.local_uplinks`)."""
     driver = _driver(kind)
     _read_only(config, {})
     valid = driver.validate(name, config)
@@ -235,6 +237,7 @@ def create(
     ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
         if name in registry.records:
             raise NetworkError("The network already exists", 409)
+        registry.local_uplinks = dict(uplinks or {})
         ctx = Context(nb, registry, owner, warn)
         filled, ops, then = driver.cluster_create(ctx, name, dict(valid))
         after[:] = [then]
@@ -257,8 +260,10 @@ def update(
     config: Mapping[str, str] | None,
     patch: bool,
     etag: str | None,
+    uplinks: Mapping[str, nbmod.Record] | None = None,
 ) -> Network:
-    """PUT/PATCH a cluster network (LXD's semantics, as for bridges); 412 stale ETag, 404."""
+    """PUT/PATCH a cluster network (LXD's semantics, as for bridges); 412 stale ETag, 404.
+    ``uplinks``: as for :func:`create`."""
 
     def apply(
         registry: nbmod.Registry,
@@ -266,6 +271,7 @@ def update(
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Network not found", 404)
+        registry.local_uplinks = dict(uplinks or {})
         ctx = Context(nb, registry, owner)
         current = as_network(ctx, name, record)
         if etag is not None and etag.strip('"') != current.etag():
@@ -314,12 +320,14 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
         then()
 
 
-def restore(nb: Ovsdb, owner: str) -> list[str]:
-    """Every cluster network's side on this node (``network restore``)."""
+def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = None) -> list[str]:
+    """Every cluster network's side on this node (``network restore``). ``uplinks``: this
+    node's bridge uplinks, whose OVS side is theirs (not forgotten as a deleted uplink's)."""
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
         raise _failure(err) from None
+    registry.local_uplinks = dict(uplinks or {})
     ctx = Context(nb, registry, owner)
     done = []
     for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from podnet import checked
@@ -68,7 +68,7 @@ def _view(network: str, record: nbmod.Record) -> fwd.NetworkView:
 
 def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[tuple[Any, str]]:
     """Everything a listen address may not overlap: (address or subnet, what holds it)."""
-    for name, record in registry.records.items():
+    for name, record in [*registry.records.items(), *registry.local_uplinks.items()]:
         for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
             value = record.config.get(key, "")
             if value not in ("", "none", "auto"):
@@ -77,7 +77,7 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
                     "volatile.network.ipv6.address"):  # fmt: skip
             if record.config.get(key):
                 yield checked.ip(record.config[key]), f"network {name}"
-        if record.type == "physical":
+        if record.type in ("physical", "bridge"):
             for family in (4, 6):
                 text = record.config.get(f"ipv{family}.ovn.ranges", "")
                 for first, last in ovnconfig.ranges(text, family) if text else []:
@@ -91,12 +91,12 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
 def l2proxy(registry: nbmod.Registry, record: nbmod.Record) -> bool:
     """Whether OVN network ``record``'s uplink takes ingress in ``l2proxy`` mode (LXD's
     default for ``ovn.ingress_mode``)."""
-    uplink = registry.records.get(record.config.get("network", ""))
+    uplink = registry.uplink(record.config.get("network", ""))
     return uplink is not None and uplink.config.get("ovn.ingress_mode", "l2proxy") == "l2proxy"
 
 
 def _routes(registry: nbmod.Registry, record: nbmod.Record, family: int) -> list[Any]:
-    uplink = registry.records.get(record.config.get("network", ""))
+    uplink = registry.uplink(record.config.get("network", ""))
     text = uplink.config.get(f"ipv{family}.routes", "") if uplink is not None else ""
     return ovnconfig.routes(text, family) if text else []
 
@@ -150,9 +150,11 @@ def _check_listen(registry: nbmod.Registry, network: str, record: nbmod.Record,
                            f"NIC ({holder})", 409)  # fmt: skip
 
 
-def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str) -> nbmod.Registry:
+def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str,
+           uplinks: Mapping[str, nbmod.Record] | None = None) -> nbmod.Registry:  # fmt: skip
     def wrapped(registry: nbmod.Registry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         registry.forward_changes = {}
+        registry.local_uplinks = dict(uplinks or {})
         try:
             ops = fn(registry)
         except NetworkError as err:
@@ -184,9 +186,11 @@ def get_forward(nb: Ovsdb, network: str, listen: str) -> Forward:
     raise NetworkError("Network forward not found", 404)
 
 
-def create_forward(nb: Ovsdb, network: str, forward: Forward) -> Forward:
+def create_forward(nb: Ovsdb, network: str, forward: Forward,
+                   uplinks: Mapping[str, nbmod.Record] | None = None) -> Forward:  # fmt: skip
     """Create a forward (``0.0.0.0``/``::`` allocate the listen address). 404, 409, 400 as
-    LXD; 503 NB unreachable."""
+    LXD; 503 NB unreachable. ``uplinks``: this node's bridge uplinks (an OVN network on one
+    takes its listen addresses from the bridge's routes)."""
     made: list[Forward] = []
 
     def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
@@ -203,12 +207,13 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward) -> Forward:
         return ports.forward_ops(nb, network, new.listen_address, dnats,
                                  l2proxy=l2proxy(registry, record))  # fmt: skip
 
-    _apply(nb, apply, "Failed creating forward: ")
+    _apply(nb, apply, "Failed creating forward: ", uplinks)
     return made[0]
 
 
 def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forward], Forward],
-                   client: bool) -> Forward:  # fmt: skip
+                   client: bool,
+                   uplinks: Mapping[str, nbmod.Record] | None = None) -> Forward:  # fmt: skip
     """Read, change and write a forward in one NB transaction (re-applied when another node
     changed the registry meanwhile: nothing is lost). Errors as for bridges."""
     made: list[Forward] = []
@@ -229,7 +234,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
         registry.forward_changes[where] = dumps(new)
         return ports.forward_ops(nb, network, where[1], dnats, l2proxy=l2proxy(registry, record))
 
-    _apply(nb, apply, "Failed updating forward: ")
+    _apply(nb, apply, "Failed updating forward: ", uplinks)
     return made[0]
 
 

@@ -37,6 +37,7 @@ from podnet.values import Dnat, PortMapping
 if TYPE_CHECKING:
     from podnet.checked import Net
     from podnet.drivers.base import Driver
+    from podnet.ovn.nb import Record
     from podnet.ovn.ovsdb import Ovsdb
 
 __all__ = ["Manager"]
@@ -135,6 +136,13 @@ class Manager:
     def _as_network(self, store: Store, row: NetworkRow) -> Network:
         return Network(row.name, row.type, row.description, dict(row.config),
                        self._used_by(store, row), "Created", self.node)  # fmt: skip
+
+    def _uplinks(self) -> dict[str, Record]:
+        """This node's bridge uplinks (:func:`podnet.drivers.bridge_uplink.local_uplinks`)."""
+        from podnet.drivers.bridge_uplink import local_uplinks
+
+        with self._store() as store:
+            return local_uplinks(store)
 
     def _nb(self, store: Store) -> Ovsdb | None:
         """OVN's NB as the server config names it (None: unset, no cluster networks)."""
@@ -256,7 +264,8 @@ class Manager:
                 raise NetworkError(
                     f"{type} networks need OVN: set network.ovn.northbound_connection"
                 )
-            return cluster.create(nb, self.owner, name, type, description, config, self.warn, local)
+            return cluster.create(nb, self.owner, name, type, description, config, self.warn,
+                                  local, self._uplinks())  # fmt: skip
         valid = driver.validate(name, config)
         with self._store() as store, store.locked():
             if store.networks.get(name) is not None:
@@ -281,7 +290,7 @@ class Manager:
 
             text = None if description is None else clean(description)
             values = {clean(k): clean(v) for k, v in (config or {}).items()}
-            return cluster.update(nb, self.owner, name, text, values, patch, etag)
+            return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks())
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
@@ -351,7 +360,7 @@ class Manager:
         if nb is not None:
             from podnet.drivers import cluster
 
-            done += cluster.restore(nb, self.owner)
+            done += cluster.restore(nb, self.owner, self._uplinks())
         return done
 
     # -- forwards ----------------------------------------------------------------------------
@@ -414,7 +423,7 @@ class Manager:
         if nb is not None:
             from podnet.drivers import cluster_forwards
 
-            return cluster_forwards.create_forward(nb, network, forward)
+            return cluster_forwards.create_forward(nb, network, forward, self._uplinks())
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             new = forward.normalised()
@@ -478,7 +487,8 @@ class Manager:
         if nb is not None:
             from podnet.drivers import cluster_forwards
 
-            return cluster_forwards.modify_forward(nb, network, listen_address, change, client)
+            return cluster_forwards.modify_forward(nb, network, listen_address, change, client,
+                                                   self._uplinks())  # fmt: skip
         with self._store() as store, store.locked():
             row = self._network(store, network, "Failed loading network: ")
             found = store.networks.forward(row.id, _canonical(listen_address))

@@ -106,17 +106,18 @@ class OvnDriver(ClusterDriver):
         return ovnconfig.validate_ovn(name, config)
 
     def _uplink(self, ctx: Context, config: Mapping[str, str]) -> nbmod.Record:
-        uplink = ctx.registry.records.get(config["network"])
-        if uplink is None or uplink.type != "physical":
+        uplink = ctx.registry.uplink(config["network"])
+        if uplink is None:
             raise NetworkError(
                 f'Invalid value for network option "network": uplink network '
-                f'"{config["network"]}" not found (a physical network)'
+                f'"{config["network"]}" not found (a physical network, or a bridge network with '
+                "ipv4.ovn.ranges or ipv6.ovn.ranges on this node)"
             )
         return uplink
 
     def _taken(self, ctx: Context) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        for record in ctx.registry.records.values():
+        for record in [*ctx.registry.records.values(), *ctx.registry.local_uplinks.values()]:
             for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
                 value = record.config.get(key, "")
                 if value not in ("", "auto", "none"):

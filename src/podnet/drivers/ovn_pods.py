@@ -239,10 +239,10 @@ def _create_pair(link: Any) -> None:
                 f"interface {link.ifname} or {link.host_if} already exists"
             )
         raise errors.KernelError(f"failed to create veth {link.host_if}", err.strip())
-    _quiet_host_end(link.host_if)
+    quiet_host_end(link.host_if)
 
 
-def _quiet_host_end(host_if: str) -> None:
+def quiet_host_end(host_if: str) -> None:
     """Keep the node's own IP stack off an OVS port's host end: no ARP answers for the node's
     addresses (``arp_ignore=8``) and no IPv6 on it. With the userspace datapath the kernel also
     sees every frame on the veth; it answered a pod's ARP for the management port's address

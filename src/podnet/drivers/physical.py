@@ -269,6 +269,8 @@ class PhysicalDriver(ClusterDriver):
         done = []
         for physnet, bridge in chassis.bridge_mappings.items():
             record = ctx.registry.records.get(physnet)
+            if physnet in ctx.registry.local_uplinks:  # a bridge uplink of this node's
+                continue
             if bridge == bridge_name(physnet) and (record is None or record.type != self.type):
                 self.detach_node(ctx, physnet)
                 done.append(f"uplink {physnet}: deleted, OVS bridge {bridge} removed")

@@ -133,7 +133,18 @@ BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
     "ipv4.nat.address": _address(4),
     "ipv6.nat.address": _address(6),
     "bridge.mtu": _mtu,
+    # an uplink of OVN networks (LXD's bridge keys; podnet.drivers.bridge_uplink)
+    "ipv4.ovn.ranges": lambda v: _ovn("ranges", v, 4),
+    "ipv6.ovn.ranges": lambda v: _ovn("ranges", v, 6),
+    "ipv4.routes": lambda v: _ovn("routes", v, 4),
+    "ipv6.routes": lambda v: _ovn("routes", v, 6),
 }
+
+
+def _ovn(kind: str, value: str, family: int) -> None:
+    from podnet.networks import ovnconfig
+
+    (ovnconfig.ranges if kind == "ranges" else ovnconfig.routes)(value, family)
 
 
 def validate(name: str, config: Mapping[str, str]) -> dict[str, str]:
@@ -165,7 +176,39 @@ def validate(name: str, config: Mapping[str, str]) -> dict[str, str]:
                 f'Invalid value for network "{name}" option "ipv{family}.nat.address": '
                 f"{nat_address} is inside the network's own subnet {net}"
             )
+        _check_uplink_keys(name, out, family, net)
     return out
+
+
+def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: Net | None) -> None:
+    """An uplink bridge's ``ipvN.ovn.ranges`` lie in its own subnet (OVN routers take them on
+    the bridge's segment; the bridge's address is their gateway) and avoid that address;
+    ``ipvN.routes`` lie outside the subnet. With ``auto`` the subnet is not known yet: the
+    keys are checked again once it is (:func:`validate` runs after ``settle``)."""
+    from podnet.networks import ovnconfig
+
+    ranges, routes = config.get(f"ipv{family}.ovn.ranges"), config.get(f"ipv{family}.routes")
+    if ranges and config.get(f"ipv{family}.address", "") == "none":
+        raise NetworkError(
+            f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": the network '
+            f"has no IPv{family} address"
+        )
+    if net is None:
+        return
+    own = address(config, family)
+    for first, last in ovnconfig.ranges(ranges, family) if ranges else []:
+        inside = own is not None and int(first) <= int(own.ip) <= int(last)
+        if first not in net or last not in net or inside:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": '
+                f"{first}-{last} must lie in the subnet {net}, without the bridge's address"
+            )
+    for route in ovnconfig.routes(routes, family) if routes else []:
+        if route.overlaps(net):
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{family}.routes": {route} '
+                f"overlaps the network's own subnet {net}"
+            )
 
 
 def subnet(config: Mapping[str, str], family: int) -> Net | None:

@@ -85,6 +85,17 @@ class Registry:
     forward_changes: dict[tuple[str, str], str | None] = field(default_factory=dict)
     #: :data:`GENERATION` as read (0: absent or not a count).
     generation: int = 0
+    #: This node's bridge networks that are uplinks, as :class:`Record` of ``physical`` keys
+    #: (:func:`podnet.drivers.bridge_uplink.view`): not in the NB, set by the caller.
+    local_uplinks: dict[str, Record] = field(default_factory=dict)
+
+    def uplink(self, name: str) -> Record | None:
+        """Uplink ``name``: a registered ``physical`` network, else one of this node's bridges
+        (:attr:`local_uplinks`); None when there is neither."""
+        record = self.records.get(name)
+        if record is not None:
+            return record if record.type == "physical" else None
+        return self.local_uplinks.get(name)
 
 
 def _valid(name: str, record: Record) -> bool:
