@@ -31,6 +31,8 @@ __all__ = [
     "check_name",
     "fill_defaults",
     "is_true",
+    "ranges",
+    "routes",
     "subnet",
     "validate",
 ]
@@ -142,9 +144,45 @@ BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
 
 
 def _ovn(kind: str, value: str, family: int) -> None:
-    from podnet.networks import ovnconfig
+    (ranges if kind == "ranges" else routes)(value, family)
 
-    (ovnconfig.ranges if kind == "ranges" else ovnconfig.routes)(value, family)
+
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def ranges(value: str, family: int) -> list[tuple[IP, IP]]:
+    """``a-b,c-d`` (LXD's IP ranges) as ``(first, last)`` pairs; ValueError with the reason."""
+    out = []
+    for item in value.split(","):
+        first, sep, last = item.strip().partition("-")
+        if not sep:
+            raise ValueError(f'Invalid IP range "{item.strip()}" (must be start-end)')
+        a = _parsed(checked.ip, first.strip(), f'Invalid IP address "{first.strip()}"')
+        b = _parsed(checked.ip, last.strip(), f'Invalid IP address "{last.strip()}"')
+        assert isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address)
+        assert isinstance(b, ipaddress.IPv4Address | ipaddress.IPv6Address)
+        if a.version != family or b.version != family:
+            raise ValueError(f'Not an IPv{family} range "{item.strip()}"')
+        if int(b) < int(a):
+            raise ValueError(f'Start IP "{a}" must be less than End IP "{b}"')
+        out.append((a, b))
+    return out
+
+
+def routes(value: str, family: int) -> list[Net]:
+    """A comma-separated CIDR list (``ipv4.routes``); ValueError with the reason."""
+    out = []
+    for item in value.split(","):
+        net = _parsed(
+            lambda v: checked.network(v), item.strip(), f'Invalid network "{item.strip()}"'
+        )
+        assert isinstance(net, ipaddress.IPv4Network | ipaddress.IPv6Network)
+        if net.version != family:
+            raise ValueError(f'Not an IPv{family} network "{item.strip()}"')
+        out.append(net)
+    return out
+
+
 
 
 def validate(name: str, config: Mapping[str, str]) -> dict[str, str]:
@@ -185,10 +223,9 @@ def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: N
     the bridge's segment; the bridge's address is their gateway) and avoid that address;
     ``ipvN.routes`` lie outside the subnet. With ``auto`` the subnet is not known yet: the
     keys are checked again once it is (:func:`validate` runs after ``settle``)."""
-    from podnet.networks import ovnconfig
-
-    ranges, routes = config.get(f"ipv{family}.ovn.ranges"), config.get(f"ipv{family}.routes")
-    if ranges and config.get(f"ipv{family}.address", "") == "none":
+    text_ranges = config.get(f"ipv{family}.ovn.ranges")
+    text_routes = config.get(f"ipv{family}.routes")
+    if text_ranges and config.get(f"ipv{family}.address", "") == "none":
         raise NetworkError(
             f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": the network '
             f"has no IPv{family} address"
@@ -196,14 +233,14 @@ def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: N
     if net is None:
         return
     own = address(config, family)
-    for first, last in ovnconfig.ranges(ranges, family) if ranges else []:
+    for first, last in ranges(text_ranges, family) if text_ranges else []:
         inside = own is not None and int(first) <= int(own.ip) <= int(last)
         if first not in net or last not in net or inside:
             raise NetworkError(
                 f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": '
                 f"{first}-{last} must lie in the subnet {net}, without the bridge's address"
             )
-    for route in ovnconfig.routes(routes, family) if routes else []:
+    for route in routes(text_routes, family) if text_routes else []:
         if route.overlaps(net):
             raise NetworkError(
                 f'Invalid value for network "{name}" option "ipv{family}.routes": {route} '

@@ -22,7 +22,7 @@ import ipaddress
 from collections.abc import Callable, Mapping
 
 from podnet import checked
-from podnet.networks.config import _BOOLS, _parsed, is_true
+from podnet.networks.config import _BOOLS, _parsed, is_true, ranges, routes
 from podnet.networks.errors import NetworkError
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -45,44 +45,11 @@ def _gateway(family: int) -> Callable[[str], None]:
     return check
 
 
-def ranges(value: str, family: int) -> list[tuple[IP, IP]]:
-    """``a-b,c-d`` (LXD's IP ranges) as ``(first, last)`` pairs; ValueError with the reason."""
-    out = []
-    for item in value.split(","):
-        first, sep, last = item.strip().partition("-")
-        if not sep:
-            raise ValueError(f'Invalid IP range "{item.strip()}" (must be start-end)')
-        a = _parsed(checked.ip, first.strip(), f'Invalid IP address "{first.strip()}"')
-        b = _parsed(checked.ip, last.strip(), f'Invalid IP address "{last.strip()}"')
-        assert isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address)
-        assert isinstance(b, ipaddress.IPv4Address | ipaddress.IPv6Address)
-        if a.version != family or b.version != family:
-            raise ValueError(f'Not an IPv{family} range "{item.strip()}"')
-        if int(b) < int(a):
-            raise ValueError(f'Start IP "{a}" must be less than End IP "{b}"')
-        out.append((a, b))
-    return out
-
-
 def _ranges(family: int) -> Callable[[str], None]:
     def check(value: str) -> None:
         ranges(value, family)
 
     return check
-
-
-def routes(value: str, family: int) -> list[Net]:
-    """A comma-separated CIDR list (``ipv4.routes``); ValueError with the reason."""
-    out = []
-    for item in value.split(","):
-        net = _parsed(
-            lambda v: checked.network(v), item.strip(), f'Invalid network "{item.strip()}"'
-        )
-        assert isinstance(net, ipaddress.IPv4Network | ipaddress.IPv6Network)
-        if net.version != family:
-            raise ValueError(f'Not an IPv{family} network "{item.strip()}"')
-        out.append(net)
-    return out
 
 
 def _routes(family: int) -> Callable[[str], None]:
