@@ -245,10 +245,14 @@ def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],
     from podnet.drivers import bridge_uplink
 
     bridge_uplink.sync_routes(name, before, config)
-    if bridge_uplink.is_uplink(config):
-        return bridge_uplink.attach(name, config, owner)
-    if bridge_uplink.is_uplink(before):
-        bridge_uplink.detach(name, owner)
+    try:
+        if bridge_uplink.is_uplink(config):
+            return bridge_uplink.attach(name, config, owner)
+        if bridge_uplink.is_uplink(before):
+            bridge_uplink.detach(name, owner)
+    except BaseException:
+        bridge_uplink.sync_routes(name, config, before)  # the routes as they were
+        raise
     return []
 
 
@@ -281,6 +285,19 @@ def _check_routes(name: str, config: Mapping[str, str], owner: str,
             f"(dev {dev}) of the node",
             409,
         )
+    for family in (4, 6):  # an uplink's routes onto the bridge: none may take another's traffic
+        key = f"ipv{family}.routes"
+        listed = netconfig.routes(config[key], family) if config.get(key) else []
+        kept = netconfig.routes(before[key], family) if before and before.get(key) else []
+        fresh = [n for n in listed if n not in kept]
+        clash = foreign_routes(fresh, owner) if fresh else []
+        if clash:
+            dst, dev = clash[0]
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "{key}": it overlaps the route to '
+                f"{dst} (dev {dev}) of the node",
+                409,
+            )
 
 
 def _check_overlap(name: str, config: Mapping[str, str],

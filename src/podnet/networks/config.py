@@ -143,6 +143,10 @@ BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
 }
 
 
+#: The most ``ipvN.routes`` a bridge takes (each is a route on the node).
+MAX_ROUTES = 256
+
+
 def _ovn(kind: str, value: str, family: int) -> None:
     (ranges if kind == "ranges" else routes)(value, family)
 
@@ -230,6 +234,23 @@ def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: N
             f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": the network '
             f"has no IPv{family} address"
         )
+    listed = routes(text_routes, family) if text_routes else []
+    if len(listed) > MAX_ROUTES:
+        raise NetworkError(
+            f'Invalid value for network "{name}" option "ipv{family}.routes": {len(listed)} '
+            f"routes, at most {MAX_ROUTES}"
+        )
+    for route in listed:
+        if route.prefixlen == 0:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{family}.routes": {route} '
+                "would take the node's default route"
+            )
+        if net is not None and route.overlaps(net):
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{family}.routes": {route} '
+                f"overlaps the network's own subnet {net}"
+            )
     if net is None:
         return
     own = address(config, family)
@@ -239,12 +260,6 @@ def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: N
             raise NetworkError(
                 f'Invalid value for network "{name}" option "ipv{family}.ovn.ranges": '
                 f"{first}-{last} must lie in the subnet {net}, without the bridge's address"
-            )
-    for route in routes(text_routes, family) if text_routes else []:
-        if route.overlaps(net):
-            raise NetworkError(
-                f'Invalid value for network "{name}" option "ipv{family}.routes": {route} '
-                f"overlaps the network's own subnet {net}"
             )
 
 
