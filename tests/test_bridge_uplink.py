@@ -32,7 +32,9 @@ class Node:
                              "--data-dir", str(self.data), "--init", *args, check=False)  # fmt: skip
 
     def routes(self) -> str:
-        return self.lab.exec(self.lab.node, "ip", "route", "show", "table", "all").stdout
+        """The node's routes but IPv6 link-local ones (those come as links' addresses settle)."""
+        out = self.lab.exec(self.lab.node, "ip", "route", "show", "table", "all").stdout
+        return "".join(r for r in out.splitlines(keepends=True) if "fe80::" not in r)
 
     def links(self) -> str:
         return self.lab.exec(self.lab.node, "ip", "-o", "link", "show").stdout
@@ -51,7 +53,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         base = tmp_path_factory.mktemp("uplink")
         (base / "no-ovs").mkdir()
         lab.exec(lab.node, "ip", "route", "add", "10.77.0.0/16", "dev", "lo")  # the node's own
-        yield Node(lab, base / "data", base / "no-ovs")
+        node = Node(lab, base / "data", base / "no-ovs")
+        assert node.ctl("create", "brother", "ipv4.address=10.99.1.1/24", "ipv6.address=none").returncode == 0
+        yield node
     finally:
         lab.close()
 
@@ -72,6 +76,8 @@ ADDR = ["ipv4.address=100.64.30.1/24", "ipv6.address=fd00:30::1/64"]
     (["ipv4.routes=" + ",".join(f"198.18.{i // 256}.{i % 256}/32" for i in range(257))], "257 routes, at most 256"),
     (["ipv4.routes=198.18.0.0/15;reboot"], 'Invalid network "198.18.0.0/15;reboot"'),
     (["ipv4.address=none", "ipv4.ovn.ranges=100.64.30.10-100.64.30.19"], "has no IPv4 address"),
+    (["ipv4.address=none", "ipv4.routes=198.18.60.0/24"], "has no IPv4 address"),
+    (["ipv4.routes=10.99.0.0/16"], "10.99.0.0/16 overlaps network \"brother\""),
 ])  # fmt: skip
 def test_bad_uplink_keys_are_refused(node: Node, keys: list[str], reason: str) -> None:
     """Each bad value: exit 1 naming the key's problem; no network, bridge or route made."""

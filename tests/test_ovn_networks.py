@@ -700,8 +700,8 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
     n2, without the bridge, lists the network but cannot make another on it; the bridge is not
     deleted while used; ``network restore`` brings a removed veth pair back; once deleted,
     nothing of it is left on n1."""
+    from podnet.drivers.bridge_uplink import ovs_bridge as bridge_name
     from podnet.drivers.bridge_uplink import veth_names
-    from podnet.drivers.physical import bridge_name
 
     n1, n2, n3 = cluster.lab.nodes
     here, there = veth_names("brup")
@@ -720,7 +720,18 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
                                                                   "external_ids:ovn-bridge-mappings")  # fmt: skip
         assert "198.18.9.0/24 dev brup proto static" in cluster.lab.run(n1.netns, "ip", "route").stdout
         cluster.ok(n1, "network", "create", "ovb", "--type=ovn", "network=brup", "ipv6.address=none")
+        bad = cluster.ctl(n1, "network", "set", "brup", "ipv4.ovn.ranges=")  # finding 4 of the review
+        assert bad.returncode == 1 and "in use (OVN network ovb)" in bad.stderr, bad.stderr
+        assert f"brup:{bridge_name('brup')}" in cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
         assert cluster.networks(n2)["ovb"]["config"]["volatile.network.ipv4.address"] == "100.64.10.10"
+        cluster.ok(n1, "network", "create", "up7", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        try:
+            bad = cluster.ctl(n2, "network", "create", "up7", "ipv4.address=100.64.12.1/24", "ipv6.address=none",
+                              "ipv4.ovn.ranges=100.64.12.10-100.64.12.19")  # fmt: skip
+            assert bad.returncode == 1 and 'A physical network "up7" exists in the cluster' in bad.stderr, bad.stderr
+            assert "up7" not in cluster.lab.run(n2.netns, "ip", "-o", "link").stdout
+        finally:
+            cluster.ctl(n1, "network", "delete", "up7")
         bad = cluster.ctl(n2, "network", "create", "ovb2", "--type=ovn", "network=brup", "ipv6.address=none")
         assert bad.returncode == 1 and 'uplink network "brup" not found' in bad.stderr, bad.stderr
         ip = {}
@@ -1039,15 +1050,21 @@ def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
         ["ip", "link", "add", "vl0", "type", "veth", "peer", "name", "vl1"],
         ["ip", "link", "add", "link", "vl0", "name", "vl0m", "type", "macvlan", "mode", "bridge"],
         ["ip", "link", "add", "vo0", "type", "veth", "peer", "name", "vo1"],
+        ["ip", "link", "add", "vm0", "type", "veth", "peer", "name", "vm1"],
+        ["ip", "link", "set", "vm0", "up"],
+        ["ip", "route", "add", "10.98.0.0/24", "nexthop", "via", "10.97.0.2", "dev", "vm0", "onlink",
+         "nexthop", "via", "10.97.0.3", "dev", "vr0", "onlink"],
     ]
     cases = {
         "vx0": 'is attached to brx',
-        "vr0": "is used by routes (10.99.0.5)",
+        "vr0": "is used by routes (10.98.0.0/24, 10.99.0.5)",
         "brx": "is a bridge or bond with ports (vx0)",
         "vl0": "is the lower device of vl0m",
         "vo0": "is a port of OVS bridge adminbr",
         "adminbr": "is an OVS bridge",
         "lo": "is the loopback device",
+        "vm0": "is used by routes (10.98.0.0/24)",  # a multipath route's nexthop
+        "ovs-netdev": "is Open vSwitch's own datapath device",
     }
     try:
         for argv in setup:
@@ -1055,7 +1072,11 @@ def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
         lab.vsctl(n1, "add-br", "adminbr", "--", "set", "bridge", "adminbr", "datapath_type=netdev",
                   "--", "add-port", "adminbr", "vo0")  # fmt: skip
         links = lab.run(n1.netns, "ip", "-o", "link", "show").stdout
-        routes = lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout
+        def routes_now() -> list[str]:  # link-local ones come and go with the lab's own links
+            return [r for r in lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout.splitlines()
+                    if "fe80::" not in r]  # fmt: skip
+
+        routes = routes_now()
         for parent, why in cases.items():
             out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", f"parent={parent}")
             assert out.returncode == 1 and f'Parent interface "{parent}" {why}' in out.stderr, (parent, out.stderr)
@@ -1063,8 +1084,8 @@ def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
             assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
         assert lab.vsctl(n1, "port-to-br", "vo0").strip() == "adminbr"
         assert lab.run(n1.netns, "ip", "-o", "link", "show").stdout == links
-        assert lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout == routes
+        assert routes_now() == routes
     finally:
         lab.vsctl(n1, "--if-exists", "del-br", "adminbr")
-        for link in ("vx0", "vr0", "vl0", "vo0", "brx"):
+        for link in ("vx0", "vr0", "vl0", "vo0", "vm0", "brx"):
             lab.run(n1.netns, "ip", "link", "del", link, check=False)

@@ -53,6 +53,7 @@ class BridgeDriver(VethDriver):
         config = netconfig.validate(name, config)  # uplink keys against the settled subnet
         _check_overlap(name, config, taken)
         _check_routes(name, config, owner, before)
+        _check_uplink_routes(name, config, taken)
         return config
 
     def subnets(self, config: Mapping[str, str]) -> dict[int, list[Net]]:
@@ -298,6 +299,24 @@ def _check_routes(name: str, config: Mapping[str, str], owner: str,
                 f"{dst} (dev {dev}) of the node",
                 409,
             )
+
+
+def _check_uplink_routes(name: str, config: Mapping[str, str],
+                         taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
+    """409 when a route of ``ipvN.routes`` overlaps another network's subnet or a range: the
+    route onto this bridge would take its traffic."""
+    from podnet.networks import config as netconfig
+
+    for family in (4, 6):
+        key = f"ipv{family}.routes"
+        for route in netconfig.routes(config[key], family) if config.get(key) else []:
+            for other, holder in taken:
+                if other.version == family and route.overlaps(other):
+                    raise NetworkError(
+                        f'Invalid value for network "{name}" option "{key}": {route} overlaps '
+                        f"{holder}",
+                        409,
+                    )
 
 
 def _check_overlap(name: str, config: Mapping[str, str],

@@ -12,8 +12,8 @@ take on the bridge's subnet; the bridge's own address is their gateway) and ``ip
   not in the NB: OVN networks on it are made, changed and given forwards from a node that has
   it (elsewhere the uplink is not found); every node lists them.
 - **On the node** (:func:`attach`): a veth pair ``pnv<10 hex>a`` (a port of the bridge) and
-  ``…b`` (a port of an OVS bridge ``pnu<8 hex>``, the integration bridge's datapath type), both
-  carrying podnet's alias, and the mapping ``<network>:pnu<…>`` in ``ovn-bridge-mappings``: the
+  ``…b`` (a port of an OVS bridge ``pnb<10 hex>``, the integration bridge's datapath type), both
+  carrying podnet's alias, and the mapping ``<network>:pnb<…>`` in ``ovn-bridge-mappings``: the
   node is a gateway chassis of the routers on this uplink. ``ipvN.routes`` become routes
   ``dev <bridge> proto static`` (:func:`sync_routes`). :func:`detach` undoes it, touching only
   links with podnet's alias and a mapping to podnet's bridge name.
@@ -86,6 +86,43 @@ def ovn_users(store: Store, name: str) -> list[str]:
                   if r.type == "ovn" and r.config.get("network") == name)  # fmt: skip
 
 
+def check_change(store: Store, name: str, before: Mapping[str, str],
+                 config: Mapping[str, str]) -> None:  # fmt: skip
+    """Before bridge ``name`` goes from ``before`` to ``config``: becoming an uplink, its name
+    must be no cluster network's (409: the two would share the OVN mapping and the listing);
+    ceasing to be one, no OVN network may use it (400). NetworkError 503 when the NB that
+    would tell does not answer."""
+    from podnet.drivers import cluster
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import Unreachable
+
+    if is_uplink(before) and not is_uplink(config):
+        users = ovn_users(store, name)
+        if users:
+            raise NetworkError(f"The network is currently in use (OVN network {users[0]})")
+    if not is_uplink(config) or is_uplink(before):
+        return
+    nb = cluster.connect(store.config.all(), store.path)
+    if nb is None:
+        return
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise cluster._failure(err) from None
+    if name in registry.records:
+        raise NetworkError(
+            f'A {registry.records[name].type} network "{name}" exists in the cluster: an '
+            "uplink bridge needs a name of its own",
+            409,
+        )
+
+
+def ovs_bridge(network: str) -> str:
+    """The OVS bridge of bridge uplink ``network`` (its own name space, never a ``physical``
+    uplink's :func:`podnet.drivers.physical.bridge_name`)."""
+    return "pnb" + hashlib.sha256(b"uplink:" + network.encode()).hexdigest()[:10]
+
+
 def veth_names(network: str) -> tuple[str, str]:
     """The veth pair joining bridge ``network`` to its OVS bridge: (bridge end, OVS end)."""
     h = hashlib.sha256(b"uplink:" + network.encode()).hexdigest()[:10]
@@ -96,7 +133,7 @@ def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
     """Join bridge ``network`` to OVN on this node (idempotent); what was done. NetworkError 400
     when this node has no Open vSwitch, 409 when the mapping is someone else's."""
     from podnet.drivers.ovn_pods import quiet_host_end
-    from podnet.drivers.physical import _check_mapping, bridge_name
+    from podnet.drivers.physical import _check_mapping
     from podnet.link import mtu as mtumod
     from podnet.link import veth
     from podnet.link.veth import alias_of
@@ -109,9 +146,12 @@ def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
             f'Network "{network}" is an OVN uplink (ipv4/ipv6.ovn.ranges), which needs Open '
             f"vSwitch with ovn-controller on this node: {err}"
         ) from None
-    _check_mapping(network)
+    ovs = ovs_bridge(network)
+    _check_mapping(network, ovs)
     here, there = veth_names(network)
-    ovs = bridge_name(network)
+    ports = _ports(ovs)
+    if ports is not None and set(ports) - {there}:
+        raise NetworkError(f"OVS bridge {ovs} exists with ports podnet did not add", 409)
     for end in (here, there):
         alias = alias_of(end)
         if alias is not None and alias != owner:
@@ -145,14 +185,24 @@ def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
     return [f"uplink {network}: bridge joined to OVS bridge {ovs} by {here}/{there}"]
 
 
+def _ports(ovs: str) -> list[str] | None:
+    """The ports of OVS bridge ``ovs`` but ovn-controller's patch ports to the integration
+    bridge (None: no such bridge)."""
+    rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "list-ports", ovs]).wait()
+    if rc != 0:
+        return None
+    rc, patches, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "--bare", "--columns=name", "find",
+                                 "Interface", "type=patch"]).wait()  # fmt: skip
+    return [p for p in out.split() if p not in (patches.split() if rc == 0 else [])]
+
+
 def detach(network: str, owner: str) -> None:
     """Undo :func:`attach` (nothing when it was not attached): the mapping when it is to
     podnet's bridge, that OVS bridge, and the veth pair when it carries ``owner``'s alias."""
-    from podnet.drivers.physical import bridge_name
     from podnet.link.veth import alias_of
     from podnet.ovn import vswitch
 
-    ovs = bridge_name(network)
+    ovs = ovs_bridge(network)
     try:
         chassis = vswitch.chassis()
     except Exception:  # noqa: BLE001 - no OVS here: only the veth can be ours
@@ -167,7 +217,8 @@ def detach(network: str, owner: str) -> None:
 
 def sync_routes(network: str, before: Mapping[str, str], config: Mapping[str, str]) -> None:
     """The bridge's ``ipvN.routes`` as routes ``dev <bridge> proto static`` (LXD's bridge
-    ``ipv4.routes``): those no longer in ``config`` removed, the new ones added."""
+    ``ipv4.routes``): those no longer in ``config`` removed (only from this bridge), the new
+    ones added (:func:`_add_route`)."""
     from podnet.networks import ovnconfig
 
     for family in (4, 6):
@@ -177,5 +228,19 @@ def sync_routes(network: str, before: Mapping[str, str], config: Mapping[str, st
         for net in old - new:
             proc.spawn(["ip", f"-{family}", "route", "del", str(net), "dev", network]).wait()
         for net in sorted(new - old, key=str):
-            proc.run(["ip", f"-{family}", "route", "replace", str(net), "dev", network,
-                      "proto", "static"])  # fmt: skip
+            _add_route(network, family, str(net))
+
+
+def _add_route(network: str, family: int, net: str) -> None:
+    """Route ``net`` onto bridge ``network`` (``add``: a route of that destination elsewhere is
+    never replaced; one already onto the bridge, as after a restore, is kept). NetworkError 409
+    naming the route that holds the destination."""
+    rc, _, err = proc.spawn(["ip", f"-{family}", "route", "add", net, "dev", network, "proto",
+                             "static"]).wait()  # fmt: skip
+    if rc == 0:
+        return
+    rc2, out, _ = proc.spawn(["ip", f"-{family}", "route", "show", "exact", net]).wait()
+    if rc2 == 0 and f"dev {network} " in out + " ":
+        return
+    held = out.strip().splitlines()[0] if rc2 == 0 and out.strip() else err.strip()
+    raise NetworkError(f'Route {net} onto bridge "{network}" not added: {held}', 409)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from podnet import checked
 from podnet import reconcile as sync
+from podnet.drivers import bridge_uplink
 from podnet.errors import CNIError
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
@@ -271,6 +272,7 @@ class Manager:
             if store.networks.get(name) is not None:
                 raise NetworkError("The network already exists", 409)
             valid = driver.settle(name, valid, self._taken_subnets(store), self.owner)
+            bridge_uplink.check_change(store, name, {}, valid)
             with store.write():
                 store.networks.insert(name, type, description, valid)
                 _rebuild_or_undo(store, driver.create(name, valid, self.owner))
@@ -307,6 +309,7 @@ class Manager:
             valid = driver.validate(name, merged)
             valid = driver.settle(name, valid, self._taken_subnets(store, skip=name), self.owner,
                                   row.config)  # fmt: skip
+            bridge_uplink.check_change(store, name, row.config, valid)
             old, new = driver.subnets(row.config), driver.subnets(valid)
             moved = [f for f in (4, 6) if old.get(f, []) != new.get(f, [])]
             if moved and (store.networks.pods(row.id) or store.networks.forwards(row.id)):

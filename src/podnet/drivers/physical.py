@@ -45,24 +45,33 @@ def _parent_addresses(parent: str) -> list[str] | None:
 
 
 def _routes(parent: str) -> list[str]:
-    """Destinations routed through ``parent`` in any table of this netns, besides what the
-    kernel keeps on every link (the local table, IPv6 link-local and multicast)."""
+    """Destinations routed through ``parent`` in any table of this netns — as a route's device
+    or one of its nexthops (multipath), or in a nexthop object — besides what the kernel keeps
+    on every link (the local table, IPv6 link-local and multicast)."""
     found = []
-    for family in ("-4", "-6"):
-        rc, out, _ = proc.spawn(["ip", "-j", family, "route", "show", "table", "all", "dev",
-                                 parent]).wait()  # fmt: skip
+    for argv in (["-4", "route", "show", "table", "all"], ["-6", "route", "show", "table", "all"],
+                 ["nexthop", "show"]):  # fmt: skip
+        rc, out, _ = proc.spawn(["ip", "-j", *argv]).wait()
         try:
             routes = json.loads(out or "[]") if rc == 0 else []
         except ValueError:
             routes = []
-        for route in routes:
-            dst = str(route.get("dst", ""))
+        for route in routes if isinstance(routes, list) else []:
+            devs = [route.get("dev")] + [h.get("dev") for h in route.get("nexthops") or []
+                                         if isinstance(h, dict)]  # fmt: skip
+            if parent not in devs:
+                continue
+            dst = str(route.get("dst", f"nexthop {route.get('id', '?')}"))
             if route.get("table") == "local" or route.get("type") in ("local", "multicast"):
                 continue
             if dst.startswith(("fe80::", "ff00::")):
                 continue
             found.append(dst)
     return found
+
+
+#: Devices Open vSwitch makes for its datapaths (never a port).
+OVS_DEVICES = ("ovs-system", "ovs-netdev")
 
 
 def _ovs(*args: str) -> str | None:
@@ -92,9 +101,13 @@ def _held(parent: str, ours: str) -> str:
     master = ""
     if os.path.exists(f"{sysfs}/master"):
         master = os.path.basename(os.readlink(f"{sysfs}/master"))
+    if parent in OVS_DEVICES:
+        return "Open vSwitch's own datapath device"
     in_ovs = _ovs("port-to-br", parent)
     if in_ovs is not None and in_ovs != ours:
         return f"a port of OVS bridge {in_ovs}"
+    if master == "ovs-system" and in_ovs != ours:  # a kernel-datapath port OVS cannot name
+        return "attached to ovs-system"
     if master and master != "ovs-system":
         return f"attached to {master}"
     if (alias_of(parent) or "").startswith("podnet:"):
@@ -121,13 +134,14 @@ def _held(parent: str, ours: str) -> str:
     return ""
 
 
-def _check_mapping(name: str) -> None:
+def _check_mapping(name: str, ours: str | None = None) -> None:
     """NetworkError (409) when this node's OVS maps OVN physical network ``name`` to a bridge
-    podnet did not make (``ovn-bridge-mappings``): the uplink would take over that mapping."""
+    other than ``ours`` (default :func:`bridge_name`), one podnet did not make for this uplink
+    (``ovn-bridge-mappings``): the uplink would take over that mapping."""
     from podnet.ovn import vswitch
 
     mapped = vswitch.chassis().bridge_mappings.get(name)
-    if mapped not in (None, bridge_name(name)):
+    if mapped not in (None, ours or bridge_name(name)):
         raise NetworkError(
             f'OVN physical network "{name}" is already mapped to bridge {mapped} on this node '
             "(ovn-bridge-mappings), not by podnet",

@@ -235,6 +235,11 @@ def _check_uplink_keys(name: str, config: Mapping[str, str], family: int, net: N
             f"has no IPv{family} address"
         )
     listed = routes(text_routes, family) if text_routes else []
+    if listed and config.get(f"ipv{family}.address", "") == "none":
+        raise NetworkError(
+            f'Invalid value for network "{name}" option "ipv{family}.routes": the network has '
+            f"no IPv{family} address"
+        )
     if len(listed) > MAX_ROUTES:
         raise NetworkError(
             f'Invalid value for network "{name}" option "ipv{family}.routes": {len(listed)} '
