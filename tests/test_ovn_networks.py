@@ -444,6 +444,50 @@ def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up9")
 
 
+def test_add_trusts_the_mirror_only_while_the_nb_holds_it(cluster: Cluster) -> None:
+    """An ADD makes its port on the condition that the NB still holds the network's record as
+    the node mirrored it (so it need not read the registry): a port made with the record held
+    is there; with another record the NB refuses (Conflict) and nothing is made. A network
+    deleted and made again with another subnet under the same name: the node's next ADD gets an
+    address of the new subnet, not the mirrored one."""
+    from podnet.ovn import ports
+    from podnet.ovn.nb import Record
+    from podnet.ovn.ovsdb import Conflict, Ovsdb
+
+    n1, n2, _ = cluster.lab.nodes
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    ns = f"{cluster.lab.prefix}-mi"
+    cluster.ok(n1, "network", "create", "up11", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        cluster.ok(n1, "network", "create", "ovm", "--type=ovn", "network=up11", "ipv4.address=10.201.1.1/24",
+                   "ipv6.address=none")  # fmt: skip
+        shown = cluster.networks(n1)["ovm"]
+        held = Record("ovn", shown["description"], shown["config"]).dumps()
+        ports.add_port(nb, "ovm", "pn-ovm-probe-1", "0a:00:00:00:00:01", "n1", {}, held)
+        with pytest.raises(Conflict):
+            ports.add_port(nb, "ovm", "pn-ovm-probe-2", "0a:00:00:00:00:02", "n1", {}, held.replace("10.201.1.1", "10.201.9.1"))
+        listed = nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert "pn-ovm-probe-1" in listed and "pn-ovm-probe-2" not in listed
+        ports.delete_port(nb, "ovm", "pn-ovm-probe-1")
+        first = plugin(cluster, n2, "ADD", "mi-1", ns, "ovm")["ips"][0]["address"]
+        assert first.startswith("10.201.1."), first
+        plugin(cluster, n2, "DEL", "mi-1", ns, "ovm")
+        cluster.ok(n1, "network", "delete", "ovm")
+        cluster.ok(n1, "network", "create", "ovm", "--type=ovn", "network=up11", "ipv4.address=10.201.2.1/26",
+                   "ipv6.address=none")  # fmt: skip
+        again = plugin(cluster, n2, "ADD", "mi-2", ns, "ovm")["ips"][0]
+        assert again["address"].startswith("10.201.2.") and again["address"].endswith("/26"), again
+        assert again["gateway"] == "10.201.2.1", again
+        plugin(cluster, n2, "DEL", "mi-2", ns, "ovm")
+    finally:
+        for cid in ("mi-1", "mi-2"):
+            run_plugin(cluster, n2, "DEL", cid, ns, "ovm")
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovm")
+        cluster.ctl(n1, "network", "delete", "up11")
+
+
 def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
     """DEL succeeds with the NB stopped (the veth, OVS port and row go; a warning names the
     port left in the NB); a GC once the NB is back removes that port. With ovn-controller

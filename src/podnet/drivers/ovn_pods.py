@@ -58,6 +58,21 @@ def _nb(store: Store) -> Ovsdb:
     return nb
 
 
+def mirrored(store: Store, name: str) -> tuple[dict[str, str], str] | None:
+    """OVN network ``name`` as this node's store mirrors it: its config and the registry record
+    it was mirrored from (:meth:`podnet.ovn.nb.Record.dumps`); None when not mirrored. An ADD
+    makes its port on the condition that the NB still holds that record
+    (:func:`podnet.ovn.ports.add_port`), so it need not read the registry, whose size grows with
+    the cluster's forwards."""
+    from podnet.ovn import nb as nbmod
+
+    row = store.networks.get(name)
+    if row is None or row.type != "ovn":
+        return None
+    config = dict(row.config)
+    return config, nbmod.Record("ovn", row.description, config).dumps()
+
+
 def network_record(store: Store, nb: Ovsdb, name: str) -> dict[str, str]:
     """The OVN network's config from the NB, mirrored into the node's store (seed 004's
     ``networks``: the node's view); InvalidConfig (7) when it is not an ovn network."""
@@ -109,6 +124,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
     from podnet.ovn import ports, vswitch
+    from podnet.ovn.ovsdb import Conflict
     from podnet.undo import Undo
 
     require_netns(call)
@@ -123,13 +139,20 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     with open_store(conf) as store:
         refuse_existing(store, call.container_id)
         nb = _nb(store)
-        config = network_record(store, nb, network)
+        known = mirrored(store, network)
         entries: list[PortMapping] = []
         try:
             ids = dict(
                 zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
             )
-            ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
+            try:  # on the mirror's word first; a changed or unknown record is read, then used
+                if known is None:
+                    raise Conflict("not mirrored")
+                config = known[0]
+                ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids, known[1])
+            except Conflict:
+                config = network_record(store, nb, network)
+                ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
             undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
             left = max(1, int((deadline - time.monotonic()) * 1000))
             found = ports.port_addresses(nb, port, left)

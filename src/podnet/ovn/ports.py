@@ -26,15 +26,26 @@ def port_name(network: str, container_id: str, ifname: str) -> str:
 
 
 def add_port(
-    nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str]
+    nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str],
+    registered: str | None = None,
 ) -> None:
     """Create logical switch port ``port`` on ``network``'s internal switch with ``"<mac>
     dynamic"`` (northd assigns the addresses: unique across every node) and
-    ``requested-chassis`` this node. TxnFailed when the switch does not exist or the port
-    does (a duplicate name is a constraint violation)."""
+    ``requested-chassis`` this node. ``registered``: the network's registry record as the
+    caller knows it (the node's mirror), which the NB must still hold — the port is then made
+    without reading the whole registry. TxnFailed when the switch does not exist or the port
+    does (a duplicate name is a constraint violation); Conflict also when the record differs."""
+    from podnet.ovn.nb import PREFIX
+
     n = names(network)
+    held = [] if registered is None else [
+        {"op": "wait", "table": "NB_Global",
+         "where": [["external_ids", "includes", omap({PREFIX + network: registered})]],
+         "columns": [], "until": "==", "rows": [{}], "timeout": 0},
+    ]  # fmt: skip
     nb.transact(
         [
+            *held,
             {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}], "timeout": 0},
             {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
