@@ -342,6 +342,17 @@ def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, net
     return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
+def release(cluster: Cluster, servers: list[Echo], pods: dict[str, tuple[Node, str]], cid: str,
+            network: str) -> None:  # fmt: skip
+    """A test's teardown: its servers stopped, pod ``k`` (container ``<cid>-<k>``) DELeted from
+    ``network`` and its namespace removed."""
+    for server in servers:
+        server.stop()
+    for k, (node, ns) in pods.items():
+        run_plugin(cluster, node, "DEL", f"{cid}-{k}", ns, network)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
     """A pod on each of n1, n2 and n3 joins one OVN network through the real plugin: addresses
     from OVN's dynamic addressing (distinct, in the subnet), MTU the network's; TCP and UDP
@@ -660,11 +671,7 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
         bad = cluster.ctl(n1, "network", "forward", "create", "ovn10", "2001:db8:ff::11")
         assert bad.returncode == 1 and "in its routes" in bad.stderr, bad.stderr
     finally:
-        for s in servers:
-            s.stop()
-        for k, (node, ns) in pods.items():
-            run_plugin(cluster, node, "DEL", f"v6-{k}", ns, "ovn10")
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        release(cluster, servers, pods, "v6", "ovn10")
         subprocess.run(["ip", "-n", out, "-6", "route", "del", "2001:db8:ee::/64"], capture_output=True)
         subprocess.run(["ip", "-n", out, "addr", "del", "2001:db8:ff::254/64", "dev", "gw0"], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovn10")
@@ -723,11 +730,7 @@ def test_l2proxy_ingress_answers_for_forwards_on_the_uplink(cluster: Cluster) ->
         assert bad.returncode == 1 and "uses ipv4.nat.address" in bad.stderr, bad.stderr
         assert cluster.networks(n1)["up15"]["config"]["ovn.ingress_mode"] == "routed"
     finally:
-        for s in servers:
-            s.stop()
-        for k, (node, ns) in pods.items():
-            run_plugin(cluster, node, "DEL", f"l2-{k}", ns, "ovn15")
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        release(cluster, servers, pods, "l2", "ovn15")
         for route in onlink:
             subprocess.run(["ip", "-n", out, "route", "del", *route], capture_output=True)
         subprocess.run(["ip", "-n", out, "addr", "del", "2001:db8:ff::254/64", "dev", "gw0"], capture_output=True)
@@ -804,11 +807,7 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
         assert bridge_name("brup") not in cluster.lab.vsctl(n1, "list-br")
         assert "198.18.9.0" not in cluster.lab.run(n1.netns, "ip", "route").stdout
     finally:
-        for srv in servers:
-            srv.stop()
-        for k, (node, ns) in pods.items():
-            run_plugin(cluster, node, "DEL", f"u-{k}", ns, "ovb")
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        release(cluster, servers, pods, "u", "ovb")
         cluster.ctl(n1, "network", "delete", "ovb")
         cluster.ctl(n1, "network", "delete", "brup")
 

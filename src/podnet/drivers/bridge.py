@@ -53,7 +53,7 @@ class BridgeDriver(VethDriver):
         config = netconfig.validate(name, config)  # uplink keys against the settled subnet
         _check_overlap(name, config, taken)
         _check_routes(name, config, owner, before)
-        _check_uplink_routes(name, config, taken)
+        _check_uplink_routes(name, config, taken, owner, before)
         return config
 
     def subnets(self, config: Mapping[str, str]) -> dict[int, list[Net]]:
@@ -286,37 +286,32 @@ def _check_routes(name: str, config: Mapping[str, str], owner: str,
             f"(dev {dev}) of the node",
             409,
         )
-    for family in (4, 6):  # an uplink's routes onto the bridge: none may take another's traffic
-        key = f"ipv{family}.routes"
-        listed = netconfig.routes(config[key], family) if config.get(key) else []
-        kept = netconfig.routes(before[key], family) if before and before.get(key) else []
-        fresh = [n for n in listed if n not in kept]
-        clash = foreign_routes(fresh, owner) if fresh else []
-        if clash:
-            dst, dev = clash[0]
-            raise NetworkError(
-                f'Invalid value for network "{name}" option "{key}": it overlaps the route to '
-                f"{dst} (dev {dev}) of the node",
-                409,
-            )
 
 
-def _check_uplink_routes(name: str, config: Mapping[str, str],
-                         taken: Sequence[tuple[Net, str]]) -> None:  # fmt: skip
-    """409 when a route of ``ipvN.routes`` overlaps another network's subnet or a range: the
-    route onto this bridge would take its traffic."""
+def _check_uplink_routes(name: str, config: Mapping[str, str], taken: Sequence[tuple[Net, str]],
+                         owner: str, before: Mapping[str, str] | None) -> None:  # fmt: skip
+    """409 when a route of ``ipvN.routes`` overlaps another network's subnet or a range, or a
+    new one a route of the node that is not this store's: the route onto this bridge would
+    take their traffic."""
+    from podnet.link.local import foreign_routes
     from podnet.networks import config as netconfig
 
     for family in (4, 6):
         key = f"ipv{family}.routes"
-        for route in netconfig.routes(config[key], family) if config.get(key) else []:
-            for other, holder in taken:
-                if other.version == family and route.overlaps(other):
-                    raise NetworkError(
-                        f'Invalid value for network "{name}" option "{key}": {route} overlaps '
-                        f"{holder}",
-                        409,
-                    )
+        listed = netconfig.routes(config[key], family) if config.get(key) else []
+        kept = netconfig.routes(before[key], family) if before and before.get(key) else []
+        fresh = [n for n in listed if n not in kept]
+        held = [(str(r), holder) for r in listed for other, holder in taken
+                if other.version == family and r.overlaps(other)]  # fmt: skip
+        for dst, dev in foreign_routes(fresh, owner) if fresh else []:
+            mine = next(r for r in fresh if r.overlaps(checked.network(dst, strict=False)))
+            held.append((str(mine), f"the route to {dst} (dev {dev}) of the node"))
+        if held:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "{key}": {held[0][0]} overlaps '
+                f"{held[0][1]}",
+                409,
+            )
 
 
 def _check_overlap(name: str, config: Mapping[str, str],
