@@ -631,8 +631,9 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
     """IPv6 on a dual-stack OVN network: a whole-IP forward to a pod on n2 and a port forward
     to a pod on n3, on one IPv6 listen address, reached from the outside over TCP and UDP (the
     pod sees the outside's address); a pod reaches the outside from the router's IPv6 uplink
-    address; ``::`` allocates from the uplink's IPv6 routes; mixed families are refused with
-    LXD's message."""
+    address; the seed's loopback case (a whole-IP forward on ::12 and port forwards on ::13 to
+    one pod, which calls ::13) answers from the address called; ``::`` allocates from the
+    uplink's IPv6 routes; mixed families are refused with LXD's message."""
     n1, n2, n3 = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
     subprocess.run(["ip", "-n", out, "addr", "add", "2001:db8:ff::254/64", "dev", "gw0", "nodad"], check=True)
@@ -664,6 +665,13 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
         assert got["udp port to c"] == "POD-C 2001:db8:ff::254", got
         assert got["default to b"] == "POD-B 2001:db8:ff::254", got
         assert got["c to outside"] == f"OUTSIDE6 {router6}", got
+        # seed 004's loopback case, in its own family: b has a whole-IP forward on ::12 and
+        # port forwards on ::13; calling ::13 it is answered from ::13 (the seed saw ::12)
+        cluster.ok(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::12", f"target_address={ip6['b']}")
+        cluster.ok(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::13")
+        cluster.ok(n1, "network", "forward", "port", "add", "ovn10", "2001:db8:ee::13", "tcp", "80", ip6["b"], "8080")
+        assert tcp(pods["b"][1], "2001:db8:ee::13", 80) == "POD-B 2001:db8:ee::13"
+        assert tcp(pods["b"][1], "2001:db8:ee::12", 8080) == "POD-B 2001:db8:ee::12"
         made = cluster.ok(n1, "network", "forward", "create", "ovn10", "::")
         assert "2001:db8:ee::1" in made, made
         bad = cluster.ctl(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::9", "target_address=10.0.0.1")
