@@ -798,6 +798,14 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
         for k, (_, ns) in pods.items():
             assert tcp(ns, "100.64.10.1", 8086) == "NODE1 ::ffff:100.64.10.10", k
         cluster.lab.run(n1.netns, "ip", "link", "del", here)  # a cleanup behind podnet's back
+        env = {**n1.env, "OVS_RUNDIR": str(cluster.data[n1.name])}  # OVS not up (yet): no db.sock
+        code = (f"import sys; sys.path.insert(0, {SRC!r}); sys.argv[0] = 'podnetctl'; "
+                "from podnet.cli.main import main; main()")
+        out = subprocess.run(["ip", "netns", "exec", n1.netns, "env", *[f"{k}={v}" for k, v in env.items()],
+                              sys.executable, "-c", code, "network", "restore", "--data-dir",
+                              str(cluster.data[n1.name])], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 1 and "network brup:" in out.stderr and "needs Open vSwitch" in out.stderr, out.stderr
+        assert " brup:" in cluster.lab.run(n1.netns, "ip", "-o", "link", "show").stdout  # the bridge is back
         assert "uplink brup" in cluster.ok(n1, "network", "restore")
         cluster.ok(n1, "network", "forward", "create", "ovb", "198.18.9.5", f"target_address={ip['b']}")
         assert tcp(n1.netns, "198.18.9.5", 8080) == "POD-B ::ffff:100.64.10.1"

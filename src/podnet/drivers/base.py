@@ -248,3 +248,21 @@ def refuse_existing(store: Store, container_id: str) -> None:
             f"container {container_id} already has a podnet attachment ({existing.ifname} in "
             f"{existing.netns}); DEL it first"
         )
+
+
+def restore_rows(store: Store, owner: str,
+                 driver: Callable[[str], Driver]) -> tuple[list[str], list[str]]:  # fmt: skip
+    """Every network of ``store`` back on the node (:meth:`Driver.restore`, ``driver`` giving
+    each type's), one that fails not stopping the others (an uplink bridge with Open vSwitch
+    not up yet, say): (what was done, what failed, one line each)."""
+    from podnet.errors import CNIError
+    from podnet.networks.errors import NetworkError
+
+    done: list[str] = []
+    failed: list[str] = []
+    for row in store.networks.all():
+        try:
+            done += driver(row.type).restore(store, row, owner)
+        except (CNIError, NetworkError) as err:
+            failed.append(f"network {row.name}: {getattr(err, 'msg', None) or err}")
+    return done, failed

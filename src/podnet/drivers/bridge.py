@@ -158,12 +158,11 @@ class BridgeDriver(VethDriver):
         except bridge.NotOurs as err:
             return [f"nothing for bridge {row.name}: {err.msg}"]
         done = [f"bridge {row.name}"]
-        done += _uplink(row.name, {}, row.config, owner)
         for _, _, host_if in store.networks.pods(row.id):
             if bridge.alias_of(host_if) == owner:
                 bridge.attach(host_if, row.name, owner=owner)
                 done.append(f"  port {host_if}")
-        return done
+        return done + _uplink(row.name, {}, row.config, owner)  # its pods first, whatever OVS does
 
     # -- pod side --------------------------------------------------------------------------
 

@@ -320,9 +320,12 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
         then()
 
 
-def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = None) -> list[str]:
+def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = None,
+            failed: list[str] | None = None) -> list[str]:
     """Every cluster network's side on this node (``network restore``). ``uplinks``: this
-    node's bridge uplinks, whose OVS side is theirs (not forgotten as a deleted uplink's)."""
+    node's bridge uplinks, whose OVS side is theirs (not forgotten as a deleted uplink's).
+    ``failed``: what the node's own networks could not restore, named with this one's failures
+    in the NetworkError raised once every network was tried."""
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
@@ -330,9 +333,12 @@ def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = 
     registry.local_uplinks = dict(uplinks or {})
     ctx = Context(nb, registry, owner)
     done = []
+    failed = [] if failed is None else failed
     for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here
-        done += _driver(kind).forget_node(ctx)
-    failed = []
+        try:
+            done += _driver(kind).forget_node(ctx)
+        except (CNIError, NetworkError) as err:
+            failed.append(f"{kind} networks deleted elsewhere: {getattr(err, 'msg', None) or err}")
     for name, record in sorted(registry.records.items()):
         try:  # one network that cannot be restored here does not stop the others
             done += _driver(record.type).restore_node(ctx, name, record.config)

@@ -352,18 +352,21 @@ class Manager:
     def restore(self) -> list[str]:
         """After a reboot or a cleanup behind podnet's back: every network's links back (a
         bridge with its addresses and its pods' host ends), and table ``inet podnet`` rebuilt
-        (with forwards). Idempotent. Returns what it did, one line each."""
-        done = []
+        (with forwards). Idempotent. Returns what it did, one line each; NetworkError naming
+        each network that could not be restored, once the others are."""
+        from podnet.drivers.base import restore_rows
+
         with self._store() as store, store.locked():
-            for row in store.networks.all():
-                done += _driver(row.type).restore(store, row, self.owner)
+            done, failed = restore_rows(store, self.owner, _driver)
             sync.rebuild(store)
             done.append("table inet podnet")
             nb = self._nb(store)
         if nb is not None:
             from podnet.drivers import cluster
 
-            done += cluster.restore(nb, self.owner, self._uplinks())
+            done += cluster.restore(nb, self.owner, self._uplinks(), failed)
+        if failed:
+            raise NetworkError("Failed restoring networks: " + "; ".join(failed))
         return done
 
     # -- forwards ----------------------------------------------------------------------------
