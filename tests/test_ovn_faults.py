@@ -505,7 +505,8 @@ def test_kill9_after_a_delay(cluster: Cluster, pods: Pods, fraction: float) -> N
     """The plugin killed with SIGKILL at ``fraction`` of the time an ADD takes on this machine
     (measured first, the faster of two; wherever that lands: start-up, the NB, the kernel,
     OVS), not by event: the same cleanup guarantees as :func:`test_kill9_during_add`. The kill
-    must land before the ADD finished (else the round proves nothing)."""
+    must land before the ADD finished (else the round proves nothing: it is redone, 3 times at
+    most)."""
     n2 = cluster.lab.nodes[1]
     took = []
     for i in range(2):
@@ -516,14 +517,18 @@ def test_kill9_after_a_delay(cluster: Cluster, pods: Pods, fraction: float) -> N
         assert out.rc == 0, out.describe()
         took.append(out.seconds)
     delay = fraction * min(took)
-    pod = pods.netns("kt")
-    cid = f"kt-{int(fraction * 100)}"
-    pods.track(n2, cid, pod)
-    proc = start_call(cluster, n2, "ADD", cid, pod, faults.BASE_PATH)
-    time.sleep(delay)
-    finished = proc.poll() is not None
-    printed = kill9(proc)
-    assert not finished, f"the ADD finished within {1000 * delay:.0f} ms, before the kill: {printed}"
+    for attempt in range(3):  # an ADD's time varies with OVN's load: a round that ended first is redone
+        pod = pods.netns("kt")
+        cid = f"kt-{int(fraction * 100)}-{attempt}"
+        pods.track(n2, cid, pod)
+        proc = start_call(cluster, n2, "ADD", cid, pod, faults.BASE_PATH)
+        time.sleep(delay)
+        finished = proc.poll() is not None
+        printed = kill9(proc)
+        if not finished:
+            break
+        assert cluster.call(n2, "DEL", cid, pod).rc == 0
+    assert not finished, f"the ADD finished within {1000 * delay:.0f} ms, before the kill, 3 times: {printed}"
     made = cluster.leftovers(n2, cid, pod)
     f = Findings(f"ADD killed {1000 * delay:.0f} ms after its start (it had made {made})")
     after_kill(cluster, n2, cid, pod, f)

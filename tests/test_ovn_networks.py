@@ -461,6 +461,8 @@ def test_add_trusts_the_mirror_only_while_the_nb_holds_it(cluster: Cluster) -> N
     is there; with another record the NB refuses (Conflict) and nothing is made. A network
     deleted and made again with another subnet under the same name: the node's next ADD gets an
     address of the new subnet, not the mirrored one."""
+    import sqlite3
+
     from podnet.ovn import ports
     from podnet.ovn.nb import Record
     from podnet.ovn.ovsdb import Conflict, Ovsdb
@@ -491,6 +493,15 @@ def test_add_trusts_the_mirror_only_while_the_nb_holds_it(cluster: Cluster) -> N
         assert again["address"].startswith("10.201.2.") and again["address"].endswith("/26"), again
         assert again["gateway"] == "10.201.2.1", again
         plugin(cluster, n2, "DEL", "mi-2", ns, "ovm")
+        # a change of the description alone: the next ADD mirrors it too (else every ADD after
+        # would fail the condition and read the whole registry)
+        shown = yaml_load(cluster.ok(n1, "network", "show", "ovm"))
+        assert cluster.ctl(n1, "network", "edit", "ovm", input=yaml_dump({**shown, "description": "mirrored"})).returncode == 0
+        plugin(cluster, n2, "ADD", "mi-1", ns, "ovm")
+        with sqlite3.connect(cluster.data[n2.name] / "podnet.db") as db:
+            row = db.execute("SELECT description FROM networks WHERE name = 'ovm'").fetchone()
+        assert row == ("mirrored",), row
+        plugin(cluster, n2, "DEL", "mi-1", ns, "ovm")
     finally:
         for cid in ("mi-1", "mi-2"):
             run_plugin(cluster, n2, "DEL", cid, ns, "ovm")
@@ -811,6 +822,10 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
         assert tcp(n1.netns, "198.18.9.5", 8080) == "POD-B ::ffff:100.64.10.1"
         bad = cluster.ctl(n2, "network", "forward", "create", "ovb", "198.18.9.6")
         assert bad.returncode == 1 and "in its routes" in bad.stderr, bad.stderr
+        # n2 does not know n1's bridge: changing the forward from there keeps its ARP answers
+        cluster.ok(n2, "network", "forward", "set", "ovb", "198.18.9.5", f"target_address={ip['c']}")
+        assert "neighbor_responder=all" in nbctl(cluster, "--bare", "--columns=options", "list", "Load_Balancer")
+        assert tcp(n1.netns, "198.18.9.5", 8080) == "POD-C ::ffff:100.64.10.1"
         bad = cluster.ctl(n1, "network", "delete", "brup")
         assert bad.returncode == 1 and "in use" in bad.stderr, bad.stderr
         for k, (node, ns) in pods.items():

@@ -162,7 +162,7 @@ class BridgeDriver(VethDriver):
             if bridge.alias_of(host_if) == owner:
                 bridge.attach(host_if, row.name, owner=owner)
                 done.append(f"  port {host_if}")
-        return done + _uplink(row.name, {}, row.config, owner)  # its pods first, whatever OVS does
+        return done + _uplink(row.name, {}, row.config, owner, restoring=True)  # pods first
 
     # -- pod side --------------------------------------------------------------------------
 
@@ -238,7 +238,7 @@ class BridgeDriver(VethDriver):
 
 
 def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],
-            owner: str) -> list[str]:  # fmt: skip
+            owner: str, *, restoring: bool = False) -> list[str]:  # fmt: skip
     """Bridge ``name`` as an OVN uplink going from ``before`` to ``config``
     (:mod:`podnet.drivers.bridge_uplink`): its routes, joined to OVS when it becomes an uplink
     (or is restored as one), detached when it stops being one. What was done."""
@@ -251,7 +251,8 @@ def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],
         if bridge_uplink.is_uplink(before):
             bridge_uplink.detach(name, owner)
     except BaseException:
-        bridge_uplink.sync_routes(name, config, before)  # the routes as they were
+        if not restoring:  # a change: the routes as they were (a restore keeps the network's)
+            bridge_uplink.sync_routes(name, config, before)
         raise
     return []
 

@@ -329,7 +329,11 @@ def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = 
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
-        raise _failure(err) from None
+        failure = _failure(err)
+        if failed:  # the node's own failures are named too
+            raise NetworkError(f"Failed restoring networks: {'; '.join(failed)}; {failure}",
+                               failure.status) from None  # fmt: skip
+        raise failure from None
     registry.local_uplinks = dict(uplinks or {})
     ctx = Context(nb, registry, owner)
     done = []

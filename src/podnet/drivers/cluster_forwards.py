@@ -88,11 +88,14 @@ def _taken(registry: nbmod.Registry, skip: tuple[str, str] | None) -> Iterable[t
             yield checked.ip(listen), f"a forward of network {network}"
 
 
-def l2proxy(registry: nbmod.Registry, record: nbmod.Record) -> bool:
+def l2proxy(registry: nbmod.Registry, record: nbmod.Record) -> bool | None:
     """Whether OVN network ``record``'s uplink takes ingress in ``l2proxy`` mode (LXD's
-    default for ``ovn.ingress_mode``)."""
+    default for ``ovn.ingress_mode``); None when this node does not know the uplink (another
+    node's bridge): the forward then keeps what its load balancers say."""
     uplink = registry.uplink(record.config.get("network", ""))
-    return uplink is not None and uplink.config.get("ovn.ingress_mode", "l2proxy") == "l2proxy"
+    if uplink is None:
+        return None
+    return uplink.config.get("ovn.ingress_mode", "l2proxy") == "l2proxy"
 
 
 def _routes(registry: nbmod.Registry, record: nbmod.Record, family: int) -> list[Any]:

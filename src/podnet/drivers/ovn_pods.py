@@ -58,6 +58,10 @@ def _nb(store: Store) -> Ovsdb:
     return nb
 
 
+#: Attempts of an ADD to make its port while the network's record changes under it.
+ADD_TRIES = 3
+
+
 def mirrored(store: Store, name: str) -> tuple[dict[str, str], str] | None:
     """OVN network ``name`` as this node's store mirrors it: its config and the registry record
     it was mirrored from (:meth:`podnet.ovn.nb.Record.dumps`); None when not mirrored. An ADD
@@ -73,21 +77,25 @@ def mirrored(store: Store, name: str) -> tuple[dict[str, str], str] | None:
     return config, nbmod.Record("ovn", row.description, config).dumps()
 
 
-def network_record(store: Store, nb: Ovsdb, name: str) -> dict[str, str]:
+def network_record(store: Store, nb: Ovsdb, name: str) -> tuple[dict[str, str], str]:
     """The OVN network's config from the NB, mirrored into the node's store (seed 004's
-    ``networks``: the node's view); InvalidConfig (7) when it is not an ovn network."""
+    ``networks``: the node's view), and its record's text as the NB holds it (for
+    :func:`podnet.ovn.ports.add_port`'s condition); InvalidConfig (7) when it is not an ovn
+    network."""
     from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import pymap
 
-    record = nbmod.read(nb).records.get(name)
+    registry = nbmod.read(nb)
+    record = registry.records.get(name)
     if record is None or record.type != "ovn":
         raise errors.InvalidConfig(f"network: {name!r} is not an ovn network of the cluster")
     with store.write():  # read under the write lock: parallel ADDs mirror it once
         row = store.networks.get(name)
         if row is None:
             store.networks.insert(name, "ovn", record.description, record.config)
-        elif dict(row.config) != record.config:
+        elif dict(row.config) != record.config or row.description != record.description:
             store.networks.update(row.id, record.description, record.config)
-    return record.config
+    return record.config, str(pymap(registry.raw).get(nbmod.PREFIX + name, record.dumps()))
 
 
 def _integration_bridge(store: Store) -> str:
@@ -145,14 +153,20 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             ids = dict(
                 zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
             )
-            try:  # on the mirror's word first; a changed or unknown record is read, then used
-                if known is None:
-                    raise Conflict("not mirrored")
-                config = known[0]
-                ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids, known[1])
-            except Conflict:
-                config = network_record(store, nb, network)
-                ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids)
+            # on the mirror's word first; a changed or unknown record is read, and the port made
+            # on the condition that the NB still holds what was read
+            for _ in range(ADD_TRIES):
+                known = known or network_record(store, nb, network)
+                try:
+                    ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids, known[1])
+                    break
+                except Conflict:
+                    known = None
+            else:
+                raise errors.TryAgainLater(
+                    f"network {network} changed while this ADD made its port, {ADD_TRIES} times"
+                )
+            config = known[0]
             undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
             left = max(1, int((deadline - time.monotonic()) * 1000))
             found = ports.port_addresses(nb, port, left)
@@ -262,7 +276,11 @@ def _create_pair(link: Any) -> None:
                 f"interface {link.ifname} or {link.host_if} already exists"
             )
         raise errors.KernelError(f"failed to create veth {link.host_if}", err.strip())
-    quiet_host_end(link.host_if)
+    try:
+        quiet_host_end(link.host_if)
+    except BaseException:
+        proc.spawn(["ip", "link", "del", link.host_if]).wait()  # before its undo is pushed
+        raise
 
 
 def quiet_host_end(host_if: str) -> None:

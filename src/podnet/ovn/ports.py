@@ -137,17 +137,23 @@ def ingress_ops(network: str, l2proxy: bool) -> list[dict[str, Any]]:
 
 
 def forward_ops(
-    nb: Ovsdb, network: str, listen: str, dnats: Sequence[Any] | None, *, l2proxy: bool = False
+    nb: Ovsdb, network: str, listen: str, dnats: Sequence[Any] | None, *,
+    l2proxy: bool | None = False,
 ) -> list[dict[str, Any]]:
     """The operations that make ``network``'s forward on ``listen`` what ``dnats`` (the
     :class:`podnet.values.Dnat` of a validated forward; None: no forward) say: its load
     balancers replaced — one per protocol with port VIPs, one with the portless VIP of a default
     target — on the router and the internal switch (so pods reach their own forwards); without a
     default target a ``discard`` route for the listen address drops what no port matches (seed
-    004). ``l2proxy``: the uplink's ingress mode is ``l2proxy`` (:func:`lb_options`). Reads the
-    forward's current route to replace it."""
+    004). ``l2proxy``: the uplink's ingress mode is ``l2proxy`` (:func:`lb_options`); None
+    (the uplink is not known here) keeps the options the forward's load balancers have. Reads
+    the forward's current route (and then options) to replace them."""
     n = names(network)
     tag = {TAG: network, "podnet-forward": listen}
+    options = lb_options(bool(l2proxy))
+    if l2proxy is None:
+        held = nb.select("Load_Balancer", [["external_ids", "includes", omap(tag)]], ["options"])
+        options = held[0]["options"] if held else options
     ops: list[dict[str, Any]] = [
         {"op": "delete", "table": "Load_Balancer",
          "where": [["external_ids", "includes", omap(tag)]]},
@@ -171,7 +177,7 @@ def forward_ops(
         lbs.append(f"lb{kind}")
         row: dict[str, Any] = {"name": f"{n['lr'][:-3]}-lb-{listen}-{kind}", "vips": omap(vip_map),
                                "external_ids": omap(tag),
-                               "options": lb_options(l2proxy)}  # fmt: skip
+                               "options": options}  # fmt: skip
         if kind != "ip":
             row["protocol"] = kind
         ops.append({"op": "insert", "table": "Load_Balancer", "uuid-name": f"lb{kind}", "row": row})
