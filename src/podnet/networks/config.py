@@ -126,6 +126,24 @@ def _mtu(value: str) -> None:
         raise ValueError(f'Out of MTU range ({MTU_RANGE[0]}-{MTU_RANGE[1]}) "{value}"')
 
 
+def checks_ranges(family: int) -> Callable[[str], None]:
+    """A validator of ``ipvN.ovn.ranges`` text (:func:`ranges`): ValueError with the reason."""
+
+    def check(value: str) -> None:
+        ranges(value, family)
+
+    return check
+
+
+def checks_routes(family: int) -> Callable[[str], None]:
+    """A validator of ``ipvN.routes`` text (:func:`routes`): ValueError with the reason."""
+
+    def check(value: str) -> None:
+        routes(value, family)
+
+    return check
+
+
 #: key → validator (raises ValueError with LXD's reason).
 BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
     "ipv4.address": _cidr(4),
@@ -136,19 +154,15 @@ BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
     "ipv6.nat.address": _address(6),
     "bridge.mtu": _mtu,
     # an uplink of OVN networks (LXD's bridge keys; podnet.drivers.bridge_uplink)
-    "ipv4.ovn.ranges": lambda v: _ovn("ranges", v, 4),
-    "ipv6.ovn.ranges": lambda v: _ovn("ranges", v, 6),
-    "ipv4.routes": lambda v: _ovn("routes", v, 4),
-    "ipv6.routes": lambda v: _ovn("routes", v, 6),
+    "ipv4.ovn.ranges": checks_ranges(4),
+    "ipv6.ovn.ranges": checks_ranges(6),
+    "ipv4.routes": checks_routes(4),
+    "ipv6.routes": checks_routes(6),
 }
 
 
 #: The most ``ipvN.routes`` a bridge takes (each is a route on the node).
 MAX_ROUTES = 256
-
-
-def _ovn(kind: str, value: str, family: int) -> None:
-    (ranges if kind == "ranges" else routes)(value, family)
 
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address

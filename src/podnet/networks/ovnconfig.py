@@ -22,7 +22,15 @@ import ipaddress
 from collections.abc import Callable, Mapping
 
 from podnet import checked
-from podnet.networks.config import _BOOLS, _parsed, is_true, ranges, routes
+from podnet.networks.config import (
+    _BOOLS,
+    _parsed,
+    checks_ranges,
+    checks_routes,
+    is_true,
+    ranges,
+    routes,
+)
 from podnet.networks.errors import NetworkError
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -41,20 +49,6 @@ def _gateway(family: int) -> Callable[[str], None]:
         assert isinstance(iface, ipaddress.IPv4Interface | ipaddress.IPv6Interface)
         if iface.version != family:
             raise ValueError(f'Not an IPv{family} address "{value}"')
-
-    return check
-
-
-def _ranges(family: int) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        ranges(value, family)
-
-    return check
-
-
-def _routes(family: int) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        routes(value, family)
 
     return check
 
@@ -121,10 +115,10 @@ PHYSICAL_KEYS: dict[str, Callable[[str], None]] = {
     "mtu": _mtu,
     "ipv4.gateway": _gateway(4),
     "ipv6.gateway": _gateway(6),
-    "ipv4.ovn.ranges": _ranges(4),
-    "ipv6.ovn.ranges": _ranges(6),
-    "ipv4.routes": _routes(4),
-    "ipv6.routes": _routes(6),
+    "ipv4.ovn.ranges": checks_ranges(4),
+    "ipv6.ovn.ranges": checks_ranges(6),
+    "ipv4.routes": checks_routes(4),
+    "ipv6.routes": checks_routes(6),
     "dns.nameservers": _nameservers,
     "ovn.ingress_mode": _ingress,
 }
