@@ -423,7 +423,10 @@ def test_add_without_ethtool_on_netdev(cluster: Cluster, pods: Pods) -> None:
 #: what of the container must exist by then, as :meth:`Cluster.leftovers` words it)``.
 NB, VETH, OVS = "NB logical switch port", "host link", "OVS port"
 HOLDS = {
-    "waiting for northd's addresses": ("ovsdb-client", "*dynamic_addresses*", (NB,)),
+    # with no spare on the node: the port is made for the pod, then northd's addresses awaited
+    "waiting for northd's addresses": ("ovsdb-client", '*until*"!="*', (NB,)),
+    # with spares: the claim's transaction never reaches the NB
+    "claiming a spare port": ("ovsdb-client", '*"update"*podnet-spare*', ()),
     "creating the veth": ("ip", '*" -batch "*', (NB,)),
     "plugging into OVS": ("ovs-vsctl", '*" add-port "*', (NB, VETH)),
     "turning TX offload off": ("ethtool", "*", (NB, VETH, OVS)),
@@ -478,11 +481,19 @@ def test_kill9_during_add(cluster: Cluster, pods: Pods, fake: faults.FakeTools, 
     returns, :meth:`faults.FakeTools.hang`; what the ADD made by then is checked first): then
     DEL succeeds and leaves no NB port, OVS port, veth or row of the container, nor does a GC
     (no valid attachment) after it, and a fresh ADD of the same container ID succeeds."""
+    from podnet.ovn import ports
+    from podnet.ovn.ovsdb import Ovsdb
+
     tool, args, made = HOLDS[hold]
     n1 = cluster.lab.nodes[0]
     pod = pods.netns("k9")
     cid = f"k9-{list(HOLDS).index(hold)}"
     pods.track(n1, cid, pod)
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    ports.delete_spares(nb, NET)
+    if hold != "waiting for northd's addresses":  # every other hold follows a claimed spare
+        nb.transact(ports.spare_ops(NET, n1.name, ports.SPARES))
+        cluster.lab.nbctl("--wait=sb", "sync")  # northd has given them addresses
     fake.hang(tool, args=args)
     proc = start_call(cluster, n1, "ADD", cid, pod, fake.path)
     deadline = time.monotonic() + 30
@@ -495,6 +506,8 @@ def test_kill9_during_add(cluster: Cluster, pods: Pods, fake: faults.FakeTools, 
     before = cluster.leftovers(n1, cid, pod)
     missing = [m for m in made if not any(x.startswith(m) for x in before)]
     assert not missing, f"killed while {hold}, the ADD had not made {missing} (the hold is wrong): {before}"
+    if NB in made and hold != "waiting for northd's addresses":
+        assert f"{NB} {port_name(cid)}" not in before, f"the ADD made a port, it claimed no spare: {before}"
     f = Findings(f"ADD killed while {hold} (it had made {before})")
     after_kill(cluster, n1, cid, pod, f)
     f.check()

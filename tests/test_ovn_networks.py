@@ -83,6 +83,13 @@ def nbctl(cluster: Cluster, *args: str) -> str:
     return cluster.lab.nbctl(*args)
 
 
+def pod_ports(cluster: Cluster) -> list[str]:
+    """The logical switch ports some pod holds (a node's spare ports are none's)."""
+    rows = json.loads(nbctl(cluster, "--format=json", "--columns=name,external_ids", "list",
+                            "Logical_Switch_Port"))["data"]  # fmt: skip
+    return [name for name, ids in rows if "podnet-container" in dict(ids[1])]
+
+
 def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None:
     """An uplink made on n1 and an OVN network made on n2 are listed alike by both nodes (same
     config, same ETag); the network's NB objects exist (router with SNAT to its uplink address
@@ -400,7 +407,7 @@ def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
         for k, (node, ns) in pods.items():
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")
             plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn5")  # again: nothing left, still 0
-        assert "pod" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not pod_ports(cluster)
         for node in (n1, n2, n3):
             ports = cluster.lab.vsctl(node, "list-ports", "br-int").split()
             assert not [p for p in ports if p.startswith("pn")], ports
@@ -514,7 +521,12 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
     """DEL succeeds with the NB stopped (the veth, OVS port and row go; a warning names the
     port left in the NB); a GC once the NB is back removes that port. With ovn-controller
     stopped an ADD fails at its deadline naming the cause (104) and leaves nothing; with
-    ovn-northd stopped it fails naming northd (11, try again later) and leaves nothing."""
+    ovn-northd stopped an ADD that claims one of the node's spare ports succeeds (northd had
+    made its addresses and binding), and once no spare is left it fails naming northd (11, try
+    again later) and leaves nothing."""
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.ovn.ports import delete_spares
+
     n1 = cluster.lab.nodes[0]
     cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
     cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
@@ -530,9 +542,9 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
         finally:
             cluster.lab.start_nb()
         assert host_if not in cluster.lab.vsctl(n1, "list-ports", "br-int").split()
-        assert "-pod-" in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert pod_ports(cluster)
         plugin(cluster, n1, "GC", "", ns, "ovn6", **{"cni.dev/valid-attachments": []})
-        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not pod_ports(cluster)
         cluster.lab.stop_controller(n1)
         try:
             out = run_plugin(cluster, n1, "ADD", "c-d", ns, "ovn6", toolTimeout=3)
@@ -541,18 +553,24 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
             assert "ovn-controller" in error["msg"], out.stdout
         finally:
             cluster.lab.start_controller(n1)
-        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not pod_ports(cluster)
         ports = cluster.lab.vsctl(n1, "list-ports", "br-int").split()
         assert not [p for p in ports if p.startswith("pn")], ports
+        nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
         cluster.lab.stop_northd()
         try:
+            # a spare of the node, addressed and bound to nothing, needs no northd
+            result = plugin(cluster, n1, "ADD", "c-s", ns, "ovn6", toolTimeout=5)
+            assert result["ips"][0]["address"].startswith("10."), result
+            plugin(cluster, n1, "DEL", "c-s", ns, "ovn6")
+            assert delete_spares(nb, "ovn6") > 0  # the pool drained: a port must be made
             out = run_plugin(cluster, n1, "ADD", "c-e", ns, "ovn6", toolTimeout=2)
             error = json.loads(out.stdout)
             assert out.returncode == 1 and error["code"] == 11, out.stdout
             assert "ovn-northd" in error["msg"], out.stdout
         finally:
             cluster.lab.start_northd()
-        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not pod_ports(cluster)
         assert not [p for p in cluster.lab.vsctl(n1, "list-ports", "br-int").split() if p.startswith("pn")]
         from podnet.link.names import host_ifname
 
@@ -895,7 +913,7 @@ def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
         for node, ns, cid in pods:
             run_plugin(cluster, node, "DEL", cid, ns, "ovn8")
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        assert "-pod-" not in nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert not pod_ports(cluster)
         cluster.ctl(n1, "network", "delete", "ovn8")
         cluster.ctl(n1, "network", "delete", "up8")
 
@@ -1163,3 +1181,117 @@ def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
         lab.vsctl(n1, "--if-exists", "del-br", "adminbr")
         for link in ("vx0", "vr0", "vl0", "vo0", "vm0", "brx"):
             lab.run(n1.netns, "ip", "link", "del", link, check=False)
+
+
+def spares_of(cluster: Cluster, network: str) -> dict[str, list[tuple[str, str]]]:
+    """``{chassis: [(port, dynamic_addresses)]}`` of ``network``'s spare ports."""
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.ovn.ports import spares
+
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    return {n.name: spares(nb, network, n.name) for n in cluster.lab.nodes}
+
+
+def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Cluster) -> None:
+    """Each node keeps ``SPARES`` spare ports per OVN network, made by its first ADD. A later
+    ADD claims one (the pod takes its name, MAC and address, its row keeps the port's name) and
+    makes its replacement; CHECK, ``network restore``, traffic across nodes and DEL work on a
+    claimed port; GC leaves the spares alone; a requested MAC makes the pod its own port. In a
+    /29 (5 free addresses) the spares give their addresses back: 5 pods get one on two nodes,
+    the 6th is refused (no free address) and leaves nothing. ``network delete`` is not kept
+    from deleting the network by the spares, and takes them with it."""
+    import sqlite3
+
+    from podnet.ovn.ports import SPARES, port_name
+
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up16", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovsp", "--type=ovn", "network=up16", "ipv4.address=10.202.1.1/29",
+               "ipv6.address=none")  # fmt: skip
+    names = [f"{cluster.lab.prefix}-s{i}" for i in range(7)]
+    made: list[tuple[Node, str, str]] = []
+    server: Echo | None = None
+
+    def row_port(node: Node, cid: str) -> str | None:
+        with sqlite3.connect(cluster.data[node.name] / "podnet.db") as db:
+            found = db.execute("SELECT ovn_port FROM pod_attachments WHERE container_id = ?", (cid,)).fetchone()
+        return found[0] if found else None
+
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        assert spares_of(cluster, "ovsp") == {"n1": [], "n2": [], "n3": []}
+        plugin(cluster, n2, "ADD", "sp-0", names[0], "ovsp")
+        made.append((n2, "sp-0", names[0]))
+        assert row_port(n2, "sp-0") == port_name("ovsp", "sp-0", "eth0")  # no spare yet: its own
+        cluster.lab.nbctl("--wait=sb", "sync")
+        pool = spares_of(cluster, "ovsp")
+        assert len(pool["n2"]) == SPARES and not pool["n1"] and not pool["n3"], pool
+        ready = {p: d.split() for p, d in pool["n2"] if len(d.split()) == 2}
+        assert ready, pool  # 5 addresses, 3 taken: at least one spare has one
+        second = plugin(cluster, n2, "ADD", "sp-1", names[1], "ovsp")
+        made.append((n2, "sp-1", names[1]))
+        claimed = row_port(n2, "sp-1")
+        assert claimed in dict(pool["n2"]), (claimed, pool)
+        mac, address = dict(pool["n2"])[claimed].split()
+        assert second["ips"][0]["address"] == f"{address}/29" and second["interfaces"][1]["mac"] == mac, second
+        ids = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids", "find", "Logical_Switch_Port",
+                               f"name={claimed}"))["data"][0][0][1]  # fmt: skip
+        assert dict(ids)["podnet-container"] == "sp-1" and "podnet-spare" not in dict(ids), ids
+        after = spares_of(cluster, "ovsp")["n2"]
+        assert len(after) == SPARES and claimed not in dict(after), after  # replaced
+        plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
+        host_if = second["interfaces"][0]["name"]
+        cluster.lab.vsctl(n2, "del-port", "br-int", host_if)
+        assert f"{host_if} in br-int as {claimed}" in cluster.ok(n2, "network", "restore")
+        plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
+        third = plugin(cluster, n3, "ADD", "sp-2", names[2], "ovsp")  # n3's first: fills its pool
+        made.append((n3, "sp-2", names[2]))
+        server = Echo(names[1], "POD-SP1", 8080)
+        a3 = third["ips"][0]["address"].split("/")[0]
+        assert tcp(names[2], address, 8080) == f"POD-SP1 ::ffff:{a3}"
+        own = "0a:5e:00:00:00:07"
+        fourth = plugin(cluster, n2, "ADD", "sp-3", names[3], "ovsp", runtimeConfig={"mac": own})
+        made.append((n2, "sp-3", names[3]))
+        assert fourth["interfaces"][1]["mac"] == own and row_port(n2, "sp-3") == port_name("ovsp", "sp-3", "eth0")
+        valid = [{"containerID": cid, "ifname": "eth0"} for node, cid, _ in made if node is n2]
+        before = spares_of(cluster, "ovsp")["n2"]
+        plugin(cluster, n2, "GC", "", names[0], "ovsp", **{"cni.dev/valid-attachments": valid})
+        assert spares_of(cluster, "ovsp")["n2"] == before
+        plugin(cluster, n3, "ADD", "sp-4", names[4], "ovsp")
+        made.append((n3, "sp-4", names[4]))
+        addresses = [a for a in pod_addresses(cluster) if a.startswith("10.202.1.")]
+        assert len(set(addresses)) == 5, addresses  # every free address is a pod's
+        out = run_plugin(cluster, n2, "ADD", "sp-5", names[5], "ovsp")
+        error = json.loads(out.stdout)
+        assert out.returncode == 1 and "no free address" in error["msg"], out.stdout
+        assert row_port(n2, "sp-5") is None and not nbctl(
+            cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port", "external_ids:podnet-container=sp-5")
+        assert spares_of(cluster, "ovsp") == {"n1": [], "n2": [], "n3": []}  # given back
+        for node, cid, ns in made:
+            plugin(cluster, node, "DEL", cid, ns, "ovsp")
+        made.clear()
+        assert not pod_ports(cluster)
+        plugin(cluster, n3, "ADD", "sp-6", names[6], "ovsp")
+        plugin(cluster, n3, "DEL", "sp-6", names[6], "ovsp")
+        assert len(spares_of(cluster, "ovsp")["n3"]) == SPARES  # the pool outlives the pod
+        cluster.ok(n1, "network", "delete", "ovsp")
+        left = nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        assert "pn-ovsp-" not in left, left
+    finally:
+        if server is not None:
+            server.stop()
+        for node, cid, ns in made:
+            run_plugin(cluster, node, "DEL", cid, ns, "ovsp")
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovsp")
+        cluster.ctl(n1, "network", "delete", "up16")
+
+
+def pod_addresses(cluster: Cluster) -> list[str]:
+    """The IPv4 addresses of the ports pods hold (their ``dynamic_addresses``)."""
+    rows = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids,dynamic_addresses", "list",
+                            "Logical_Switch_Port"))["data"]  # fmt: skip
+    return [d.split()[1] for ids, d in rows
+            if "podnet-container" in dict(ids[1]) and isinstance(d, str) and len(d.split()) > 1]  # fmt: skip

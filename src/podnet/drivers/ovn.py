@@ -259,6 +259,7 @@ class OvnDriver(ClusterDriver):
         n = nbmod.names(name)
         from podnet.drivers import ovn_hostports
         from podnet.ovn.ovsdb import pymap
+        from podnet.ovn.ports import SPARE
 
         ports = ctx.nb.select(
             "Logical_Switch_Port",
@@ -270,6 +271,7 @@ class OvnDriver(ClusterDriver):
             for p in ports
             if p["name"] not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
             and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
+            and SPARE not in pymap(p["external_ids"])  # the nodes' spare ports
         ]
         if pods:
             raise NetworkError("The network is currently in use")

@@ -131,55 +131,25 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.drivers.ovn_hostports import ensure_mgmt
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
-    from podnet.ovn import ports, vswitch
-    from podnet.ovn.ovsdb import Conflict
+    from podnet.ovn import vswitch
     from podnet.undo import Undo
 
     require_netns(call)
     veth.check_ifname(call.ifname)
     deadline = time.monotonic() + min(WAIT, proc.Limits.timeout)
     chassis = vswitch.chassis()
-    pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
+    requested = parse_requested_mac(call.config, call.args)
     host_if = names.host_ifname(call.container_id, call.ifname)
     network = str(conf.network)
-    port = ports.port_name(network, call.container_id, call.ifname)
     undo = Undo()
     with open_store(conf) as store:
         refuse_existing(store, call.container_id)
         nb = _nb(store)
-        known = mirrored(store, network)
         entries: list[PortMapping] = []
         try:
-            ids = dict(
-                zip(PORT_IDS, (call.container_id, call.ifname, chassis.system_id), strict=True)
-            )
-            # on the mirror's word first; a changed or unknown record is read, and the port made
-            # on the condition that the NB still holds what was read
-            for _ in range(ADD_TRIES):
-                known = known or network_record(store, nb, network)
-                try:
-                    ports.add_port(nb, network, port, pod_mac, chassis.system_id, ids, known[1])
-                    break
-                except Conflict:
-                    known = None
-            else:
-                raise errors.TryAgainLater(
-                    f"network {network} changed while this ADD made its port, {ADD_TRIES} times"
-                )
-            config = known[0]
-            undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
-            left = max(1, int((deadline - time.monotonic()) * 1000))
-            found = ports.port_addresses(nb, port, left)
-            if not found:
-                raise errors.TryAgainLater(
-                    f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
-                    f"dynamic_addresses still empty after {left} ms",
-                )
-            if len(found) < 2:
-                raise errors.NoFreeAddress(
-                    f"network {network} has no free address for port {port}",
-                    f"dynamic_addresses {found}",
-                )
+            config, port, found = _port(store, nb, call, network, chassis.system_id, requested,
+                                        undo, deadline)  # fmt: skip
+            pod_mac = found[0]
             alloc, prefixes = _allocation(config, found[1:])
             entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
             if entries:  # refused early, before any link is made; checked again at the COMMIT
@@ -218,6 +188,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             with store.write():
                 check_hostports(store, entries)
                 store.pods.insert(
+                    ovn_port=port,
                     container_id=call.container_id,
                     netns=call.netns,
                     interface_name=host_if,
@@ -248,6 +219,103 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     return attachment(
         host_if, link.host_mac, call.ifname, pod_mac, call.netns, mtu, alloc, prefixes
     )
+
+
+def _port(
+    store: Store, nb: Ovsdb, call: Call, network: str, chassis: str, requested: str | None,
+    undo: Any, deadline: float,
+) -> tuple[dict[str, str], str, list[str]]:
+    """The pod's logical switch port, its undo pushed: a spare of this node claimed
+    (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
+    port made for the attachment (``pn-<network>-pod-<hash>``), topping up the node's spares in
+    the same transaction. Both on the mirrored network record, re-read when it changed.
+    ``(network config, port name, dynamic_addresses split: MAC, IPv4 [, IPv6])``. Errors: 11
+    the record kept changing or northd assigned nothing in time; 18 no free address (after
+    giving every spare's back)."""
+    import functools
+    import random
+
+    from podnet.ovn import ports
+    from podnet.ovn.ovsdb import Conflict
+
+    ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis), strict=True))
+    known = mirrored(store, network)
+    pool = [] if requested else ports.spares(nb, network, chassis)
+    ready = [spare for spare in pool if len(spare[1].split()) >= 2]
+    random.shuffle(ready)  # parallel ADDs on this node try different spares
+    refill = 1 if len(pool) <= ports.SPARES else 0
+    port = ports.port_name(network, call.container_id, call.ifname)
+    for _ in range(ADD_TRIES):
+        known = known or network_record(store, nb, network)
+        try:
+            while ready:
+                spare, dynamic = ready.pop()
+                if not _fits(known[0], dynamic):
+                    continue
+                if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill):
+                    undo.push(f"deleting port {spare}",
+                              functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
+                    return known[0], spare, dynamic.split()
+            fill = 0 if requested else max(0, ports.SPARES - len(pool))
+            mac = requested or names.random_mac()
+            ports.add_port(nb, network, port, mac, chassis, ids, known[1], spares=fill)
+            break
+        except Conflict:
+            known = None
+    else:
+        raise errors.TryAgainLater(
+            f"network {network} changed while this ADD made its port, {ADD_TRIES} times"
+        )
+    undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
+    found = _addresses(nb, port, deadline)
+    if len(found) < 2 and ports.delete_spares(nb, network):
+        # the spares of the nodes held the last free addresses: give them back, ask again
+        ports.delete_port(nb, network, port)
+        ports.add_port(nb, network, port, found[0], chassis, ids, known[1])
+        found = _addresses(nb, port, deadline)
+    if len(found) < 2:
+        raise errors.NoFreeAddress(
+            f"network {network} has no free address for port {port}",
+            f"dynamic_addresses {found}",
+        )
+    return known[0], port, found
+
+
+def _fits(config: dict[str, str], dynamic: str) -> bool:
+    """True when a spare's ``dynamic_addresses`` hold one address in each subnet the network's
+    ``config`` has (northd moves them after a subnet change; until it has, the spare is not
+    taken)."""
+    from podnet import checked
+
+    want = {}
+    for family in (4, 6):
+        router = config.get(f"ipv{family}.address", "none")
+        if router not in ("", "none", "auto"):
+            want[family] = checked.interface(router).network
+    have = set()
+    for text in dynamic.split()[1:]:
+        try:
+            address = checked.ip(text)
+        except ValueError:
+            return False
+        if address.version in want and address in want[address.version]:
+            have.add(address.version)
+    return bool(want) and have == set(want)
+
+
+def _addresses(nb: Ovsdb, port: str, deadline: float) -> list[str]:
+    """The port's ``dynamic_addresses`` split, once northd has written them; 11 when it did
+    not before ``deadline`` (monotonic seconds)."""
+    from podnet.ovn import ports
+
+    left = max(1, int((deadline - time.monotonic()) * 1000))
+    found = ports.port_addresses(nb, port, left)
+    if not found:
+        raise errors.TryAgainLater(
+            f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
+            f"dynamic_addresses still empty after {left} ms",
+        )
+    return found
 
 
 def _delete_rows(store: Store, call: Call, entries: list[PortMapping]) -> None:
@@ -312,7 +380,6 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
     from podnet.ovn import ports
 
     host_if = names.host_ifname(call.container_id, call.ifname)
-    port = ports.port_name(network, call.container_id, call.ifname)
     entries: list[PortMapping] = []
     with open_store(conf) as store, store.write():
         pod = store.pods.get(call.container_id)
@@ -326,10 +393,11 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
             call.log.warn(f"removing {host_if} from OVS: {err.msg}")
         if veth.alias_of(host_if) in ("", link_alias(conf)):
             veth.delete_host(host_if)
-        try:
-            ports.delete_port(_nb(store), network, port)
+        try:  # by the attachment: a claimed spare's name is not derived from it
+            ports.delete_port(_nb(store), network, "", (call.container_id, call.ifname))
         except CNIError as err:
-            call.log.warn(f"port {port} stays in the NB until a GC: {err.msg}")
+            call.log.warn(f"the port of {call.container_id}/{call.ifname} stays in the NB "
+                          f"until a GC: {err.msg}")  # fmt: skip
         if mine:
             rows = store.pods.portmaps(call.container_id)
             entries = reconcile.renderable(rows, call.log.warn)
@@ -352,13 +420,13 @@ def check(call: Call, conf: PodnetConf) -> None:
     require_netns(call)
     network = str(conf.network)
     host_if = names.host_ifname(call.container_id, call.ifname)
-    port = ports.port_name(network, call.container_id, call.ifname)
     with open_store(conf) as store:
         pod = store.pods.get(call.container_id)
         nb = _nb(store)
     if pod is None or pod.ifname != call.ifname or pod.network_name != conf.name:
         raise CNIError(f"container {call.container_id} has no podnet attachment {call.ifname} in "
                        f"network {conf.name}", code=errors.UNKNOWN_CONTAINER)  # fmt: skip
+    port = pod.ovn_port or ports.port_name(network, call.container_id, call.ifname)
     if veth.alias_of(host_if) != link_alias(conf):
         raise errors.CheckFailed(f"host interface {host_if} is missing or not this store's")
     rows = vswitch.local_db().select("Interface", [["name", "==", host_if]], ["external_ids"])
@@ -401,6 +469,8 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
         system_id = vswitch.chassis().system_id
         for lsp in ports.ports_of_chassis(nb, system_id):
             ids = lsp["external_ids"]
+            if ids.get(ports.SPARE):
+                continue  # the node's spares: no pod's yet
             key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
             if key not in valid and key not in known:
                 ports.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
@@ -434,7 +504,8 @@ def restore(store: Store, row: Any, owner: str) -> list[str]:
     done = []
     bridge = _integration_bridge(store)
     for container_id, ifname, host_if in store.networks.pods(row.id):
-        port = ports.port_name(row.name, container_id, ifname)
+        pod = store.pods.get(container_id)
+        port = (pod and pod.ovn_port) or ports.port_name(row.name, container_id, ifname)
         if veth.alias_of(host_if) != owner:
             done.append(f"pod {container_id}: its host end {host_if} is gone (ADD it again)")
             continue

@@ -38,7 +38,10 @@ class TxnFailed(KernelError):
 
 
 class Conflict(TxnFailed):
-    """A ``wait`` operation did not hold: the rows changed since they were read."""
+    """A ``wait`` operation did not hold: the rows changed since they were read. ``op``: the
+    index of that operation in the transaction."""
+
+    op: int = -1
 
 
 class WaitTimedOut(TxnFailed):
@@ -132,7 +135,9 @@ class Ovsdb:
                 if result["error"] == "timed out" and op == "wait":
                     if ops[i].get("timeout", 0):
                         raise WaitTimedOut(f"OVN {self.database}: waited in vain", message)
-                    raise Conflict(f"OVN {self.database}: changed concurrently", message)
+                    conflict = Conflict(f"OVN {self.database}: changed concurrently", message)
+                    conflict.op = i
+                    raise conflict
                 raise TxnFailed(f"OVN {self.database} refused the change ({op})", message)
         return [r if isinstance(r, dict) else {} for r in results]
 

@@ -1,7 +1,8 @@
 """What podnet adds to an OVN network's switch and router after it is made (issue 16, items
-5 and 6): the pods' logical switch ports (``pn-<network>-pod-<hash>``, ``"<MAC> dynamic"``,
-``requested-chassis``) and the forwards' load balancers (one per protocol with port VIPs, one
-with the portless VIP of a default target, and a ``discard`` route when there is none).
+5 and 6): the pods' logical switch ports (``pn-<network>-pod-<hex>``, ``"<MAC> dynamic"``,
+``requested-chassis``), each node's spare ports, and the forwards' load balancers (one per
+protocol with port VIPs, one with the portless VIP of a default target, and a ``discard``
+route when there is none).
 Every change of a network's rows matches its ``podnet-network`` tag (:func:`nb.ours`)."""
 
 from __future__ import annotations
@@ -25,27 +26,33 @@ def port_name(network: str, container_id: str, ifname: str) -> str:
     return f"pn-{network}-pod-{digest}"
 
 
+def _registered(network: str, registered: str | None) -> list[dict[str, Any]]:
+    """A ``wait`` that the NB still holds ``network``'s registry record as ``registered``."""
+    from podnet.ovn.nb import PREFIX
+
+    return [] if registered is None else [
+        {"op": "wait", "table": "NB_Global",
+         "where": [["external_ids", "includes", omap({PREFIX + network: registered})]],
+         "columns": [], "until": "==", "rows": [{}], "timeout": 0},
+    ]  # fmt: skip
+
+
 def add_port(
     nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str],
-    registered: str | None = None,
+    registered: str | None = None, *, spares: int = 0,
 ) -> None:
     """Create logical switch port ``port`` on ``network``'s internal switch with ``"<mac>
     dynamic"`` (northd assigns the addresses: unique across every node) and
     ``requested-chassis`` this node. ``registered``: the network's registry record as the
     caller knows it (the node's mirror), which the NB must still hold — the port is then made
     without reading the whole registry. TxnFailed when the switch does not exist or the port
-    does (a duplicate name is a constraint violation); Conflict also when the record differs."""
-    from podnet.ovn.nb import PREFIX
-
+    does (a duplicate name is a constraint violation); Conflict also when the record differs.
+    ``spares``: that many spare ports for ``chassis`` made in the same transaction
+    (:func:`spare_ops`)."""
     n = names(network)
-    held = [] if registered is None else [
-        {"op": "wait", "table": "NB_Global",
-         "where": [["external_ids", "includes", omap({PREFIX + network: registered})]],
-         "columns": [], "until": "==", "rows": [{}], "timeout": 0},
-    ]  # fmt: skip
     nb.transact(
         [
-            *held,
+            *_registered(network, registered),
             {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}], "timeout": 0},
             {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
@@ -54,8 +61,120 @@ def add_port(
                      "external_ids": omap({TAG: network, **ids})}},
             {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
              "mutations": [["ports", "insert", oset([named("pod")])]]},
+            *spare_ops(network, chassis, spares),
         ]
     )  # fmt: skip
+
+
+# -- each node's spare ports ------------------------------------------------------------------
+#
+# ovn-northd 23.03 recomputes everything on every NB change (76-104 ms at 1,000 ports and
+# forwards, docs/benchmarks.md), and a new port's addresses and binding wait for one. A node
+# therefore keeps a few ports made ahead, ``requested-chassis`` itself, addresses assigned and
+# bound to nothing: an ADD claims one (its ``external_ids`` become the pod's) and plugs the veth
+# with its name, which ovn-controller binds without northd; the same transaction makes the
+# spare that replaces it, for a later ADD. The port's name is then not derived from the
+# attachment: the pod's row keeps it (``pod_attachments.ovn_port``).
+
+#: ``external_ids`` key marking a spare port (value ``true``): made ahead, no pod's yet.
+SPARE = "podnet-spare"
+#: Spare ports a node keeps per OVN network.
+SPARES = 2
+
+
+def spare_ops(network: str, chassis: str, count: int) -> list[dict[str, Any]]:
+    """Operations making ``count`` spare ports of ``network`` for ``chassis``: named like a
+    pod's port (``pn-<network>-pod-<20 random hex>``), ``"<random MAC> dynamic"``,
+    ``requested-chassis`` and ``external_ids`` {network tag, ``podnet-chassis``, :data:`SPARE`}."""
+    import secrets
+
+    from podnet.link.names import random_mac
+
+    if count <= 0:
+        return []
+    tag = omap({TAG: network, "podnet-chassis": chassis, SPARE: "true"})
+    ops: list[dict[str, Any]] = [
+        {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": f"spare{i}",
+         "row": {"name": f"pn-{network}-pod-{secrets.token_hex(10)}",
+                 "addresses": f"{random_mac()} dynamic",
+                 "options": omap({"requested-chassis": chassis}), "external_ids": tag}}
+        for i in range(count)
+    ]  # fmt: skip
+    ops.append(
+        {"op": "mutate", "table": "Logical_Switch",
+         "where": mine(network, names(network)["ls_int"]),
+         "mutations": [["ports", "insert", oset([named(f"spare{i}") for i in range(count)])]]}
+    )  # fmt: skip
+    return ops
+
+
+def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
+    """``(name, dynamic_addresses)`` of ``network``'s spare ports for ``chassis``
+    (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them)."""
+    from podnet.ovn.ovsdb import pyset
+
+    where = [["external_ids", "includes", omap({TAG: network, "podnet-chassis": chassis,
+                                                SPARE: "true"})]]  # fmt: skip
+    rows = nb.select("Logical_Switch_Port", where, ["name", "dynamic_addresses"])
+    found = []
+    for row in rows:
+        values = pyset(row["dynamic_addresses"])
+        found.append((str(row["name"]), str(values[0]) if values else ""))
+    return found
+
+
+def claim_port(
+    nb: Ovsdb, network: str, spare: str, dynamic: str, ids: Mapping[str, str],
+    registered: str | None, refill: int,
+) -> bool:
+    """Make spare port ``spare`` (read with ``dynamic_addresses`` ``dynamic``) the pod's: its
+    ``external_ids`` become {network tag, ``ids``}, and ``refill`` new spares for the same
+    chassis are made, in one transaction on the conditions that the NB still holds
+    ``registered`` (as :func:`add_port`), the switch, and the spare unclaimed with those
+    addresses. False when another ADD claimed it first or northd changed its addresses;
+    Conflict when the record differs."""
+    from podnet.ovn.ovsdb import Conflict
+
+    n = names(network)
+    held = _registered(network, registered)
+    try:
+        nb.transact(
+            [
+                *held,
+                {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
+                 "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}],
+                 "timeout": 0},
+                {"op": "wait", "table": "Logical_Switch_Port",
+                 "where": [["name", "==", spare],
+                           ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
+                 "columns": ["dynamic_addresses"], "until": "==",
+                 "rows": [{"dynamic_addresses": dynamic}], "timeout": 0},
+                {"op": "update", "table": "Logical_Switch_Port", "where": [["name", "==", spare]],
+                 "row": {"external_ids": omap({TAG: network, **ids})}},
+                *spare_ops(network, str(ids.get("podnet-chassis", "")), refill),
+            ]
+        )  # fmt: skip
+    except Conflict as err:
+        if held and err.op == 0:
+            raise
+        return False
+    return True
+
+
+def delete_spares(nb: Ovsdb, network: str) -> int:
+    """Remove every spare port of ``network`` (all chassis): their addresses go back to the
+    subnet. How many there were."""
+    where = [["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]
+    rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
+    if rows:
+        nb.transact(
+            [
+                {"op": "mutate", "table": "Logical_Switch",
+                 "where": mine(network, names(network)["ls_int"]),
+                 "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
+            ]
+        )  # fmt: skip
+    return len(rows)
 
 
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
@@ -80,24 +199,30 @@ def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
     return str(values[0]).split() if values else []
 
 
-def delete_port(nb: Ovsdb, network: str, port: str) -> None:
+def delete_port(
+    nb: Ovsdb, network: str, port: str, attachment: tuple[str, str] | None = None
+) -> None:
     """Remove ``port`` from ``network``'s internal switch (the port row goes with it); no error
-    when either is gone."""
+    when either is gone. ``attachment``: ``(container_id, CNI_IFNAME)``, removing whichever of
+    its ports the NB holds when ``port`` is not known (a claimed spare's name)."""
     n = names(network)
-    rows = nb.select("Logical_Switch_Port", mine(network, port), ["_uuid"])
+    where = mine(network, port) if attachment is None else [
+        ["external_ids", "includes", omap({TAG: network, "podnet-container": attachment[0],
+                                           "podnet-ifname": attachment[1]})]]  # fmt: skip
+    rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
     if not rows:
         return
-    uuid = rows[0]["_uuid"]
     nb.transact(
         [
             {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
-             "mutations": [["ports", "delete", oset([uuid])]]},
+             "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
         ]
     )  # fmt: skip
 
 
 def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
-    """Every pod port podnet made for ``chassis``: ``name``, ``external_ids`` (a dict)."""
+    """Every pod port podnet made for ``chassis``, spares included: ``name``, ``external_ids``
+    (a dict)."""
     rows = nb.select(
         "Logical_Switch_Port",
         [["external_ids", "includes", omap({"podnet-chassis": chassis})]],

@@ -38,19 +38,22 @@ def ipam_key(container_id: str, ifname: str, network: str) -> str:
     return f"{container_id}/{ifname}/{network}"
 
 
-_ATTACHMENT_COLUMNS = "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner, a.network_id"
+_ATTACHMENT_COLUMNS = (
+    "a.ifname, a.network_name, a.host_mac, a.pod_mac, a.owner, a.network_id, a.ovn_port"
+)
 
 
 class Pod:
     """A row of ``pods`` joined with ``pod_attachments`` (``ifname``, ``network_name``, MACs,
     ``owner``: :data:`OWNER_PODNET` or :data:`OWNER_IPAM`; ``network_id``: the bridge network
-    the pod joined, None for podnet's point-to-point layout)."""
+    the pod joined, None for podnet's point-to-point layout; ``ovn_port``: the logical switch
+    port of a pod on an OVN network, None for other pods)."""
 
     __slots__ = (
         "container_id", "name", "namespace", "uid", "netns", "ip_address_v4", "ip_address_v6",
         "ip_gateway_v4", "ip_gateway_v6", "interface_name", "interface_mtu",
         "creation_timestamp", "ifname", "network_name", "host_mac", "pod_mac", "owner",
-        "network_id",
+        "network_id", "ovn_port",
     )  # fmt: skip
 
     container_id: str
@@ -71,6 +74,7 @@ class Pod:
     pod_mac: str | None
     owner: str | None
     network_id: int | None
+    ovn_port: str | None
 
     def __init__(self, row: Sequence[object]) -> None:
         for slot, value in zip(self.__slots__, row, strict=True):
@@ -169,9 +173,11 @@ class Pods(Queries):
         name: str | None = None,
         namespace: str | None = None,
         uid: str | None = None,
+        ovn_port: str | None = None,
     ) -> None:
         """Insert a pod and its attachment (inside :meth:`write`); ``owner`` names the plugin that
-        releases the row. sqlite3.IntegrityError when the key or an address is taken."""
+        releases the row; ``ovn_port``: the logical switch port of a pod on an OVN network.
+        sqlite3.IntegrityError when the key or an address is taken."""
         self.conn.execute(
             "INSERT INTO pods (container_id, name, namespace, uid, netns, ip_address_v4, "
             "ip_address_v6, ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu) "
@@ -181,8 +187,8 @@ class Pods(Queries):
         )  # fmt: skip
         self.conn.execute(
             "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac, "
-            "owner) VALUES (?, ?, ?, ?, ?, ?)",
-            (container_id, ifname, network_name, host_mac, pod_mac, owner),
+            "owner, ovn_port) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (container_id, ifname, network_name, host_mac, pod_mac, owner, ovn_port),
         )
 
     def delete(self, container_id: str) -> None:

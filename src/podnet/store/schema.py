@@ -190,6 +190,12 @@ CREATE TABLE server_config (
 )
 """
 
+# The logical switch port of a pod on an OVN network (issue 16): a spare port the ADD claimed
+# from the node's pool (podnet.ovn.ports) has a name no DEL can derive; NULL for other pods.
+OVN_PORT = """
+ALTER TABLE pod_attachments ADD COLUMN ovn_port TEXT
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -201,4 +207,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0007_portmap_claims", PORTMAP_CLAIMS),
     ("0008_hot_indexes", HOT_INDEXES),
     ("0009_server_config", SERVER_CONFIG),
+    ("0010_ovn_port", OVN_PORT),
 )
