@@ -3,10 +3,13 @@
 
 ADD, each step on the undo stack:
 
-1. a logical switch port ``pn-<network>-pod-<hash of container/ifname>`` on the network's
-   internal switch, ``"<MAC> dynamic"`` (northd assigns the addresses, unique on every node even
-   when all ADD at once) and ``requested-chassis`` this node;
-2. its addresses, once northd has written them (an OVSDB ``wait``, under the call's deadline);
+1. the pod's logical switch port on the network's internal switch: one of this node's spare
+   ports claimed (:func:`_port`; made ahead, addresses and binding ready, so no northd
+   recompute is waited for), else ``pn-<network>-pod-<hash of container/ifname>`` made for it,
+   ``"<MAC> dynamic"`` (northd assigns the addresses, unique on every node even when all ADD at
+   once) and ``requested-chassis`` this node;
+2. a port made for the pod: its addresses, once northd has written them (an OVSDB ``wait``,
+   under the call's deadline);
 3. the veth pair (host end ``pn<13 hex>``, alias ``podnet:<dataDir>``), the pod end addressed
    with the subnet's prefix and a default route via the router; MTU the network's ``bridge.mtu``;
 4. the host end in the integration bridge with ``external_ids:iface-id`` = the port; TX
@@ -16,7 +19,8 @@ ADD, each step on the undo stack:
    the port on this chassis, as ovn-kubernetes waits), under the call's deadline;
 6. the rows in the node's store (seed 001's ``pods``; the attachment names the network).
 
-DEL removes the OVS port, the veth, the logical switch port and the rows, and always succeeds:
+DEL removes the OVS port, the veth, the logical switch port (found by its attachment's
+``external_ids``: a claimed spare's name is not derived) and the rows, and always succeeds:
 an NB that does not answer only costs a warning (GC removes the port later).
 """
 

@@ -149,7 +149,9 @@ def claim_port(
                            ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
                  "columns": ["dynamic_addresses"], "until": "==",
                  "rows": [{"dynamic_addresses": dynamic}], "timeout": 0},
-                {"op": "update", "table": "Logical_Switch_Port", "where": [["name", "==", spare]],
+                {"op": "update", "table": "Logical_Switch_Port",
+                 "where": [["name", "==", spare],
+                           ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
                  "row": {"external_ids": omap({TAG: network, **ids})}},
                 *spare_ops(network, str(ids.get("podnet-chassis", "")), refill),
             ]
@@ -163,18 +165,32 @@ def claim_port(
 
 def delete_spares(nb: Ovsdb, network: str) -> int:
     """Remove every spare port of ``network`` (all chassis): their addresses go back to the
-    subnet. How many there were."""
+    subnet. On the condition that the spares are still the ones read (a spare another node
+    claims meanwhile is its pod's: the read is taken again, 3 times at most, then Conflict).
+    How many there were."""
+    from podnet.ovn.ovsdb import Conflict
+
     where = [["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]
-    rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
-    if rows:
-        nb.transact(
-            [
-                {"op": "mutate", "table": "Logical_Switch",
-                 "where": mine(network, names(network)["ls_int"]),
-                 "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
-            ]
-        )  # fmt: skip
-    return len(rows)
+    for attempt in range(3):
+        rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
+        if not rows:
+            return 0
+        try:
+            nb.transact(
+                [
+                    {"op": "wait", "table": "Logical_Switch_Port", "where": where,
+                     "columns": ["_uuid"], "until": "==",
+                     "rows": [{"_uuid": r["_uuid"]} for r in rows], "timeout": 0},
+                    {"op": "mutate", "table": "Logical_Switch",
+                     "where": mine(network, names(network)["ls_int"]),
+                     "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
+                ]
+            )  # fmt: skip
+            return len(rows)
+        except Conflict:
+            if attempt == 2:
+                raise
+    return 0
 
 
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
