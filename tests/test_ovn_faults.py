@@ -429,7 +429,7 @@ HOLDS = {
     "claiming a spare port": ("ovsdb-client", '*"update"*podnet-spare*', ()),
     "creating the veth": ("ip", '*" -batch "*', (NB,)),
     "plugging into OVS": ("ovs-vsctl", '*" add-port "*', (NB, VETH)),
-    "turning TX offload off": ("ethtool", "*", (NB, VETH, OVS)),
+    "turning TX offload off": ("ethtool", "*", (NB, VETH)),  # alongside the OVS port
     "waiting for ovn-controller": ("ovs-vsctl", '*" wait-until "*', (NB, VETH, OVS)),
 }
 

@@ -1195,8 +1195,8 @@ def spares_of(cluster: Cluster, network: str) -> dict[str, list[tuple[str, str]]
 def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Cluster) -> None:
     """Each node keeps ``SPARES`` spare ports per OVN network, made by its first ADD. A later
     ADD claims one (the pod takes its name, MAC and address, its row keeps the port's name) and
-    makes its replacement; CHECK, ``network restore``, traffic across nodes and DEL work on a
-    claimed port; GC leaves the spares alone; a requested MAC makes the pod its own port. In a
+    makes its replacement; TX checksum offload is off on both veth ends; CHECK, ``network
+    restore``, traffic across nodes and DEL work on a claimed port; GC leaves the spares alone; a requested MAC makes the pod its own port. In a
     /29 (5 free addresses) the spares give their addresses back: 5 pods get one on two nodes,
     the 6th is refused (no free address) and leaves nothing. ``network delete`` is not kept
     from deleting the network by the spares, and takes them with it."""
@@ -1242,6 +1242,10 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
         assert len(after) == SPARES and claimed not in dict(after), after  # replaced
         plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
         host_if = second["interfaces"][0]["name"]
+        for ns, dev in ((n2.netns, host_if), (names[1], "eth0")):  # userspace datapath: both ends
+            shown = subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-k", dev], capture_output=True,
+                                   text=True).stdout  # fmt: skip
+            assert "tx-checksumming: off" in shown, (dev, shown)
         cluster.lab.vsctl(n2, "del-port", "br-int", host_if)
         assert f"{host_if} in br-int as {claimed}" in cluster.ok(n2, "network", "restore")
         plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)

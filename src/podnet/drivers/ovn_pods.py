@@ -173,7 +173,12 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             )
             _create_pair(link)
             undo.push(f"deleting {host_if}", lambda: veth.delete_host(host_if))
-            configuring = veth.start_configure_pod(link)
+            # TX checksum offload off on both ends (userspace datapath), alongside the rest:
+            # the host end's ethtool, the pod end's in the shell that configures the pod
+            tx_off = None
+            if chassis.userspace:
+                tx_off = proc.spawn(["ethtool", "-K", host_if, "tx", "off"])
+            configuring = veth.start_configure_pod(link, tx_off=chassis.userspace)
             bridge = _integration_bridge(store)
             plug(bridge, host_if, port, link.alias)
             undo.push(
@@ -181,11 +186,8 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                 lambda: _ovs("--if-exists", "del-port", bridge, host_if),
             )
             veth.finish_configure_pod(link, configuring)
-            if chassis.userspace:
-                proc.run(["ethtool", "-K", host_if, "tx", "off"])
-                proc.run(
-                    ["nsenter", f"--net={call.netns}", "ethtool", "-K", call.ifname, "tx", "off"]
-                )
+            if tx_off is not None:
+                tx_off.check()
             _wait_installed(host_if, port, deadline)
             if entries:
                 ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline)

@@ -314,11 +314,13 @@ def _quote(word: str) -> str:
     return f"'{word}'"
 
 
-def start_configure_pod(link: PodLink) -> proc.Spawned:
+def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
     """Start addressing and routing the pod end inside its netns (after :func:`create_pair`).
 
     One ``nsenter --net=<netns>`` process runs the pod-side sysctls, if any (IPv6 DAD and RA
-    off; with a bridge, gratuitous ARP and unsolicited NA on), and ``ip -batch``. Not
+    off; with a bridge, gratuitous ARP and unsolicited NA on), with ``tx_off`` ``ethtool -K
+    <ifname> tx off`` (TX checksum offload off: OVS's userspace datapath, FIELD-NOTES §8), and
+    ``ip -batch``. Not
     ``ip -n <name>``, although it is one exec less: to switch, ``ip`` also unshares the mount
     namespace (a copy of every mount of the node, and each pod's netns file is one) and
     remounts ``/`` and ``/sys``, so its cost grows with the pods. Measured (p50 of 30, loaded
@@ -331,6 +333,8 @@ def start_configure_pod(link: PodLink) -> proc.Spawned:
     if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
         writes += [f"printf 1 > {_quote(path)}"
                    for path in sysctl.notify_paths(link.ifname, families)]  # fmt: skip
+    if tx_off:
+        writes.append(f"ethtool -K {_quote(link.ifname)} tx off >/dev/null")
     argv = ["nsenter", f"--net={link.netns}"]
     if writes:  # a shell only when there is something to write (an IPv4 ptp pod: none)
         argv += ["sh", "-ec", " && ".join([*writes, "exec ip -batch -"])]
