@@ -4,7 +4,7 @@ delete, at 0 and at 1,000 existing ports and forwards.
 
 Run as root (a benchmark, not a test)::
 
-    .venv/bin/python bench/bench_ovn.py [--levels 0,1000] [--samples 30] [--json]
+    .venv/bin/python bench/bench_ovn.py [--levels 0,1000] [--samples 30] [--rounds 2] [--settle] [--json]
 
 Method (docs/benchmarks.md "OVN networks" has the figures):
 
@@ -23,6 +23,15 @@ Method (docs/benchmarks.md "OVN networks" has the figures):
   ovn-controller marks it ``ovn-installed``) and DEL; then ``podnetctl network forward create``
   and ``delete`` of one more whole-address forward (the whole CLI process, NB round trips
   included). Each sample uses a fresh pod namespace and listen address.
+* ``--rounds 2`` goes 0, 1,000, then 1,000, 0 (the fillers removed again) and pools each
+  level's samples: the machine's drift between the levels (minutes apart; forward create and
+  delete, whose path does not change with the level, moved 0.92-1.37x between single runs)
+  then weighs on both alike.
+* ``--settle``: before each timed call the driver waits, untimed, until ovn-northd and every
+  chassis have caught up with the NB (``ovn-nbctl --wait=hv sync``). Without it the calls run
+  back to back, and on this machine's shared vCPUs each one also competes with northd's
+  recompute of the call before it (76-104 ms at 1,000 ports and forwards), which on a real
+  cluster runs on the central nodes. Both are reported in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -74,6 +83,12 @@ def drive(spec: dict[str, Any]) -> dict[str, list[float]]:
     """ADD then DEL one pod per sample, then forward create and delete; milliseconds."""
     out: dict[str, list[float]] = {"add": [], "del": [], "fwd_create": [], "fwd_delete": []}
     conf = json.dumps(spec["conf"]).encode()
+
+    def settle() -> None:
+        if spec["settle"]:
+            sync = ["ovn-nbctl", "--timeout=60", f"--db={spec['nb']}", "--wait=hv", "sync"]
+            subprocess.run(sync, check=True, capture_output=True)
+
     base = {**os.environ, "CNI_IFNAME": "eth0", "CNI_PATH": spec["bin"]}
     for i, netns in enumerate(spec["netns"]):
         for verb in ("ADD", "DEL"):
@@ -83,6 +98,7 @@ def drive(spec: dict[str, Any]) -> dict[str, list[float]]:
                 "CNI_CONTAINERID": f"bench-{spec['level']}-{i}",
                 "CNI_NETNS": f"/run/netns/{netns}",
             }
+            settle()
             started = time.perf_counter()
             done = subprocess.run([spec["plugin"]], input=conf, env=env, capture_output=True)
             took = (time.perf_counter() - started) * 1000
@@ -97,6 +113,7 @@ def drive(spec: dict[str, Any]) -> dict[str, list[float]]:
             ("fwd_create", ["create", NETWORK, listen, target, "--data-dir", spec["data"]]),
             ("fwd_delete", ["delete", NETWORK, listen, "--data-dir", spec["data"]]),
         ):
+            settle()
             started = time.perf_counter()
             done = subprocess.run([*ctl, *argv], capture_output=True, text=True)
             took = (time.perf_counter() - started) * 1000
@@ -118,6 +135,7 @@ class Run:
         self.data = {n: str(self.tmp / f"data-{n}") for n in ("n1", "n2")}
         self.netns: list[str] = []
         self.ports = 0
+        self.settle = False
         self.forwards = 0
 
     def ctl(self, node: Any, *args: str) -> str:
@@ -227,8 +245,37 @@ class Run:
             None, "ovn-nbctl", "--timeout=300", f"--db={self.lab.nb_unix}", "--wait=hv", "sync"
         )
 
-    def sample(self, level: int) -> dict[str, list[float]]:
-        netns = [f"pnbo-{self.tag}-p{level}-{i}" for i in range(self.samples)]
+    def shrink(self, level: int) -> None:
+        """Back down to ``level`` filler ports and forwards (the later rounds of ``--rounds``)."""
+        from podnet.drivers import cluster_forwards
+        from podnet.ovn import nb as nbmod
+        from podnet.ovn.ovsdb import Ovsdb, oset
+
+        nb = Ovsdb([self.lab.nb_unix], "OVN_Northbound")
+        for i in range(level, self.forwards):
+            cluster_forwards.delete_forward(nb, NETWORK, _filler_listen(i))
+        self.forwards = min(self.forwards, level)
+        gone = [r["_uuid"] for r in nb.select("Logical_Switch_Port", [], ["_uuid", "name"])
+                if str(r["name"]).startswith("bench-filler-")
+                and int(str(r["name"]).rsplit("-", 1)[1]) >= level]  # fmt: skip
+        for start in range(0, len(gone), 100):
+            nb.transact(
+                [
+                    {
+                        "op": "mutate",
+                        "table": "Logical_Switch",
+                        "where": [["name", "==", nbmod.names(NETWORK)["ls_int"]]],
+                        "mutations": [["ports", "delete", oset(gone[start : start + 100])]],
+                    }
+                ]
+            )
+        self.ports = min(self.ports, level)
+        self.lab.run(
+            None, "ovn-nbctl", "--timeout=300", f"--db={self.lab.nb_unix}", "--wait=hv", "sync"
+        )
+
+    def sample(self, level: int, round_: int = 0) -> dict[str, list[float]]:
+        netns = [f"pnbo-{self.tag}-p{level}r{round_}-{i}" for i in range(self.samples)]
         for ns in netns:
             self.netns.append(ns)
             subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -239,6 +286,8 @@ class Run:
             "plugin": str(self.plugin),
             "bin": str(self.plugin.parent),
             "data": self.data["n2"],
+            "nb": self.lab.nb_unix,
+            "settle": self.settle,
             "conf": {
                 "cniVersion": "1.1.0",
                 "name": NETWORK,
@@ -277,7 +326,10 @@ class Run:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"OVN bench, {report['samples']} samples per level (ms, p50 / p90)"]
+    mode = "settled before each call" if report.get("settle") else "back to back"
+    rounds = report.get("rounds", 1)
+    lines = [f"OVN bench, {report['samples']} samples per level and round, {rounds} round(s), "
+             f"{mode} (ms, p50 / p90)"]  # fmt: skip
     levels = report["levels"]
     for key in ("add", "del", "fwd_create", "fwd_delete"):
         cells = []
@@ -296,6 +348,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--levels", default="0,1000", help="existing ports and forwards per level")
     p.add_argument("--samples", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="go through the levels this many times, up and down alternately "
+                   "(2: 0, 1000, 1000, 0), pooling each level's samples")
+    p.add_argument("--settle", action="store_true",
+                   help="wait (untimed) for northd and the chassis before each timed call")
     p.add_argument("--driver", help=argparse.SUPPRESS)
     add_output_options(p)
     args = p.parse_args()
@@ -306,23 +363,29 @@ def main() -> int:
     end_on_signals()
     levels = sorted(int(x) for x in args.levels.split(","))
     run = Run(args.samples)
+    run.settle = args.settle
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     try:
         run.setup()
-        results = {}
-        for level in levels:
-            started = time.monotonic()
-            run.fill(level)
-            say(f"level {level}: filled in {time.monotonic() - started:.1f} s")
-            raw = run.sample(level)
-            results[str(level)] = {
-                k: {"p50": percentile(v, 50), "p90": percentile(v, 90), "n": len(v)}
-                for k, v in raw.items()
-            }
-            say(
-                f"level {level}: "
-                + ", ".join(f"{k} {v['p50']:.1f}" for k, v in results[str(level)].items())
-            )
+        pooled: dict[str, dict[str, list[float]]] = {}
+        for round_ in range(args.rounds):  # up, then down, ...: 0, 1000, 1000, 0 cancels drift
+            for level in levels if round_ % 2 == 0 else levels[::-1]:
+                started = time.monotonic()
+                if level >= run.ports:
+                    run.fill(level)
+                else:
+                    run.shrink(level)
+                say(f"level {level}: set in {time.monotonic() - started:.1f} s")
+                raw = run.sample(level, round_)
+                for k, v in raw.items():
+                    pooled.setdefault(str(level), {}).setdefault(k, []).extend(v)
+                p50s = ", ".join(f"{k} {percentile(v, 50):.1f}" for k, v in raw.items())
+                say(f"level {level}, round {round_ + 1}: {p50s}")
+        results = {
+            level: {k: {"p50": percentile(v, 50), "p90": percentile(v, 90), "n": len(v)}
+                    for k, v in raw_.items()}
+            for level, raw_ in pooled.items()
+        }  # fmt: skip
     except BaseException as err:  # noqa: BLE001 - cleanup first, then the exit status
         run.cleanup()
         return failed(say, "bench_ovn", err)
@@ -331,6 +394,8 @@ def main() -> int:
     growth = {k: results[high][k]["p50"] / results[low][k]["p50"] for k in results[low]}
     report = {
         "samples": args.samples,
+        "settle": args.settle,
+        "rounds": args.rounds,
         "levels": levels,
         "results": results,
         "growth": growth,
