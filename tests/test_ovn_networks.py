@@ -1299,3 +1299,43 @@ def pod_addresses(cluster: Cluster) -> list[str]:
                             "Logical_Switch_Port"))["data"]  # fmt: skip
     return [d.split()[1] for ids, d in rows
             if "podnet-container" in dict(ids[1]) and isinstance(d, str) and len(d.split()) > 1]  # fmt: skip
+
+
+def test_a_full_subnet_takes_the_spares_addresses_for_the_management_port(cluster: Cluster) -> None:
+    """In a /29 (5 free addresses) three pods and n2's two spares hold all five; a hostPort pod
+    then claims a spare, and n2's management port, which needs an address of its own, takes
+    one the other spares give back: the ADD succeeds and the hostPort answers from n3."""
+    from podnet.ovn.ports import SPARES
+
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up17", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovsq", "--type=ovn", "network=up17", "ipv4.address=10.202.2.1/29",
+               "ipv6.address=none")  # fmt: skip
+    names = [f"{cluster.lab.prefix}-q{i}" for i in range(4)]
+    made: list[str] = []
+    server: Echo | None = None
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        for i in range(3):
+            plugin(cluster, n2, "ADD", f"q-{i}", names[i], "ovsq")
+            made.append(f"q-{i}")
+        cluster.lab.nbctl("--wait=sb", "sync")
+        held = [d for _, d in spares_of(cluster, "ovsq")["n2"] if len(d.split()) == 2]
+        assert len(held) == SPARES, held  # 3 pods and 2 spares: the subnet is full
+        ports = {"portMappings": [{"hostPort": 8095, "containerPort": 8080, "protocol": "tcp"}]}
+        result = plugin(cluster, n2, "ADD", "q-h", names[3], "ovsq", runtimeConfig=ports)
+        made.append("q-h")
+        server = Echo(names[3], "POD-QH", 8080)
+        seen = tcp(n3.netns, n2.address, 8095)
+        assert seen.startswith("POD-QH ::ffff:10.202.2."), (seen, result)
+    finally:
+        if server is not None:
+            server.stop()
+        for i, cid in enumerate(made):
+            run_plugin(cluster, n2, "DEL", cid, names[min(i, 3)], "ovsq")
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovsq")
+        cluster.ctl(n2, "network", "restore")  # n2's management port goes with the network
+        cluster.ctl(n1, "network", "delete", "up17")

@@ -117,11 +117,17 @@ def ensure_mgmt(
     dev = mgmt_ifname(network)
     port = mgmt_port(network, chassis.system_id)
     rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
+    ids = {MGMT_ID: chassis.system_id}
     if not rows:
-        ids = {MGMT_ID: chassis.system_id}
         ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
     left = max(1, int((deadline - time.monotonic()) * 1000))
     found = ports.port_addresses(nb, port, left)
+    if found and len(found) < 2 and ports.delete_spares(nb, network):
+        # the nodes' spare ports held the last free addresses: give them back, ask again
+        ports.delete_port(nb, network, port)
+        ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
+        left = max(1, int((deadline - time.monotonic()) * 1000))
+        found = ports.port_addresses(nb, port, left)
     if len(found) < 2:
         raise errors.TryAgainLater(
             f"OVN assigned no address to management port {port} in time "
