@@ -1339,3 +1339,98 @@ def test_a_full_subnet_takes_the_spares_addresses_for_the_management_port(cluste
         cluster.ctl(n1, "network", "delete", "ovsq")
         cluster.ctl(n2, "network", "restore")  # n2's management port goes with the network
         cluster.ctl(n1, "network", "delete", "up17")
+
+
+def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster) -> None:
+    """Review findings on the spare ports, each with the outcome it must have:
+
+    * four first ADDs at once on one node leave it ``SPARES`` spares, not one set each;
+    * in a /29 (5 free addresses) one pod and then four ADDs at once on three nodes all get an
+      address, round after round (the spares give theirs back, to whichever ADD asks);
+    * dual-stack, the IPv4 /29 full of pods and spares: a pod still gets an IPv4 address, never
+      an IPv6-only result;
+    * the same container ID ADDed on a second node is refused (102) and leaves nothing there,
+      and a DEL on that node leaves the first node's port alone."""
+    from podnet.ovn.ports import SPARES
+
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up18", "--type=physical", *[f"{k}={v}" for k, v in UPLINK6.items()])
+    made: list[tuple[Node, str, str, str]] = []
+    spaces: list[str] = []
+
+    def space(tag: str) -> str:
+        ns = f"{cluster.lab.prefix}-{tag}"
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        spaces.append(ns)
+        return ns
+
+    def at_once(network: str, calls: list[tuple[Node, str]]) -> dict[str, subprocess.CompletedProcess[str]]:
+        out: dict[str, subprocess.CompletedProcess[str]] = {}
+
+        def add(node: Node, cid: str) -> None:
+            ns = space(cid)
+            out[cid] = run_plugin(cluster, node, "ADD", cid, ns, network)
+            made.append((node, cid, ns, network))
+
+        threads = [threading.Thread(target=add, args=c) for c in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    def release() -> None:
+        for node, cid, ns, network in made:
+            run_plugin(cluster, node, "DEL", cid, ns, network)
+        made.clear()
+
+    try:
+        cluster.ok(n1, "network", "create", "ovsw", "--type=ovn", "network=up18", "ipv4.address=10.202.3.1/24",
+                   "ipv6.address=none")  # fmt: skip
+        out = at_once("ovsw", [(n2, f"w-{i}") for i in range(4)])
+        assert all(o.returncode == 0 for o in out.values()), {c: o.stdout for c, o in out.items()}
+        cluster.lab.nbctl("--wait=sb", "sync")
+        assert len(spares_of(cluster, "ovsw")["n2"]) == SPARES, spares_of(cluster, "ovsw")
+        release()
+
+        cluster.ok(n1, "network", "create", "ovsx", "--type=ovn", "network=up18", "ipv4.address=10.202.4.1/29",
+                   "ipv6.address=none")  # fmt: skip
+        for r in range(3):
+            first = at_once("ovsx", [(n2, f"x{r}-0")])
+            assert first[f"x{r}-0"].returncode == 0, first[f"x{r}-0"].stdout
+            cluster.lab.nbctl("--wait=sb", "sync")
+            out = at_once("ovsx", [(node, f"x{r}-{i}") for i, node in ((1, n1), (2, n2), (3, n3), (4, n1))])
+            refused = {c: o.stdout for c, o in out.items() if o.returncode != 0}
+            assert not refused, (r, refused, pod_addresses(cluster))
+            got = [json.loads(o.stdout)["ips"][0]["address"] for o in [*first.values(), *out.values()]]
+            assert len(set(got)) == 5 and all(a.startswith("10.202.4.") for a in got), got
+            release()
+            cluster.lab.nbctl("--wait=sb", "sync")
+
+        cluster.ok(n1, "network", "create", "ovsy", "--type=ovn", "network=up18", "ipv4.address=10.202.5.1/29",
+                   "ipv6.address=fd42:202:5::1/64")  # fmt: skip
+        for i, node in enumerate((n2, n2, n2, n3)):
+            result = at_once("ovsy", [(node, f"y-{i}")])[f"y-{i}"]
+            assert result.returncode == 0, result.stdout
+            ips = [ip["address"] for ip in json.loads(result.stdout)["ips"]]
+            assert any(a.startswith("10.202.5.") for a in ips) and any(":" in a for a in ips), (i, ips)
+        release()
+
+        twice = space("twice-a"), space("twice-b")
+        plugin(cluster, n2, "ADD", "same-id", twice[0], "ovsw")
+        made.append((n2, "same-id", twice[0], "ovsw"))
+        out_ = run_plugin(cluster, n3, "ADD", "same-id", twice[1], "ovsw")
+        assert out_.returncode == 1 and json.loads(out_.stdout)["code"] == 102, out_.stdout
+        assert "same-id" not in cluster.ok(n3, "pods")
+        plugin(cluster, n3, "DEL", "same-id", twice[1], "ovsw")
+        held = nbctl(cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port",
+                     "external_ids:podnet-container=same-id")  # fmt: skip
+        assert held.strip(), "n3's DEL removed n2's port"
+        release()
+    finally:
+        release()
+        for ns in spaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for network in ("ovsw", "ovsx", "ovsy"):
+            cluster.ctl(n1, "network", "delete", network)
+        cluster.ctl(n1, "network", "delete", "up18")

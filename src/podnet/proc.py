@@ -211,6 +211,16 @@ class Spawned:
         answer, _, self._early = self._early.partition(b"\n")
         return answer + b"\n"
 
+    def reap(self) -> None:
+        """Collect the tool unless that was done already (an undo step for a tool started
+        alongside others); its status and output are not looked at."""
+        if self._out == -1 and self._err == -1:
+            return
+        try:
+            self.wait_raw()
+        except KernelError:
+            pass
+
     def abandon(self) -> None:
         """A deferred tool that is not needed: close its stdin (it exits having done nothing)
         and reap it."""

@@ -87,6 +87,86 @@ def allocation(
     return alloc, prefixes
 
 
+def fits(config: dict[str, str], found: list[str]) -> bool:
+    """True when northd's addresses ``found`` (``MAC IPv4 [IPv6]`` split) hold one address in
+    each subnet the network's ``config`` has: northd leaves a family out when its subnet is
+    full, and moves addresses after a subnet change."""
+    want = {}
+    for family in (4, 6):
+        router = config.get(f"ipv{family}.address", "none")
+        if router not in ("", "none", "auto"):
+            want[family] = checked.interface(router).network
+    have = set()
+    for text in found[1:]:
+        try:
+            address = checked.ip(text)
+        except ValueError:
+            return False
+        if address.version in want and address in want[address.version]:
+            have.add(address.version)
+    return bool(want) and have == set(want)
+
+
+def ask(nb: Ovsdb, port: str, deadline: float, what: str) -> list[str]:
+    """The port's ``dynamic_addresses`` split, once northd has written them; TryAgainLater
+    (11) naming ``what`` when it did not before ``deadline`` (monotonic seconds)."""
+    from podnet.ovn import ports
+
+    left = max(1, int((deadline - time.monotonic()) * 1000))
+    found = ports.port_addresses(nb, port, left)
+    if not found:
+        raise errors.TryAgainLater(
+            f"OVN assigned no address to {what} in time (is ovn-northd running?)",
+            f"dynamic_addresses still empty after {left} ms",
+        )
+    return found
+
+
+def addresses(
+    nb: Ovsdb, network: str, port: str, config: dict[str, str], chassis: str,
+    ids: dict[str, str], registered: str | None, deadline: float, what: str,
+) -> tuple[list[str], bool]:
+    """The addresses northd gives port ``port`` (just made), every family of ``config``
+    (:func:`fits`). When the subnet is full, the nodes' spare ports
+    (:func:`podnet.ovn.ports.delete_spares`) give theirs back and the port is made again to
+    ask anew, as long as spares keep competing and the deadline allows, and once more when
+    none is left (another ADD may have given them back after this port asked). ``(found, True when
+    spares were given back)``. Errors: 100 no free address and no spare left, 11 northd did
+    not answer or spares competed until the deadline, or the network changed meanwhile."""
+    from podnet.ovn import ports
+    from podnet.ovn.ovsdb import Conflict
+
+    found = ask(nb, port, deadline, what)
+    gave_back = last = False
+    while not fits(config, found) and not last:
+        try:
+            given = ports.delete_spares(nb, network)
+        except Conflict:
+            given = 1  # the spares changed while they were given back: read them again
+        # none left: another ADD may have given them back after this port asked; once more
+        last = not given
+        gave_back = True
+        if time.monotonic() >= deadline:
+            raise errors.TryAgainLater(
+                f"network {network} is nearly full: spare ports took its last addresses "
+                f"from {what} until the deadline",
+                f"dynamic_addresses {found}",
+            )
+        try:
+            ports.delete_port(nb, network, port)
+            ports.add_port(nb, network, port, found[0], chassis, ids, registered)
+        except Conflict:
+            raise errors.TryAgainLater(
+                f"network {network} changed while {what} asked for an address"
+            ) from None
+        found = ask(nb, port, deadline, what)
+    if not fits(config, found):
+        raise errors.NoFreeAddress(
+            f"network {network} has no free address for {what}", f"dynamic_addresses {found}"
+        )
+    return found, gave_back
+
+
 def mgmt_ifname(network: str) -> str:
     """The node's management link on ``network`` (15 characters, an interface name's most)."""
     return MGMT_PREFIX + hashlib.sha256(network.encode()).hexdigest()[:12]
@@ -108,11 +188,11 @@ def ensure_mgmt(
 ) -> str:
     """The node's management port on ``network`` (see the module), made when missing and
     checked otherwise; returns the link's name. Errors: 11 northd gave no address in time,
-    100 the subnet is full, 104 OVS or the kernel refused, or ovn-controller did not wire it
+    100 the subnet is full (after the spare ports gave theirs back, :func:`addresses`), 104
+    OVS or the kernel refused, or ovn-controller did not wire it
     before ``deadline`` (monotonic seconds)."""
     from podnet.link import sysctl, veth
     from podnet.ovn import ports
-    from podnet.ovn.ovsdb import pyset
 
     dev = mgmt_ifname(network)
     port = mgmt_port(network, chassis.system_id)
@@ -120,20 +200,8 @@ def ensure_mgmt(
     ids = {MGMT_ID: chassis.system_id}
     if not rows:
         ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
-    left = max(1, int((deadline - time.monotonic()) * 1000))
-    found = ports.port_addresses(nb, port, left)
-    if found and len(found) < 2 and ports.delete_spares(nb, network):
-        # the nodes' spare ports held the last free addresses: give them back, ask again
-        ports.delete_port(nb, network, port)
-        ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
-        left = max(1, int((deadline - time.monotonic()) * 1000))
-        found = ports.port_addresses(nb, port, left)
-    if len(found) < 2:
-        raise errors.TryAgainLater(
-            f"OVN assigned no address to management port {port} in time "
-            "(is ovn-northd running, is the subnet full?)",
-            f"dynamic_addresses {found or pyset([])}",
-        )
+    found, _ = addresses(nb, network, port, config, chassis.system_id, ids, None, deadline,
+                         f"management port {port}")  # fmt: skip
     alloc, prefixes = allocation(config, found[1:])
     mac = found[0].lower()
     if not _MAC.fullmatch(mac):

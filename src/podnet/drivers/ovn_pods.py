@@ -177,7 +177,8 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             # the host end's ethtool, the pod end's in the shell that configures the pod
             tx_off = None
             if chassis.userspace:
-                tx_off = proc.spawn(["ethtool", "-K", host_if, "tx", "off"])
+                tx_off = proc.spawn(["ethtool", "-K", host_if, "tx", "off"], die_with_parent=True)
+                undo.push("reaping ethtool", tx_off.reap)
             configuring = veth.start_configure_pod(link, tx_off=chassis.userspace)
             bridge = _integration_bridge(store)
             plug(bridge, host_if, port, link.alias)
@@ -233,38 +234,40 @@ def _port(
 ) -> tuple[dict[str, str], str, list[str]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
     (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
-    port made for the attachment (``pn-<network>-pod-<hash>``), topping up the node's spares in
-    the same transaction. Both on the mirrored network record, re-read when it changed.
-    ``(network config, port name, dynamic_addresses split: MAC, IPv4 [, IPv6])``. Errors: 11
-    the record kept changing or northd assigned nothing in time; 18 no free address (after
-    giving every spare's back)."""
+    port made for the attachment (``pn-<network>-pod-<hash>``), after which the node's spares
+    are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
+    mirrored network record, re-read when it changed. ``(network config, port name,
+    dynamic_addresses split: MAC, IPv4 [, IPv6])``. Errors: 11 the record kept changing or
+    northd assigned nothing in time, 100 no free address (after the spares gave theirs back,
+    :func:`podnet.drivers.ovn_hostports.addresses`), 102 another ADD or node holds a port for
+    this attachment."""
     import functools
     import random
 
+    from podnet.drivers.ovn_hostports import addresses, fits
     from podnet.ovn import ports
     from podnet.ovn.ovsdb import Conflict
 
     ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis), strict=True))
     known = mirrored(store, network)
     pool = [] if requested else ports.spares(nb, network, chassis)
-    ready = [spare for spare in pool if len(spare[1].split()) >= 2]
-    random.shuffle(ready)  # parallel ADDs on this node try different spares
-    refill = 1 if len(pool) <= ports.SPARES else 0
     port = ports.port_name(network, call.container_id, call.ifname)
     for _ in range(ADD_TRIES):
         known = known or network_record(store, nb, network)
+        config = known[0]
+        ready = [(name, text) for name, text in pool if fits(config, text.split())]
+        # a spare northd could not address (or not in every family) means a full subnet:
+        # then no replacement takes an address a pod needs
+        refill = 1 if len(ready) == len(pool) <= ports.SPARES else 0
+        random.shuffle(ready)  # parallel ADDs on this node try different spares
         try:
-            while ready:
-                spare, dynamic = ready.pop()
-                if not _fits(known[0], dynamic):
-                    continue
+            for spare, dynamic in ready:
                 if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill):
                     undo.push(f"deleting port {spare}",
                               functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
-                    return known[0], spare, dynamic.split()
-            fill = 0 if requested else max(0, ports.SPARES - len(pool))
+                    return config, spare, dynamic.split()
             mac = requested or names.random_mac()
-            ports.add_port(nb, network, port, mac, chassis, ids, known[1], spares=fill)
+            ports.add_port(nb, network, port, mac, chassis, ids, known[1])
             break
         except Conflict:
             known = None
@@ -273,55 +276,11 @@ def _port(
             f"network {network} changed while this ADD made its port, {ADD_TRIES} times"
         )
     undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
-    found = _addresses(nb, port, deadline)
-    if len(found) < 2 and ports.delete_spares(nb, network):
-        # the spares of the nodes held the last free addresses: give them back, ask again
-        ports.delete_port(nb, network, port)
-        ports.add_port(nb, network, port, found[0], chassis, ids, known[1])
-        found = _addresses(nb, port, deadline)
-    if len(found) < 2:
-        raise errors.NoFreeAddress(
-            f"network {network} has no free address for port {port}",
-            f"dynamic_addresses {found}",
-        )
-    return known[0], port, found
-
-
-def _fits(config: dict[str, str], dynamic: str) -> bool:
-    """True when a spare's ``dynamic_addresses`` hold one address in each subnet the network's
-    ``config`` has (northd moves them after a subnet change; until it has, the spare is not
-    taken)."""
-    from podnet import checked
-
-    want = {}
-    for family in (4, 6):
-        router = config.get(f"ipv{family}.address", "none")
-        if router not in ("", "none", "auto"):
-            want[family] = checked.interface(router).network
-    have = set()
-    for text in dynamic.split()[1:]:
-        try:
-            address = checked.ip(text)
-        except ValueError:
-            return False
-        if address.version in want and address in want[address.version]:
-            have.add(address.version)
-    return bool(want) and have == set(want)
-
-
-def _addresses(nb: Ovsdb, port: str, deadline: float) -> list[str]:
-    """The port's ``dynamic_addresses`` split, once northd has written them; 11 when it did
-    not before ``deadline`` (monotonic seconds)."""
-    from podnet.ovn import ports
-
-    left = max(1, int((deadline - time.monotonic()) * 1000))
-    found = ports.port_addresses(nb, port, left)
-    if not found:
-        raise errors.TryAgainLater(
-            f"OVN assigned no address to port {port} in time (is ovn-northd running?)",
-            f"dynamic_addresses still empty after {left} ms",
-        )
-    return found
+    found, gave_back = addresses(nb, network, port, config, chassis, ids, known[1], deadline,
+                                 f"port {port}")  # fmt: skip
+    if not requested and not gave_back and len(pool) < ports.SPARES:
+        ports.top_up(nb, network, chassis, ports.SPARES)
+    return config, port, found
 
 
 def _delete_rows(store: Store, call: Call, entries: list[PortMapping]) -> None:
@@ -383,7 +342,7 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
     from podnet import reconcile
     from podnet.drivers.pods import flush_udp
     from podnet.link import veth
-    from podnet.ovn import ports
+    from podnet.ovn import ports, vswitch
 
     host_if = names.host_ifname(call.container_id, call.ifname)
     entries: list[PortMapping] = []
@@ -399,8 +358,9 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
             call.log.warn(f"removing {host_if} from OVS: {err.msg}")
         if veth.alias_of(host_if) in ("", link_alias(conf)):
             veth.delete_host(host_if)
-        try:  # by the attachment: a claimed spare's name is not derived from it
-            ports.delete_port(_nb(store), network, "", (call.container_id, call.ifname))
+        try:  # by the attachment on this chassis: a claimed spare's name is not derived
+            attachment = (call.container_id, call.ifname, vswitch.chassis().system_id)
+            ports.delete_port(_nb(store), network, "", attachment)
         except CNIError as err:
             call.log.warn(f"the port of {call.container_id}/{call.ifname} stays in the NB "
                           f"until a GC: {err.msg}")  # fmt: skip
@@ -446,7 +406,8 @@ def check(call: Call, conf: PodnetConf) -> None:
     if not lsp:
         raise errors.CheckFailed(f"logical switch port {port} is missing from the NB")
     if pyset(lsp[0].get("up")) != [True]:
-        raise errors.CheckFailed(f"logical switch port {port} is not up (not bound)")
+        raise errors.CheckFailed(f"logical switch port {port} is not up (not bound; is "
+                                 "ovn-northd running?)")
     found = str(pyatom(pyset(lsp[0]["dynamic_addresses"])[0]) if pyset(lsp[0]["dynamic_addresses"])
                 else "").split()  # fmt: skip
     want = [a for a in (pod.ip_address_v4, pod.ip_address_v6) if a]

@@ -37,33 +37,66 @@ def _registered(network: str, registered: str | None) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _unheld(network: str, ids: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A ``wait`` that no port of ``network`` belongs to the attachment in ``ids``
+    (``podnet-container``, ``podnet-ifname``): one port per attachment in the cluster, also
+    when two nodes ADD the same container ID."""
+    if "podnet-container" not in ids:
+        return []
+    held = {TAG: network, "podnet-container": ids["podnet-container"],
+            "podnet-ifname": ids.get("podnet-ifname", "")}  # fmt: skip
+    return [
+        {"op": "wait", "table": "Logical_Switch_Port",
+         "where": [["external_ids", "includes", omap(held)]],
+         "columns": ["name"], "until": "==", "rows": [], "timeout": 0},
+    ]  # fmt: skip
+
+
+def _refuse_held(err: Any, index: int, network: str, ids: Mapping[str, str]) -> None:
+    """InterfaceExists (102) when the failed ``wait`` was :func:`_unheld`'s."""
+    from podnet.errors import InterfaceExists
+
+    if err.op == index:
+        raise InterfaceExists(
+            f"container {ids.get('podnet-container')} already has a port for "
+            f"{ids.get('podnet-ifname')} on network {network} (made by another ADD or node)"
+        ) from None
+
+
 def add_port(
     nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str],
-    registered: str | None = None, *, spares: int = 0,
+    registered: str | None = None,
 ) -> None:
     """Create logical switch port ``port`` on ``network``'s internal switch with ``"<mac>
     dynamic"`` (northd assigns the addresses: unique across every node) and
     ``requested-chassis`` this node. ``registered``: the network's registry record as the
     caller knows it (the node's mirror), which the NB must still hold — the port is then made
     without reading the whole registry. TxnFailed when the switch does not exist or the port
-    does (a duplicate name is a constraint violation); Conflict also when the record differs.
-    ``spares``: that many spare ports for ``chassis`` made in the same transaction
-    (:func:`spare_ops`)."""
+    does (a duplicate name is a constraint violation); Conflict also when the record differs;
+    InterfaceExists (102) when the attachment in ``ids`` already has a port."""
+    from podnet.ovn.ovsdb import Conflict
+
     n = names(network)
-    nb.transact(
-        [
-            *_registered(network, registered),
-            {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
-             "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}], "timeout": 0},
-            {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
-             "row": {"name": port, "addresses": f"{mac} dynamic",
-                     "options": omap({"requested-chassis": chassis}),
-                     "external_ids": omap({TAG: network, **ids})}},
-            {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
-             "mutations": [["ports", "insert", oset([named("pod")])]]},
-            *spare_ops(network, chassis, spares),
-        ]
-    )  # fmt: skip
+    held = _registered(network, registered)
+    try:
+        nb.transact(
+            [
+                *held,
+                {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
+                 "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}],
+                 "timeout": 0},
+                *_unheld(network, ids),
+                {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
+                 "row": {"name": port, "addresses": f"{mac} dynamic",
+                         "options": omap({"requested-chassis": chassis}),
+                         "external_ids": omap({TAG: network, **ids})}},
+                {"op": "mutate", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
+                 "mutations": [["ports", "insert", oset([named("pod")])]]},
+            ]
+        )  # fmt: skip
+    except Conflict as err:
+        _refuse_held(err, len(held) + 1, network, ids)
+        raise
 
 
 # -- each node's spare ports ------------------------------------------------------------------
@@ -123,6 +156,31 @@ def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
     return found
 
 
+def top_up(nb: Ovsdb, network: str, chassis: str, target: int) -> int:
+    """Make spares of ``network`` for ``chassis`` until it has ``target``, on the condition
+    that its spares are still the ones read (parallel first ADDs top up once, not each); how
+    many were made (0 also when another ADD changed them first)."""
+    from podnet.ovn.ovsdb import Conflict
+
+    where = [["external_ids", "includes", omap({TAG: network, "podnet-chassis": chassis,
+                                                SPARE: "true"})]]  # fmt: skip
+    rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
+    if len(rows) >= target:
+        return 0
+    try:
+        nb.transact(
+            [
+                {"op": "wait", "table": "Logical_Switch_Port", "where": where,
+                 "columns": ["_uuid"], "until": "==",
+                 "rows": [{"_uuid": r["_uuid"]} for r in rows], "timeout": 0},
+                *spare_ops(network, chassis, target - len(rows)),
+            ]
+        )  # fmt: skip
+    except Conflict:
+        return 0
+    return target - len(rows)
+
+
 def claim_port(
     nb: Ovsdb, network: str, spare: str, dynamic: str, ids: Mapping[str, str],
     registered: str | None, refill: int,
@@ -131,8 +189,9 @@ def claim_port(
     ``external_ids`` become {network tag, ``ids``}, and ``refill`` new spares for the same
     chassis are made, in one transaction on the conditions that the NB still holds
     ``registered`` (as :func:`add_port`), the switch, and the spare unclaimed with those
-    addresses. False when another ADD claimed it first or northd changed its addresses;
-    Conflict when the record differs."""
+    addresses, and no port held by the attachment. False when another ADD claimed it first or
+    northd changed its addresses; Conflict when the record differs; InterfaceExists (102)
+    when the attachment in ``ids`` already has a port."""
     from podnet.ovn.ovsdb import Conflict
 
     n = names(network)
@@ -144,6 +203,7 @@ def claim_port(
                 {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
                  "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}],
                  "timeout": 0},
+                *_unheld(network, ids),
                 {"op": "wait", "table": "Logical_Switch_Port",
                  "where": [["name", "==", spare],
                            ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
@@ -157,6 +217,7 @@ def claim_port(
             ]
         )  # fmt: skip
     except Conflict as err:
+        _refuse_held(err, len(held) + 1, network, ids)
         if held and err.op == 0:
             raise
         return False
@@ -216,15 +277,17 @@ def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
 
 
 def delete_port(
-    nb: Ovsdb, network: str, port: str, attachment: tuple[str, str] | None = None
+    nb: Ovsdb, network: str, port: str, attachment: tuple[str, str, str] | None = None
 ) -> None:
     """Remove ``port`` from ``network``'s internal switch (the port row goes with it); no error
-    when either is gone. ``attachment``: ``(container_id, CNI_IFNAME)``, removing whichever of
-    its ports the NB holds when ``port`` is not known (a claimed spare's name)."""
+    when either is gone. ``attachment``: ``(container_id, CNI_IFNAME, chassis)``, removing
+    whichever of its ports the NB holds for that chassis when ``port`` is not known (a claimed
+    spare's name); another node's port of the same container ID stays."""
     n = names(network)
     where = mine(network, port) if attachment is None else [
         ["external_ids", "includes", omap({TAG: network, "podnet-container": attachment[0],
-                                           "podnet-ifname": attachment[1]})]]  # fmt: skip
+                                           "podnet-ifname": attachment[1],
+                                           "podnet-chassis": attachment[2]})]]  # fmt: skip
     rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
     if not rows:
         return
