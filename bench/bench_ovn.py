@@ -4,7 +4,8 @@ delete, at 0 and at 1,000 existing ports and forwards.
 
 Run as root (a benchmark, not a test)::
 
-    .venv/bin/python bench/bench_ovn.py [--levels 0,1000] [--samples 30] [--rounds 2] [--settle] [--json]
+    .venv/bin/python bench/bench_ovn.py [--levels 0,1000] [--samples 30] [--rounds 2]
+        [--settle] [--json]
 
 Method (docs/benchmarks.md "OVN networks" has the figures):
 

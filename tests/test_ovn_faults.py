@@ -578,3 +578,22 @@ def test_del_twice_and_never_added(cluster: Cluster, pods: Pods, tmp_path: Path)
         f.expect(out.rc == 0 and out.stdout.strip() == "", f"DEL ({what}): {out.describe()}")
         f.clean(cluster.leftovers(node, cid, None, data), f"after DEL ({what})")
     f.check()
+
+
+def test_gc_leaves_another_stores_ports(cluster: Cluster, pods: Pods, tmp_path: Path) -> None:
+    """Two podnet stores on one node (two dataDirs, as two conflists may have) with a pod each
+    on the same OVN network: a GC of one store with no valid attachment removes its own pod's
+    logical switch port and leaves the other store's pod its port, OVS port and link."""
+    n2 = cluster.lab.nodes[1]
+    other = tmp_path / "other"
+    cluster.init_store(n2, other)
+    pods.add(n2, "gc-mine", pods.netns("gm"))
+    pods.add(n2, "gc-other", pods.netns("go"), other)
+    out = cluster.gc(n2)
+    assert out.rc == 0, out.describe()
+    left = cluster.leftovers(n2, "gc-other", None, other)
+    assert any(x.startswith("NB logical switch port") for x in left), f"gc-other's port went: {left}"
+    assert any(x.startswith("OVS port") for x in left), left
+    mine = cluster.lab.nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
+                             "external_ids:podnet-container=gc-mine")  # fmt: skip
+    assert not mine.strip(), f"GC left its own pod's port: {mine}"

@@ -129,22 +129,26 @@ def addresses(
     """The addresses northd gives port ``port`` (just made), every family of ``config``
     (:func:`fits`). When the subnet is full, the nodes' spare ports
     (:func:`podnet.ovn.ports.delete_spares`) give theirs back and the port is made again to
-    ask anew, as long as spares keep competing and the deadline allows, and once more when
-    none is left (another ADD may have given them back after this port asked). ``(found, True when
+    ask anew, as long as spares keep competing and the deadline allows; with none left it asks
+    twice more (another ADD may have given them back while this port asked). ``(found, True when
     spares were given back)``. Errors: 100 no free address and no spare left, 11 northd did
     not answer or spares competed until the deadline, or the network changed meanwhile."""
     from podnet.ovn import ports
     from podnet.ovn.ovsdb import Conflict
 
     found = ask(nb, port, deadline, what)
-    gave_back = last = False
-    while not fits(config, found) and not last:
+    gave_back, quiet = False, 0
+    while not fits(config, found):
         try:
             given = ports.delete_spares(nb, network)
         except Conflict:
             given = 1  # the spares changed while they were given back: read them again
-        # none left: another ADD may have given them back after this port asked; once more
-        last = not given
+        # no spare left: another ADD may have given them back, or made and given back new
+        # ones, while this port asked; full only when two asks in a row found no spare
+        # before or after them
+        quiet = 0 if given else quiet + 1
+        if quiet > 2:
+            break
         gave_back = True
         if time.monotonic() >= deadline:
             raise errors.TryAgainLater(

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 #: Seconds an ADD waits for northd's addresses and for ovn-controller, at most (and never past
 #: the tools' deadline).
 WAIT = 10.0
-PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis")
+PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis", "podnet-owner")
 
 
 def _nb(store: Store) -> Ovsdb:
@@ -151,7 +151,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
         nb = _nb(store)
         entries: list[PortMapping] = []
         try:
-            config, port, found = _port(store, nb, call, network, chassis.system_id, requested,
+            config, port, found = _port(store, nb, call, conf, chassis.system_id, requested,
                                         undo, deadline)  # fmt: skip
             pod_mac = found[0]
             alloc, prefixes = _allocation(config, found[1:])
@@ -229,7 +229,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
 
 def _port(
-    store: Store, nb: Ovsdb, call: Call, network: str, chassis: str, requested: str | None,
+    store: Store, nb: Ovsdb, call: Call, conf: PodnetConf, chassis: str, requested: str | None,
     undo: Any, deadline: float,
 ) -> tuple[dict[str, str], str, list[str]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
@@ -245,10 +245,14 @@ def _port(
     import random
 
     from podnet.drivers.ovn_hostports import addresses, fits
+
+    network = str(conf.network)
     from podnet.ovn import ports
     from podnet.ovn.ovsdb import Conflict
 
-    ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis), strict=True))
+    # podnet-owner: the store's alias, so that a GC of another store on this node leaves it
+    owner = link_alias(conf)
+    ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis, owner), strict=True))
     known = mirrored(store, network)
     pool = [] if requested else ports.spares(nb, network, chassis)
     port = ports.port_name(network, call.container_id, call.ifname)
@@ -422,12 +426,14 @@ def check(call: Call, conf: PodnetConf) -> None:
 
 def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
-    ports of podnet whose attachment is not valid (nor in the store any more)."""
+    ports of this store (``podnet-owner``; ports made before it was recorded count as this
+    store's) whose attachment is not valid (nor in the store any more); spares stay."""
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.ovn import nb as nbmod
     from podnet.ovn import ports, vswitch
 
     valid = parse_valid_attachments(call.config)
+    alias = link_alias(conf)
     try:
         with open_store(conf) as store:
             nb = _nb(store)
@@ -438,10 +444,11 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             ids = lsp["external_ids"]
             if ids.get(ports.SPARE):
                 continue  # the node's spares: no pod's yet
+            if ids.get("podnet-owner", alias) != alias:
+                continue  # another store's pod on this node (a port without one is older)
             key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
             if key not in valid and key not in known:
                 ports.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
-        alias = link_alias(conf)
         for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
             ids = {k: str(v) for k, v in pymap_of(row).items()}
             if ids.get("podnet-owner") == alias and not _link_exists(str(row["name"])):
