@@ -63,6 +63,19 @@ def _refuse_held(err: Any, index: int, network: str, ids: Mapping[str, str]) -> 
         ) from None
 
 
+def _conditions(network: str, registered: str | None, ids: Mapping[str, str]) -> list[Any]:
+    """The ``wait`` operations a pod's port is made or claimed under: the network's record
+    (:func:`_registered`), its internal switch, and no port of the attachment
+    (:func:`_unheld`, at index ``len(_registered(...)) + 1``)."""
+    ls_int = names(network)["ls_int"]
+    return [
+        *_registered(network, registered),
+        {"op": "wait", "table": "Logical_Switch", "where": mine(network, ls_int),
+         "columns": ["name"], "until": "==", "rows": [{"name": ls_int}], "timeout": 0},
+        *_unheld(network, ids),
+    ]  # fmt: skip
+
+
 def add_port(
     nb: Ovsdb, network: str, port: str, mac: str, chassis: str, ids: Mapping[str, str],
     registered: str | None = None,
@@ -81,11 +94,7 @@ def add_port(
     try:
         nb.transact(
             [
-                *held,
-                {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
-                 "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}],
-                 "timeout": 0},
-                *_unheld(network, ids),
+                *_conditions(network, registered, ids),
                 {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "pod",
                  "row": {"name": port, "addresses": f"{mac} dynamic",
                          "options": omap({"requested-chassis": chassis}),
@@ -194,16 +203,11 @@ def claim_port(
     when the attachment in ``ids`` already has a port."""
     from podnet.ovn.ovsdb import Conflict
 
-    n = names(network)
     held = _registered(network, registered)
     try:
         nb.transact(
             [
-                *held,
-                {"op": "wait", "table": "Logical_Switch", "where": mine(network, n["ls_int"]),
-                 "columns": ["name"], "until": "==", "rows": [{"name": n["ls_int"]}],
-                 "timeout": 0},
-                *_unheld(network, ids),
+                *_conditions(network, registered, ids),
                 {"op": "wait", "table": "Logical_Switch_Port",
                  "where": [["name", "==", spare],
                            ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
