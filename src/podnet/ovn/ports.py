@@ -165,6 +165,12 @@ def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
     return found
 
 
+def _still(where: list[Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``wait`` that the ports matching ``where`` are still exactly ``rows`` (by ``_uuid``)."""
+    return {"op": "wait", "table": "Logical_Switch_Port", "where": where, "columns": ["_uuid"],
+            "until": "==", "rows": [{"_uuid": r["_uuid"]} for r in rows], "timeout": 0}
+
+
 def top_up(nb: Ovsdb, network: str, chassis: str, target: int) -> int:
     """Make spares of ``network`` for ``chassis`` until it has ``target``, on the condition
     that its spares are still the ones read (parallel first ADDs top up once, not each); how
@@ -179,9 +185,7 @@ def top_up(nb: Ovsdb, network: str, chassis: str, target: int) -> int:
     try:
         nb.transact(
             [
-                {"op": "wait", "table": "Logical_Switch_Port", "where": where,
-                 "columns": ["_uuid"], "until": "==",
-                 "rows": [{"_uuid": r["_uuid"]} for r in rows], "timeout": 0},
+                _still(where, rows),
                 *spare_ops(network, chassis, target - len(rows)),
             ]
         )  # fmt: skip
@@ -243,9 +247,7 @@ def delete_spares(nb: Ovsdb, network: str) -> int:
         try:
             nb.transact(
                 [
-                    {"op": "wait", "table": "Logical_Switch_Port", "where": where,
-                     "columns": ["_uuid"], "until": "==",
-                     "rows": [{"_uuid": r["_uuid"]} for r in rows], "timeout": 0},
+                    _still(where, rows),
                     {"op": "mutate", "table": "Logical_Switch",
                      "where": mine(network, names(network)["ls_int"]),
                      "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
