@@ -245,11 +245,10 @@ def _port(
     import random
 
     from podnet.drivers.ovn_hostports import addresses, fits
-
-    network = str(conf.network)
     from podnet.ovn import ports
     from podnet.ovn.ovsdb import Conflict
 
+    network = str(conf.network)
     # podnet-owner: the store's alias, so that a GC of another store on this node leaves it
     owner = link_alias(conf)
     ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis, owner), strict=True))
@@ -362,9 +361,12 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
             call.log.warn(f"removing {host_if} from OVS: {err.msg}")
         if veth.alias_of(host_if) in ("", link_alias(conf)):
             veth.delete_host(host_if)
-        try:  # by the attachment on this chassis: a claimed spare's name is not derived
-            attachment = (call.container_id, call.ifname, vswitch.chassis().system_id)
-            ports.delete_port(_nb(store), network, "", attachment)
+        try:  # the row's port; without a row, by the attachment on this chassis
+            if mine and pod is not None and pod.ovn_port:
+                ports.delete_port(_nb(store), network, pod.ovn_port)
+            else:
+                attachment = (call.container_id, call.ifname, vswitch.chassis().system_id)
+                ports.delete_port(_nb(store), network, "", attachment)
         except CNIError as err:
             call.log.warn(f"the port of {call.container_id}/{call.ifname} stays in the NB "
                           f"until a GC: {err.msg}")  # fmt: skip
