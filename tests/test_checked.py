@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from podnet import checked
 from podnet.drivers.conf import PodnetConf
@@ -212,3 +214,33 @@ def test_printable_and_one_line(raw: str, shown: str) -> None:
     assert checked.printable(raw) == shown
     assert checked.one_line(raw + "\n" + raw) == shown + "\\n" + shown
     assert len(checked.one_line("x" * 5000)) == checked.MAX_MESSAGE
+
+
+def _renderings(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[str]:
+    """The address as podnet writes it and as others might: exploded, upper-case, with leading
+    zeros, whitespace, a zone, a prefix, a NUL."""
+    canonical = str(address)
+    out = [canonical, address.exploded, canonical.upper(), f" {canonical}", f"{canonical}\n",
+           f"{canonical}%eth0", f"{canonical}/32", f"{canonical}\x00"]  # fmt: skip
+    if address.version == 4:
+        out += [".".join(f"0{o}" for o in canonical.split(".")), canonical.rsplit(".", 1)[0]]
+    return out
+
+
+@given(st.ip_addresses())
+def test_canonical_is_exactly_what_text_renders(address: Any) -> None:
+    """:func:`checked.canonical` (the NB registry's test of another writer's forward key) holds
+    for a text exactly when :func:`checked.text` renders its address as that text."""
+    for value in _renderings(address):
+        try:
+            expected = checked.text(checked.ip(value)) == value
+        except ValueError:
+            expected = False
+        assert checked.canonical(value) is expected, repr(value)
+    assert checked.canonical(str(address))
+
+
+@pytest.mark.parametrize("value", ["010.0.0.1", "10.0.0", "10.0.0.256", "0x0a.0.0.1", "1.2.3.4 ",
+                                   "FD00::1", "fd00:0::1", "::ffff:1.2.3.4", "", "fd00::1%x"])  # fmt: skip
+def test_canonical_refuses_what_podnet_never_writes(value: str) -> None:
+    assert not checked.canonical(value)

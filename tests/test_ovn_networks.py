@@ -978,7 +978,9 @@ def yaml_load(text: str) -> Any:
 def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> None:
     """With 400 KB of forwards registered (more than one argument of ``ovsdb-client`` may
     hold), forward create and delete still work from two nodes, and each change bumps the
-    registry's generation by one instead of re-sending the whole map."""
+    registry's generation by one instead of re-sending the whole map. The 200 of them inside
+    the uplink's routes are held: ``0.0.0.0`` allocates the first address after them, and one
+    of them is refused as existing."""
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Ovsdb, omap
 
@@ -987,7 +989,8 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
     cluster.ok(n1, "network", "create", "ovn11", "--type=ovn", "network=up11", "ipv6.address=none")
     nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
     pad = "x" * 1000
-    keys = [f"{nbmod.FPREFIX}ovn11|198.51.{101 + i // 250}.{i % 250 + 1}" for i in range(400)]
+    keys = [f"{nbmod.FPREFIX}ovn11|198.51.100.{i + 1}" for i in range(200)]  # in the routes
+    keys += [f"{nbmod.FPREFIX}ovn11|198.51.{101 + i // 250}.{i % 250 + 1}" for i in range(200)]
     keys.append(f"{nbmod.FPREFIX}ovn11|198.51.100.300")  # another writer's malformed key: ignored
     try:
         for chunk in range(0, len(keys), 50):  # as if made earlier (descriptions of 1,000 bytes)
@@ -995,9 +998,13 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
             nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
                           "mutations": [["external_ids", "insert", omap(put)]]}])  # fmt: skip
         before = nbmod.read(nb).generation
-        cluster.ok(n1, "network", "forward", "create", "ovn11", "198.51.100.9")
-        cluster.ok(n2, "network", "forward", "delete", "ovn11", "198.51.100.9")
+        cluster.ok(n1, "network", "forward", "create", "ovn11", "198.51.100.249")
+        cluster.ok(n2, "network", "forward", "delete", "ovn11", "198.51.100.249")
         assert nbmod.read(nb).generation == before + 2
+        held = cluster.ctl(n2, "network", "forward", "create", "ovn11", "198.51.100.7")
+        assert held.returncode == 1 and "already exists" in held.stderr, held.stderr
+        made = cluster.ctl(n2, "network", "forward", "create", "ovn11", "0.0.0.0")
+        assert made.returncode == 0 and "198.51.100.201" in made.stdout, made.stdout + made.stderr
     finally:
         nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
                       "mutations": [["external_ids", "delete", ["set", keys]]]}])  # fmt: skip

@@ -117,13 +117,6 @@ def _valid(name: str, record: Record) -> bool:
     return True
 
 
-def _canonical_ip(text: str) -> bool:
-    try:
-        return checked.text(checked.ip(text)) == text
-    except ValueError:
-        return False
-
-
 def read(nb: Ovsdb) -> Registry:
     """Every registered network (Unreachable, 11, naming the connection)."""
     rows = nb.select("NB_Global", [], ["external_ids"])
@@ -138,7 +131,7 @@ def read(nb: Ovsdb) -> Registry:
                 records[name] = record
         elif key.startswith(FPREFIX) and isinstance(value, str):
             network, sep, listen = key[len(FPREFIX) :].partition("|")
-            if sep and _canonical_ip(listen):  # another writer's malformed key: ignored
+            if sep and checked.canonical(listen):  # another writer's malformed key: ignored
                 forwards[(network, listen)] = value
     generation = pymap(raw).get(GENERATION)
     valid = isinstance(generation, str) and generation.isascii() and generation.isdigit()
