@@ -5,7 +5,7 @@ delete, at 0 and at 1,000 existing ports and forwards.
 Run as root (a benchmark, not a test)::
 
     .venv/bin/python bench/bench_ovn.py [--levels 0,1000] [--samples 30] [--rounds 2]
-        [--settle] [--json]
+        [--settle] [--paired] [--central-cpu N] [--json]
 
 Method (docs/benchmarks.md "OVN networks" has the figures):
 
@@ -28,6 +28,17 @@ Method (docs/benchmarks.md "OVN networks" has the figures):
   level's samples: the machine's drift between the levels (minutes apart; forward create and
   delete, whose path does not change with the level, moved 0.92-1.37x between single runs)
   then weighs on both alike.
+* ``--paired`` (with ``--rounds 6 --samples 5``, say): two labs instead of one, the first at
+  the lowest level and the second (underlay ``192.168.246.0/24``) at the highest, each filled
+  once; then batches on each in turn, the order alternating, each lab quiet (untimed: its
+  northd and chassis caught up) before its batch, so that neither pays for the other's
+  trailing recompute. The levels are then seconds apart instead of minutes, and the machine's
+  drift weighs on both alike. Both labs run all along: a level-0 sample shares the machine with
+  an idle lab of 1,000 ports, and the other way round.
+* ``--central-cpu 1``: the lab's central services (NB and SB servers, ovn-northd) and n1's
+  chassis pinned to CPU 1, n2's daemons and the timed calls to the other CPUs (``taskset``), as
+  on a cluster whose central nodes are other machines: northd's recompute after each change
+  (76-104 ms at 1,000) then no longer shares a CPU with the next call.
 * ``--settle``: before each timed call the driver waits, untimed, until ovn-northd and every
   chassis have caught up with the NB (``ovn-nbctl --wait=hv sync``). Without it the calls run
   back to back, and on this machine's shared vCPUs each one also competes with northd's
@@ -126,17 +137,18 @@ def drive(spec: dict[str, Any]) -> dict[str, list[float]]:
 
 # -- the run ---------------------------------------------------------------------------------------
 class Run:
-    def __init__(self, samples: int) -> None:
+    def __init__(self, samples: int, subnet: int = SUBNET) -> None:
         from podnet.cli.demo.ovnlab import OvnLab
 
         self.samples = samples
         self.tag = uuid.uuid4().hex[:4]
         self.tmp = Path(tempfile.mkdtemp(prefix="podnet-bench-ovn-"))
-        self.lab = OvnLab(f"pnbo-{self.tag}", ("n1", "n2"), subnet=SUBNET, base=self.tmp)
+        self.lab = OvnLab(f"pnbo-{self.tag}", ("n1", "n2"), subnet=subnet, base=self.tmp)
         self.data = {n: str(self.tmp / f"data-{n}") for n in ("n1", "n2")}
         self.netns: list[str] = []
         self.ports = 0
         self.settle = False
+        self.central_cpu: int | None = None
         self.forwards = 0
 
     def ctl(self, node: Any, *args: str) -> str:
@@ -242,9 +254,7 @@ class Run:
             )
             cluster_forwards.create_forward(nb, NETWORK, forward)
         self.forwards = max(self.forwards, level)
-        self.lab.run(
-            None, "ovn-nbctl", "--timeout=300", f"--db={self.lab.nb_unix}", "--wait=hv", "sync"
-        )
+        self.quiet()
 
     def shrink(self, level: int) -> None:
         """Back down to ``level`` filler ports and forwards (the later rounds of ``--rounds``)."""
@@ -271,6 +281,28 @@ class Run:
                 ]
             )
         self.ports = min(self.ports, level)
+        self.quiet()
+
+    def pin(self, central_cpu: int) -> None:
+        """``--central-cpu``: the central services (NB, SB, ovn-northd) and n1's chassis on CPU
+        ``central_cpu``; n2's daemons and the driver (:meth:`sample`) on the others."""
+        self.central_cpu = central_cpu
+        rest = self.node_cpus()[-1]
+        n1, n2 = self.lab.nodes
+        node = ("ovsdb-server.pid", "ovs-vswitchd.pid", "ovn-controller.pid")
+        central = ("nb.pid", "sb.pid", "northd.pid")
+        files = {
+            str(central_cpu): [self.lab.central / f for f in central] + [n1.dir / f for f in node],
+            rest: [n2.dir / f for f in node],
+        }
+        for cpus, pidfiles in files.items():
+            for pidfile in pidfiles:
+                pid = pidfile.read_text().split()[0]
+                subprocess.run(["taskset", "-a", "-p", "-c", cpus, pid], check=True,
+                               capture_output=True)  # fmt: skip
+
+    def quiet(self) -> None:
+        """Untimed: until this lab's ovn-northd and chassis have caught up with its NB."""
         self.lab.run(
             None, "ovn-nbctl", "--timeout=300", f"--db={self.lab.nb_unix}", "--wait=hv", "sync"
         )
@@ -306,6 +338,7 @@ class Run:
                 n2.netns,
                 "env",
                 *env,
+                *self.node_cpus(),
                 sys.executable,
                 os.path.abspath(__file__),
                 "--driver",
@@ -319,6 +352,13 @@ class Run:
         result: dict[str, list[float]] = json.loads(done.stdout)
         return result
 
+    def node_cpus(self) -> list[str]:
+        """``taskset`` argv putting the driver on n2's CPUs (``--central-cpu``), else []."""
+        if self.central_cpu is None:
+            return []
+        rest = [str(c) for c in sorted(os.sched_getaffinity(0)) if c != self.central_cpu]
+        return ["taskset", "-c", ",".join(rest)]
+
     def cleanup(self) -> None:
         for ns in self.netns:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -328,6 +368,10 @@ class Run:
 
 def render(report: dict[str, Any]) -> str:
     mode = "settled before each call" if report.get("settle") else "back to back"
+    if report.get("paired"):
+        mode += ", a lab per level sampled in turn"
+    if report.get("central_cpu") is not None:
+        mode += f", central services on CPU {report['central_cpu']}"
     rounds = report.get("rounds", 1)
     lines = [f"OVN bench, {report['samples']} samples per level and round, {rounds} round(s), "
              f"{mode} (ms, p50 / p90)"]  # fmt: skip
@@ -354,6 +398,13 @@ def main() -> int:
                    "(2: 0, 1000, 1000, 0), pooling each level's samples")
     p.add_argument("--settle", action="store_true",
                    help="wait (untimed) for northd and the chassis before each timed call")
+    p.add_argument("--paired", action="store_true",
+                   help="two labs, one per level (the lowest and the highest), sampled in turn "
+                   "batch by batch (--rounds batches of --samples each): the machine's drift "
+                   "weighs on both levels alike")
+    p.add_argument("--central-cpu", type=int, default=None,
+                   help="pin the central services and n1 to this CPU, n2 and the timed calls "
+                   "to the others (as on a cluster whose central nodes are other machines)")
     p.add_argument("--driver", help=argparse.SUPPRESS)
     add_output_options(p)
     args = p.parse_args()
@@ -363,11 +414,20 @@ def main() -> int:
     need_root_and_tools("bench_ovn", ("ip", "ovsdb-server", "ovn-northd", "ovn-controller"))
     end_on_signals()
     levels = sorted(int(x) for x in args.levels.split(","))
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.paired:
+        levels = [levels[0], levels[-1]]
+        try:
+            results = paired(args, levels, say)
+        except BaseException as err:  # noqa: BLE001 - paired() cleaned up
+            return failed(say, "bench_ovn", err)
+        return report(args, levels, results)
     run = Run(args.samples)
     run.settle = args.settle
-    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     try:
         run.setup()
+        if args.central_cpu is not None:
+            run.pin(args.central_cpu)
         pooled: dict[str, dict[str, list[float]]] = {}
         for round_ in range(args.rounds):  # up, then down, ...: 0, 1000, 1000, 0 cancels drift
             for level in levels if round_ % 2 == 0 else levels[::-1]:
@@ -391,12 +451,51 @@ def main() -> int:
         run.cleanup()
         return failed(say, "bench_ovn", err)
     run.cleanup()
+    return report(args, levels, results)
+
+
+def paired(args: argparse.Namespace, levels: list[int], say: Any) -> dict[Any, Any]:
+    """``--paired``: a lab per level, filled once; then ``--rounds`` batches of ``--samples``
+    on each in turn (the order alternating), each lab quiet (untimed) before its batch so that
+    the other lab's trailing northd work never lands in it. p50/p90 per level, pooled."""
+    runs = {level: Run(args.samples, SUBNET - i) for i, level in enumerate(levels)}
+    pooled: dict[str, dict[str, list[float]]] = {}
+    try:
+        for level, run in runs.items():
+            run.settle = args.settle
+            started = time.monotonic()
+            run.setup()
+            if args.central_cpu is not None:
+                run.pin(args.central_cpu)
+            run.fill(level)
+            say(f"lab at level {level}: set in {time.monotonic() - started:.1f} s")
+        for round_ in range(args.rounds):
+            for level in levels if round_ % 2 == 0 else levels[::-1]:
+                runs[level].quiet()
+                raw = runs[level].sample(level, round_)
+                for k, v in raw.items():
+                    pooled.setdefault(str(level), {}).setdefault(k, []).extend(v)
+                p50s = ", ".join(f"{k} {percentile(v, 50):.1f}" for k, v in raw.items())
+                say(f"level {level}, batch {round_ + 1}: {p50s}")
+    finally:
+        for run in runs.values():
+            run.cleanup()
+    return {
+        level: {k: {"p50": percentile(v, 50), "p90": percentile(v, 90), "n": len(v)}
+                for k, v in raw_.items()}
+        for level, raw_ in pooled.items()
+    }  # fmt: skip
+
+
+def report(args: argparse.Namespace, levels: list[int], results: dict[Any, Any]) -> int:
     low, high = str(levels[0]), str(levels[-1])
     growth = {k: results[high][k]["p50"] / results[low][k]["p50"] for k in results[low]}
-    report = {
+    out = {
         "samples": args.samples,
         "settle": args.settle,
         "rounds": args.rounds,
+        "paired": args.paired,
+        "central_cpu": args.central_cpu,
         "levels": levels,
         "results": results,
         "growth": growth,
@@ -418,7 +517,7 @@ def main() -> int:
             },
         ],
     }
-    return finish(report, args, render)
+    return finish(out, args, render)
 
 
 if __name__ == "__main__":
