@@ -244,3 +244,12 @@ def test_canonical_is_exactly_what_text_renders(address: Any) -> None:
                                    "FD00::1", "fd00:0::1", "::ffff:1.2.3.4", "", "fd00::1%x"])  # fmt: skip
 def test_canonical_refuses_what_podnet_never_writes(value: str) -> None:
     assert not checked.canonical(value)
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789abcdefABCDEF.:%/ \x00١٢"), max_size=45))
+def test_canonical_agrees_with_text_on_any_string(value: str) -> None:
+    try:
+        expected = checked.text(checked.ip(value)) == value
+    except ValueError:
+        expected = False
+    assert checked.canonical(value) is expected
