@@ -1300,63 +1300,6 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
         cluster.ctl(n1, "network", "delete", "up16")
 
 
-def test_gc_takes_the_spares_of_a_chassis_gone_from_the_sb(cluster: Cluster) -> None:
-    """A node taken out of the cluster (its ovn-controller stopped, its chassis deleted from the
-    SB) leaves spare ports that nothing will claim, holding addresses. Another node's GC removes
-    them and keeps its own; while the SB does not list the GC's own chassis either, it removes
-    nothing. The node, back, makes spares again at its next ADD."""
-    from podnet.ovn.ports import SPARES
-
-    n1, n2, n3 = cluster.lab.nodes
-    lab = cluster.lab
-    cluster.ok(n1, "network", "create", "up17", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
-    cluster.ok(n1, "network", "create", "ovgc", "--type=ovn", "network=up17", "ipv6.address=none")
-    names = [f"{lab.prefix}-g{i}" for i in range(3)]
-    stopped: list[Node] = []
-
-    def chassis_del(node: Node) -> None:
-        lab.stop_controller(node)
-        stopped.append(node)
-        lab.run(None, "ovn-sbctl", "--timeout=10", f"--db={lab.sb_unix}", "--if-exists", "chassis-del", node.name)
-
-    def gc() -> None:
-        plugin(cluster, n2, "GC", "", names[0], "ovgc", **{"cni.dev/valid-attachments": []})
-
-    try:
-        for ns in names:
-            subprocess.run(["ip", "netns", "add", ns], check=True)
-        for node, ns in ((n2, names[0]), (n3, names[1])):  # each node's first ADD makes its spares
-            plugin(cluster, node, "ADD", f"gc-{node.name}", ns, "ovgc")
-            plugin(cluster, node, "DEL", f"gc-{node.name}", ns, "ovgc")
-        pool = spares_of(cluster, "ovgc")
-        assert len(pool["n2"]) == len(pool["n3"]) == SPARES and not pool["n1"], pool
-        chassis_del(n3)
-        chassis_del(n2)
-        gc()  # the SB lists neither: not one to judge by
-        assert spares_of(cluster, "ovgc") == pool
-        lab.start_controller(n2)
-        stopped.remove(n2)
-        lab.wait_chassis(nodes=[n2])
-        gc()
-        assert spares_of(cluster, "ovgc") == {"n1": [], "n2": pool["n2"], "n3": []}
-        gc()  # nothing left to take: the same
-        assert spares_of(cluster, "ovgc")["n2"] == pool["n2"]
-        lab.start_controller(n3)
-        stopped.remove(n3)
-        lab.wait_chassis(nodes=[n3])
-        plugin(cluster, n3, "ADD", "gc-back", names[2], "ovgc")
-        plugin(cluster, n3, "DEL", "gc-back", names[2], "ovgc")
-        assert len(spares_of(cluster, "ovgc")["n3"]) == SPARES
-    finally:
-        for node in stopped:
-            lab.start_controller(node)
-        lab.wait_chassis()
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        cluster.ctl(n1, "network", "delete", "ovgc")
-        cluster.ctl(n1, "network", "delete", "up17")
-
-
 def pod_addresses(cluster: Cluster) -> list[str]:
     """The IPv4 addresses of the ports pods hold (their ``dynamic_addresses``)."""
     rows = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids,dynamic_addresses", "list",

@@ -48,18 +48,13 @@ class Context:
         """The SB database, from this node's OVS (``ovn-remote``)."""
         from podnet.ovn import vswitch
 
-        return southbound(self.nb, vswitch.chassis().ovn_remote)
-
-
-def southbound(nb: Ovsdb, ovn_remote: str) -> Ovsdb:
-    """The SB database at this node's ``ovn-remote`` (comma-separated remotes), reached with
-    the NB connection's PEM files and timeout."""
-    return Ovsdb(
-        [r.strip() for r in ovn_remote.split(",") if r.strip()],
-        "OVN_Southbound",
-        ssl=nb.ssl,
-        timeout=nb.timeout,
-    )
+        remote = vswitch.chassis().ovn_remote
+        return Ovsdb(
+            [r.strip() for r in remote.split(",") if r.strip()],
+            "OVN_Southbound",
+            ssl=self.nb.ssl,
+            timeout=self.nb.timeout,
+        )
 
 
 class ClusterDriver(Driver):

@@ -429,11 +429,8 @@ def check(call: Call, conf: PodnetConf) -> None:
 def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
     ports of this store (``podnet-owner``; ports made before it was recorded count as this
-    store's) whose attachment is not valid (nor in the store any more); spares stay, but those
-    of chassis the SB no longer has go (:func:`podnet.ovn.ports.delete_orphaned_spares`; an SB
-    this node cannot read costs only a warning)."""
+    store's) whose attachment is not valid (nor in the store any more); spares stay."""
     from podnet.cni.netconf import parse_valid_attachments
-    from podnet.drivers.cluster import southbound
     from podnet.ovn import nb as nbmod
     from podnet.ovn import ports, vswitch
 
@@ -444,12 +441,7 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             nb = _nb(store)
             known = {(str(p.container_id), str(p.ifname)) for p in store.pods.all()}
             bridge = _integration_bridge(store)
-        here = vswitch.chassis()
-        system_id = here.system_id
-        try:
-            ports.delete_orphaned_spares(nb, southbound(nb, here.ovn_remote), system_id)
-        except CNIError as err:
-            call.log.warn(f"spares of chassis gone from the SB stay: {err.msg}")
+        system_id = vswitch.chassis().system_id
         for lsp in ports.ports_of_chassis(nb, system_id):
             ids = lsp["external_ids"]
             if ids.get(ports.SPARE):

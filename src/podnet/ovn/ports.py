@@ -7,7 +7,7 @@ Every change of a network's rows matches its ``podnet-network`` tag (:func:`nb.o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podnet import checked
@@ -232,19 +232,17 @@ def claim_port(
     return True
 
 
-def delete_spares(nb: Ovsdb, network: str, chassis: Collection[str] | None = None) -> int:
-    """Remove every spare port of ``network`` (all chassis, or only those made for one of
-    ``chassis``): their addresses go back to the subnet. On the condition that the network's
-    spares are still the ones read (a spare another node claims meanwhile is its pod's: the
-    read is taken again, 3 times at most, then Conflict). How many were removed."""
+def delete_spares(nb: Ovsdb, network: str) -> int:
+    """Remove every spare port of ``network`` (all chassis): their addresses go back to the
+    subnet. On the condition that the spares are still the ones read (a spare another node
+    claims meanwhile is its pod's: the read is taken again, 3 times at most, then Conflict).
+    How many there were."""
     from podnet.ovn.ovsdb import Conflict
 
     where = [["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]
     for attempt in range(3):
-        rows = nb.select("Logical_Switch_Port", where, ["_uuid", "external_ids"])
-        gone = [r["_uuid"] for r in rows if chassis is None
-                or pymap(r["external_ids"]).get("podnet-chassis") in chassis]  # fmt: skip
-        if not gone:
+        rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
+        if not rows:
             return 0
         try:
             nb.transact(
@@ -252,32 +250,14 @@ def delete_spares(nb: Ovsdb, network: str, chassis: Collection[str] | None = Non
                     _still(where, rows),
                     {"op": "mutate", "table": "Logical_Switch",
                      "where": mine(network, names(network)["ls_int"]),
-                     "mutations": [["ports", "delete", oset(gone)]]},
+                     "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
                 ]
             )  # fmt: skip
-            return len(gone)
+            return len(rows)
         except Conflict:
             if attempt == 2:
                 raise
     return 0
-
-
-def delete_orphaned_spares(nb: Ovsdb, sb: Ovsdb, chassis: str) -> int:
-    """Remove the spare ports of every chassis the SB no longer has (a node taken out of the
-    cluster: nothing would ever claim them, and they hold addresses), in every network. Only
-    while the SB lists ``chassis`` (the caller's own: an SB that lost it is not one to judge
-    by); a node that comes back makes spares again at its next ADD. How many were removed."""
-    present = {str(r["name"]) for r in sb.select("Chassis", [], ["name"])}
-    if chassis not in present:
-        return 0
-    rows = nb.select("Logical_Switch_Port", [["external_ids", "includes", omap({SPARE: "true"})]],
-                     ["external_ids"])  # fmt: skip
-    orphaned: dict[str, set[str]] = {}
-    for row in rows:
-        ids = pymap(row["external_ids"])
-        if ids.get(TAG) and ids.get("podnet-chassis") not in present:
-            orphaned.setdefault(str(ids[TAG]), set()).add(str(ids.get("podnet-chassis")))
-    return sum(delete_spares(nb, network, gone) for network, gone in sorted(orphaned.items()))
 
 
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
