@@ -241,7 +241,7 @@ def test_canonical_is_exactly_what_text_renders(address: Any) -> None:
 
 
 @pytest.mark.parametrize("value", ["010.0.0.1", "10.0.0", "10.0.0.256", "0x0a.0.0.1", "1.2.3.4 ",
-                                   "FD00::1", "fd00:0::1", "::ffff:1.2.3.4", "", "fd00::1%x"])  # fmt: skip
+                                   "FD00::1", "fd00:0::1", "", "fd00::1%x"])  # fmt: skip
 def test_canonical_refuses_what_podnet_never_writes(value: str) -> None:
     assert not checked.canonical(value)
 
