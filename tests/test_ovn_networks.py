@@ -1300,6 +1300,89 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
         cluster.ctl(n1, "network", "delete", "up16")
 
 
+def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Cluster) -> None:
+    """A node taken out of the cluster (its chassis deleted from the SB) leaves spare ports that
+    nothing will claim, holding addresses. Another node's GC marks them; when the chassis is
+    back first (a routine ovn-controller stop or restart deletes the row too), the next GC
+    unmarks them; when it is still out ``ORPHAN_GRACE`` seconds after the mark, GC removes them
+    and keeps its own node's. Nothing changes while the SB lacks the GC's own chassis, nor for
+    an SB without a datapath of the network's switch (another cluster's). The node, back, makes
+    spares again at its next ADD."""
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.ovn.ports import ORPHAN_GRACE, ORPHANED, SPARES, sweep_spares
+
+    n1, n2, n3 = cluster.lab.nodes
+    lab = cluster.lab
+    cluster.ok(n1, "network", "create", "up17", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovgc", "--type=ovn", "network=up17", "ipv6.address=none")
+    names = [f"{lab.prefix}-g{i}" for i in range(3)]
+    stopped: list[Node] = []
+
+    def chassis_del(node: Node) -> None:
+        lab.stop_controller(node)
+        stopped.append(node)
+        lab.run(None, "ovn-sbctl", "--timeout=10", f"--db={lab.sb_unix}", "--if-exists", "chassis-del", node.name)
+
+    def back(node: Node) -> None:
+        lab.start_controller(node)
+        stopped.remove(node)
+        lab.wait_chassis(nodes=[node])
+
+    def gc() -> None:
+        plugin(cluster, n2, "GC", "", names[0], "ovgc", **{"cni.dev/valid-attachments": []})
+
+    def marks() -> dict[str, str]:
+        rows = json.loads(nbctl(cluster, "--format=json", "--columns=name,external_ids", "list",
+                                "Logical_Switch_Port"))["data"]  # fmt: skip
+        return {name: dict(ids[1])[ORPHANED] for name, ids in rows if ORPHANED in dict(ids[1])}
+
+    def age(seconds: int) -> None:
+        for port in marks():
+            nbctl(cluster, "set", "Logical_Switch_Port", port, f"external_ids:{ORPHANED}={int(time.time()) - seconds}")
+
+    try:
+        for ns in names:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        for node, ns in ((n2, names[0]), (n3, names[1])):  # each node's first ADD makes its spares
+            plugin(cluster, node, "ADD", f"gc-{node.name}", ns, "ovgc")
+            plugin(cluster, node, "DEL", f"gc-{node.name}", ns, "ovgc")
+        pool = spares_of(cluster, "ovgc")
+        assert len(pool["n2"]) == len(pool["n3"]) == SPARES and not pool["n1"], pool
+        n3_spares = {p for p, _ in pool["n3"]}
+        chassis_del(n3)
+        gc()
+        assert spares_of(cluster, "ovgc") == pool and set(marks()) == n3_spares, marks()
+        back(n3)  # a restart: the row was gone for a while
+        gc()
+        assert spares_of(cluster, "ovgc") == pool and not marks()
+        chassis_del(n3)
+        gc()
+        age(ORPHAN_GRACE - 60)
+        gc()  # not yet
+        assert spares_of(cluster, "ovgc") == pool and set(marks()) == n3_spares
+        age(ORPHAN_GRACE + 1)
+        nb = Ovsdb([lab.nb_unix], "OVN_Northbound")
+        assert sweep_spares(nb, {"n1", "n2"}, set(), "n2", int(time.time())) == 0  # not this NB's SB
+        chassis_del(n2)
+        gc()  # the SB lacks n2's own chassis: not one to judge by
+        assert spares_of(cluster, "ovgc") == pool
+        back(n2)
+        gc()
+        assert spares_of(cluster, "ovgc") == {"n1": [], "n2": pool["n2"], "n3": []} and not marks()
+        back(n3)
+        plugin(cluster, n3, "ADD", "gc-back", names[2], "ovgc")
+        plugin(cluster, n3, "DEL", "gc-back", names[2], "ovgc")
+        assert len(spares_of(cluster, "ovgc")["n3"]) == SPARES
+    finally:
+        for node in stopped:
+            lab.start_controller(node)
+        lab.wait_chassis()
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovgc")
+        cluster.ctl(n1, "network", "delete", "up17")
+
+
 def pod_addresses(cluster: Cluster) -> list[str]:
     """The IPv4 addresses of the ports pods hold (their ``dynamic_addresses``)."""
     rows = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids,dynamic_addresses", "list",

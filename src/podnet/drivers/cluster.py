@@ -48,13 +48,18 @@ class Context:
         """The SB database, from this node's OVS (``ovn-remote``)."""
         from podnet.ovn import vswitch
 
-        remote = vswitch.chassis().ovn_remote
-        return Ovsdb(
-            [r.strip() for r in remote.split(",") if r.strip()],
-            "OVN_Southbound",
-            ssl=self.nb.ssl,
-            timeout=self.nb.timeout,
-        )
+        return southbound(self.nb, vswitch.chassis().ovn_remote)
+
+
+def southbound(nb: Ovsdb, ovn_remote: str, timeout: float | None = None) -> Ovsdb:
+    """The SB database at this node's ``ovn-remote`` (comma-separated remotes), reached with
+    the NB connection's PEM files and its timeout (or ``timeout`` seconds per remote)."""
+    return Ovsdb(
+        [r.strip() for r in ovn_remote.split(",") if r.strip()],
+        "OVN_Southbound",
+        ssl=nb.ssl,
+        timeout=nb.timeout if timeout is None else timeout,
+    )
 
 
 class ClusterDriver(Driver):

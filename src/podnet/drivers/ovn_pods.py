@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 #: Seconds an ADD waits for northd's addresses and for ovn-controller, at most (and never past
 #: the tools' deadline).
 WAIT = 10.0
+#: Seconds GC waits for each SB remote (the spares' sweep is optional; a GC never hangs on it).
+SB_TIMEOUT = 2.0
 PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis", "podnet-owner")
 
 
@@ -429,10 +431,14 @@ def check(call: Call, conf: PodnetConf) -> None:
 def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
     ports of this store (``podnet-owner``; ports made before it was recorded count as this
-    store's) whose attachment is not valid (nor in the store any more); spares stay."""
+    store's) whose attachment is not valid (nor in the store any more); spares stay, but those
+    of chassis that stay out of the SB go (:func:`podnet.ovn.ports.sweep_spares`; an SB that
+    does not answer within :data:`SB_TIMEOUT` costs only a warning)."""
     from podnet.cni.netconf import parse_valid_attachments
+    from podnet.drivers.cluster import southbound
     from podnet.ovn import nb as nbmod
     from podnet.ovn import ports, vswitch
+    from podnet.ovn.ovsdb import Unreachable
 
     valid = parse_valid_attachments(call.config)
     alias = link_alias(conf)
@@ -441,7 +447,8 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             nb = _nb(store)
             known = {(str(p.container_id), str(p.ifname)) for p in store.pods.all()}
             bridge = _integration_bridge(store)
-        system_id = vswitch.chassis().system_id
+        here = vswitch.chassis()
+        system_id = here.system_id
         for lsp in ports.ports_of_chassis(nb, system_id):
             ids = lsp["external_ids"]
             if ids.get(ports.SPARE):
@@ -455,6 +462,13 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             ids = {k: str(v) for k, v in pymap_of(row).items()}
             if ids.get("podnet-owner") == alias and not _link_exists(str(row["name"])):
                 _ovs("--if-exists", "del-port", bridge, str(row["name"]))
+        try:
+            sb = southbound(nb, here.ovn_remote, SB_TIMEOUT)
+            chassis, switches = ports.southbound_view(sb)
+        except Unreachable as err:
+            call.log.warn(f"spares of chassis gone from the SB stay: {err.msg}")
+        else:
+            ports.sweep_spares(nb, chassis, switches, system_id, int(time.time()))
     except CNIError as err:
         failures.append(f"OVN: {err.msg}: {err.details}")
 

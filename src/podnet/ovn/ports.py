@@ -7,7 +7,7 @@ Every change of a network's rows matches its ``podnet-network`` tag (:func:`nb.o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from podnet import checked
@@ -232,17 +232,18 @@ def claim_port(
     return True
 
 
-def delete_spares(nb: Ovsdb, network: str) -> int:
-    """Remove every spare port of ``network`` (all chassis): their addresses go back to the
-    subnet. On the condition that the spares are still the ones read (a spare another node
-    claims meanwhile is its pod's: the read is taken again, 3 times at most, then Conflict).
-    How many there were."""
+def delete_spares(nb: Ovsdb, network: str, only: Collection[str] | None = None) -> int:
+    """Remove every spare port of ``network`` (all chassis; or those of them named in
+    ``only``): their addresses go back to the subnet. On the condition that the network's
+    spares are still the ones read (a spare another node claims meanwhile is its pod's: the
+    read is taken again, 3 times at most, then Conflict). How many were removed."""
     from podnet.ovn.ovsdb import Conflict
 
     where = [["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]
     for attempt in range(3):
-        rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
-        if not rows:
+        rows = nb.select("Logical_Switch_Port", where, ["_uuid", "name"])
+        gone = [r["_uuid"] for r in rows if only is None or r["name"] in only]
+        if not gone:
             return 0
         try:
             nb.transact(
@@ -250,14 +251,76 @@ def delete_spares(nb: Ovsdb, network: str) -> int:
                     _still(where, rows),
                     {"op": "mutate", "table": "Logical_Switch",
                      "where": mine(network, names(network)["ls_int"]),
-                     "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
+                     "mutations": [["ports", "delete", oset(gone)]]},
                 ]
             )  # fmt: skip
-            return len(rows)
+            return len(gone)
         except Conflict:
             if attempt == 2:
                 raise
     return 0
+
+
+#: ``external_ids`` key of a spare whose chassis a GC found missing from the SB: when it first
+#: did (whole seconds since the epoch, that node's clock).
+ORPHANED = "podnet-orphaned-since"
+#: Seconds a chassis must stay out of the SB before its spares go: a routine ovn-controller
+#: stop or restart (``ovn-ctl stop_controller`` deletes the Chassis row) takes far less.
+ORPHAN_GRACE = 900
+
+
+def southbound_view(sb: Ovsdb) -> tuple[set[str], set[str]]:
+    """The SB's chassis names and the NB logical switches it has datapaths of (their NB
+    ``_uuid``, from ``Datapath_Binding`` ``external_ids:logical-switch``): what
+    :func:`sweep_spares` judges by."""
+    chassis = {str(r["name"]) for r in sb.select("Chassis", [], ["name"])}
+    rows = sb.select("Datapath_Binding", [], ["external_ids"])
+    switches = {str(pymap(r["external_ids"]).get("logical-switch")) for r in rows}
+    return chassis, switches
+
+
+def sweep_spares(nb: Ovsdb, chassis: set[str], switches: set[str], here: str, now: int) -> int:
+    """Spares of chassis the SB no longer has (:func:`southbound_view`): a node taken out of
+    the cluster leaves ports nothing will claim, holding addresses. The first sweep that finds
+    a spare's chassis missing marks it (:data:`ORPHANED`); one that finds it missing
+    :data:`ORPHAN_GRACE` seconds after the mark removes it, and one that finds the chassis back
+    unmarks it. Nothing is judged while the SB lacks ``here`` (this node's chassis), nor in a
+    network whose internal switch the SB has no datapath of (an SB that is not this NB's, or
+    not synced yet). Every change holds only while the port is still a spare. How many were
+    removed."""
+    if here not in chassis:
+        return 0
+    ours = {}
+    for row in nb.select("Logical_Switch", [], ["_uuid", "name", "external_ids"]):
+        network = pymap(row["external_ids"]).get(TAG)
+        if network and row["name"] == names(str(network))["ls_int"]:
+            ours[str(network)] = str(row["_uuid"][1])
+    rows = nb.select("Logical_Switch_Port", [["external_ids", "includes", omap({SPARE: "true"})]],
+                     ["name", "external_ids"])  # fmt: skip
+    marks: list[dict[str, Any]] = []
+    due: dict[str, set[str]] = {}
+    for row in rows:
+        ids, name = pymap(row["external_ids"]), str(row["name"])
+        network = str(ids.get(TAG, ""))
+        if not ids.get("podnet-chassis") or ours.get(network) not in switches:
+            continue
+        since = str(ids.get(ORPHANED, ""))
+        unmark = ["external_ids", "delete", oset([ORPHANED])]
+        if ids["podnet-chassis"] in chassis:
+            mutations = [unmark] if ORPHANED in ids else []
+        elif not (since.isascii() and since.isdigit() and len(since) < 19):  # unmarked, or not
+            mutations = [unmark, ["external_ids", "insert", omap({ORPHANED: str(now)})]]  # a time
+        else:
+            mutations = []
+            if now - int(since) >= ORPHAN_GRACE:
+                due.setdefault(network, set()).add(name)
+        if mutations:
+            where = [["name", "==", name], ["external_ids", "includes", omap({SPARE: "true"})]]
+            marks.append({"op": "mutate", "table": "Logical_Switch_Port", "where": where,
+                          "mutations": mutations})  # fmt: skip
+    if marks:
+        nb.transact(marks)
+    return sum(delete_spares(nb, network, gone) for network, gone in sorted(due.items()))
 
 
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:

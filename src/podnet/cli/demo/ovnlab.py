@@ -320,9 +320,9 @@ class OvnLab:
             env,
         )
 
-    def wait_chassis(self, timeout: float = TIMEOUT) -> None:
-        """Wait until every node's chassis is in the SB database."""
-        want = {n.name for n in self.nodes}
+    def wait_chassis(self, timeout: float = TIMEOUT, nodes: Sequence[Node] = ()) -> None:
+        """Wait until every node's chassis (or those of ``nodes``) is in the SB database."""
+        want = {n.name for n in nodes or self.nodes}
         deadline = time.monotonic() + timeout
         while True:
             out = self.run(
