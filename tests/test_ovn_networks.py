@@ -1336,9 +1336,15 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
                                 "Logical_Switch_Port"))["data"]  # fmt: skip
         return {name: dict(ids[1])[ORPHANED] for name, ids in rows if ORPHANED in dict(ids[1])}
 
-    def age(seconds: int) -> None:
+    def age(seconds: int, marker: str = "n2", value: str | None = None) -> None:
         for port in marks():
-            nbctl(cluster, "set", "Logical_Switch_Port", port, f"external_ids:{ORPHANED}={int(time.time()) - seconds}")
+            mark = value or f"{int(time.time()) - seconds}@{marker}"
+            nbctl(cluster, "set", "Logical_Switch_Port", port, f'external_ids:{ORPHANED}="{mark}"')
+
+    def marked_by_n2_now() -> bool:
+        found = marks()
+        return set(found) == n3_spares and all(
+            v.endswith("@n2") and abs(int(v.split("@")[0]) - time.time()) < 30 for v in found.values())
 
     try:
         for ns in names:
@@ -1351,7 +1357,7 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         n3_spares = {p for p, _ in pool["n3"]}
         chassis_del(n3)
         gc()
-        assert spares_of(cluster, "ovgc") == pool and set(marks()) == n3_spares, marks()
+        assert spares_of(cluster, "ovgc") == pool and marked_by_n2_now(), marks()
         back(n3)  # a restart: the row was gone for a while
         gc()
         assert spares_of(cluster, "ovgc") == pool and not marks()
@@ -1360,6 +1366,13 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         age(ORPHAN_GRACE - 60)
         gc()  # not yet
         assert spares_of(cluster, "ovgc") == pool and set(marks()) == n3_spares
+        age(ORPHAN_GRACE + 1, marker="n1")
+        gc()  # n1's mark, by n1's clock: n1 judges it
+        assert spares_of(cluster, "ovgc") == pool and all(v.endswith("@n1") for v in marks().values())
+        for hostile in (f"{ORPHAN_GRACE + 1}@n9", "0@n2", f"{int(time.time()) + 86400}@n2", "x@n2", "17"):
+            age(0, value=hostile)  # a gone marker, too old, ahead of n2's clock, not a mark: new marks
+            gc()
+            assert spares_of(cluster, "ovgc") == pool and marked_by_n2_now(), (hostile, marks())
         age(ORPHAN_GRACE + 1)
         nb = Ovsdb([lab.nb_unix], "OVN_Northbound")
         assert sweep_spares(nb, {"n1", "n2"}, set(), "n2", int(time.time())) == 0  # not this NB's SB

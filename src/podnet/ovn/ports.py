@@ -7,12 +7,12 @@ Every change of a network's rows matches its ``podnet-network`` tag (:func:`nb.o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podnet import checked
 from podnet.ovn.nb import TAG, mine, names
-from podnet.ovn.ovsdb import Ovsdb, named, omap, oset, pymap
+from podnet.ovn.ovsdb import Ovsdb, named, omap, oset, pyatom, pymap, pyset
 
 # -- pods' logical switch ports ---------------------------------------------------------------
 
@@ -232,18 +232,17 @@ def claim_port(
     return True
 
 
-def delete_spares(nb: Ovsdb, network: str, only: Collection[str] | None = None) -> int:
-    """Remove every spare port of ``network`` (all chassis; or those of them named in
-    ``only``): their addresses go back to the subnet. On the condition that the network's
-    spares are still the ones read (a spare another node claims meanwhile is its pod's: the
-    read is taken again, 3 times at most, then Conflict). How many were removed."""
+def delete_spares(nb: Ovsdb, network: str) -> int:
+    """Remove every spare port of ``network`` (all chassis): their addresses go back to the
+    subnet. On the condition that the spares are still the ones read (a spare another node
+    claims meanwhile is its pod's: the read is taken again, 3 times at most, then Conflict).
+    How many there were."""
     from podnet.ovn.ovsdb import Conflict
 
     where = [["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]
     for attempt in range(3):
-        rows = nb.select("Logical_Switch_Port", where, ["_uuid", "name"])
-        gone = [r["_uuid"] for r in rows if only is None or r["name"] in only]
-        if not gone:
+        rows = nb.select("Logical_Switch_Port", where, ["_uuid"])
+        if not rows:
             return 0
         try:
             nb.transact(
@@ -251,76 +250,121 @@ def delete_spares(nb: Ovsdb, network: str, only: Collection[str] | None = None) 
                     _still(where, rows),
                     {"op": "mutate", "table": "Logical_Switch",
                      "where": mine(network, names(network)["ls_int"]),
-                     "mutations": [["ports", "delete", oset(gone)]]},
+                     "mutations": [["ports", "delete", oset([r["_uuid"] for r in rows])]]},
                 ]
             )  # fmt: skip
-            return len(gone)
+            return len(rows)
         except Conflict:
             if attempt == 2:
                 raise
     return 0
 
 
-#: ``external_ids`` key of a spare whose chassis a GC found missing from the SB: when it first
-#: did (whole seconds since the epoch, that node's clock).
+#: ``external_ids`` key of a spare whose chassis a GC found missing from the SB:
+#: ``<seconds since the epoch>@<the marking node's chassis>``. Only the marking node judges the
+#: mark's age (by its own clock: nodes' clocks need not agree).
 ORPHANED = "podnet-orphaned-since"
 #: Seconds a chassis must stay out of the SB before its spares go: a routine ovn-controller
 #: stop or restart (``ovn-ctl stop_controller`` deletes the Chassis row) takes far less.
 ORPHAN_GRACE = 900
+#: Seconds a mark may lie ahead of its marker's clock (a later one is made again).
+ORPHAN_SLACK = 60
 
 
 def southbound_view(sb: Ovsdb) -> tuple[set[str], set[str]]:
     """The SB's chassis names and the NB logical switches it has datapaths of (their NB
-    ``_uuid``, from ``Datapath_Binding`` ``external_ids:logical-switch``): what
-    :func:`sweep_spares` judges by."""
-    chassis = {str(r["name"]) for r in sb.select("Chassis", [], ["name"])}
-    rows = sb.select("Datapath_Binding", [], ["external_ids"])
-    switches = {str(pymap(r["external_ids"]).get("logical-switch")) for r in rows}
+    ``_uuid``, from ``Datapath_Binding`` ``external_ids:logical-switch``), in one transaction:
+    what :func:`sweep_spares` judges by."""
+    found = sb.transact(
+        [
+            {"op": "select", "table": "Chassis", "where": [], "columns": ["name"]},
+            {"op": "select", "table": "Datapath_Binding", "where": [], "columns": ["external_ids"]},
+        ]
+    )
+    chassis = {str(r["name"]) for r in found[0].get("rows", [])}
+    switches = {str(pymap(r["external_ids"]).get("logical-switch"))
+                for r in found[1].get("rows", [])}  # fmt: skip
     return chassis, switches
+
+
+def _mark(text: str) -> tuple[int, str] | None:
+    """A mark's ``(time, marker)``; None when it is not one podnet writes."""
+    since, sep, marker = text.partition("@")
+    if not (sep and marker and since.isascii() and since.isdigit() and len(since) < 19):
+        return None
+    return int(since), marker
+
+
+def _sane(mark: tuple[int, str], now: int) -> bool:
+    """Whether this node's mark can be one it wrote: not ahead of its clock (beyond
+    :data:`ORPHAN_SLACK`), nor older than ten grace periods (a value someone else wrote)."""
+    return now - 10 * ORPHAN_GRACE <= mark[0] <= now + ORPHAN_SLACK
 
 
 def sweep_spares(nb: Ovsdb, chassis: set[str], switches: set[str], here: str, now: int) -> int:
     """Spares of chassis the SB no longer has (:func:`southbound_view`): a node taken out of
-    the cluster leaves ports nothing will claim, holding addresses. The first sweep that finds
-    a spare's chassis missing marks it (:data:`ORPHANED`); one that finds it missing
-    :data:`ORPHAN_GRACE` seconds after the mark removes it, and one that finds the chassis back
-    unmarks it. Nothing is judged while the SB lacks ``here`` (this node's chassis), nor in a
-    network whose internal switch the SB has no datapath of (an SB that is not this NB's, or
-    not synced yet). Every change holds only while the port is still a spare. How many were
-    removed."""
+    the cluster leaves ports nothing will claim, holding addresses. Judged only among the ports
+    of each podnet network's internal switch, and only where the SB has that switch's datapath
+    (else it is another cluster's SB, or not synced yet), and not at all while the SB lacks
+    ``here`` (this node's chassis). A spare whose chassis is missing is marked
+    (:data:`ORPHANED`) by the first node to see it; its marker removes it once the mark is
+    :data:`ORPHAN_GRACE` seconds old by the marker's clock; any node unmarks it when its
+    chassis is back, and marks it again when the mark is not a valid one, lies ahead of the
+    marker's clock or the marker's chassis is gone too. Every change holds only while the
+    port is still the spare (and the mark) read; one that another change overtook waits for
+    the next GC. How many were removed."""
+    from podnet.ovn.ovsdb import Conflict
+
     if here not in chassis:
         return 0
-    ours = {}
-    for row in nb.select("Logical_Switch", [], ["_uuid", "name", "external_ids"]):
-        network = pymap(row["external_ids"]).get(TAG)
-        if network and row["name"] == names(str(network))["ls_int"]:
-            ours[str(network)] = str(row["_uuid"][1])
+    members: dict[str, set[str]] = {}  # network → its internal switch's ports
+    for row in nb.select("Logical_Switch", [], ["_uuid", "name", "external_ids", "ports"]):
+        network = str(pymap(row["external_ids"]).get(TAG, ""))
+        uuid = str(pyatom(row["_uuid"]))
+        if network and row["name"] == names(network)["ls_int"] and uuid in switches:
+            members[network] = {str(p) for p in pyset(row["ports"])}
     rows = nb.select("Logical_Switch_Port", [["external_ids", "includes", omap({SPARE: "true"})]],
-                     ["name", "external_ids"])  # fmt: skip
+                     ["_uuid", "external_ids"])  # fmt: skip
     marks: list[dict[str, Any]] = []
-    due: dict[str, set[str]] = {}
+    due: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        ids, name = pymap(row["external_ids"]), str(row["name"])
+        ids, uuid = pymap(row["external_ids"]), str(pyatom(row["_uuid"]))
         network = str(ids.get(TAG, ""))
-        if not ids.get("podnet-chassis") or ours.get(network) not in switches:
-            continue
-        since = str(ids.get(ORPHANED, ""))
-        unmark = ["external_ids", "delete", oset([ORPHANED])]
-        if ids["podnet-chassis"] in chassis:
-            mutations = [unmark] if ORPHANED in ids else []
-        elif not (since.isascii() and since.isdigit() and len(since) < 19):  # unmarked, or not
-            mutations = [unmark, ["external_ids", "insert", omap({ORPHANED: str(now)})]]  # a time
-        else:
-            mutations = []
-            if now - int(since) >= ORPHAN_GRACE:
-                due.setdefault(network, set()).add(name)
+        if uuid not in members.get(network, ()) or not ids.get("podnet-chassis"):
+            continue  # not a spare of a podnet switch the SB has
+        mark = _mark(str(ids.get(ORPHANED, "")))
+        mutations: list[Any] = []
+        if str(ids.get("podnet-chassis", "")) in chassis:
+            if ORPHANED in ids:
+                mutations = [["external_ids", "delete", oset([ORPHANED])]]
+        elif mark is None or mark[1] not in chassis or (mark[1] == here and not _sane(mark, now)):
+            mutations = [["external_ids", "delete", oset([ORPHANED])],
+                         ["external_ids", "insert", omap({ORPHANED: f"{now}@{here}"})]]  # fmt: skip
+        elif mark[1] == here and now - mark[0] >= ORPHAN_GRACE:
+            due.setdefault(network, []).append(
+                {"op": "wait", "table": "Logical_Switch_Port", "timeout": 0, "until": "==",
+                 "where": [["_uuid", "==", ["uuid", uuid]],
+                           ["external_ids", "includes", omap({TAG: network, SPARE: "true",
+                                                              ORPHANED: str(ids[ORPHANED])})]],
+                 "columns": ["_uuid"], "rows": [{"_uuid": ["uuid", uuid]}]})  # fmt: skip
         if mutations:
-            where = [["name", "==", name], ["external_ids", "includes", omap({SPARE: "true"})]]
+            where = [["_uuid", "==", ["uuid", uuid]],
+                     ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]  # fmt: skip
             marks.append({"op": "mutate", "table": "Logical_Switch_Port", "where": where,
                           "mutations": mutations})  # fmt: skip
     if marks:
         nb.transact(marks)
-    return sum(delete_spares(nb, network, gone) for network, gone in sorted(due.items()))
+    removed = 0
+    for network, waits in sorted(due.items()):
+        gone = [w["rows"][0]["_uuid"] for w in waits]
+        try:
+            nb.transact([*waits, {"op": "mutate", "table": "Logical_Switch",
+                                  "where": mine(network, names(network)["ls_int"]),
+                                  "mutations": [["ports", "delete", oset(gone)]]}])  # fmt: skip
+        except Conflict:
+            continue  # a spare claimed, unmarked or gone meanwhile: the next GC looks again
+        removed += len(gone)
+    return removed
 
 
 def port_addresses(nb: Ovsdb, port: str, timeout_ms: int) -> list[str]:
