@@ -1309,7 +1309,7 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
     an SB without a datapath of the network's switch (another cluster's). The node, back, makes
     spares again at its next ADD."""
     from podnet.ovn.ovsdb import Ovsdb
-    from podnet.ovn.ports import ORPHAN_GRACE, ORPHANED, SPARES, sweep_spares
+    from podnet.ovn.ports import ORPHAN_GRACE, ORPHAN_TAKEOVER, ORPHANED, SPARES, sweep_spares
 
     n1, n2, n3 = cluster.lab.nodes
     lab = cluster.lab
@@ -1369,8 +1369,11 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         age(ORPHAN_GRACE + 1, marker="n1")
         gc()  # n1's mark, by n1's clock: n1 judges it
         assert spares_of(cluster, "ovgc") == pool and all(v.endswith("@n1") for v in marks().values())
-        for hostile in (f"{ORPHAN_GRACE + 1}@n9", "0@n2", f"{int(time.time()) + 86400}@n2", "x@n2", "17"):
-            age(0, value=hostile)  # a gone marker, too old, ahead of n2's clock, not a mark: new marks
+        for hostile in (f"{ORPHAN_GRACE + 1}@n9", f"{int(time.time()) - ORPHAN_TAKEOVER - 1}@n1",
+                        f"{int(time.time()) + 86400}@n2", "x@n2", "17"):  # fmt: skip
+            # a gone marker, a live one that does not sweep, ahead of n2's clock, not marks:
+            # n2 marks them anew
+            age(0, value=hostile)
             gc()
             assert spares_of(cluster, "ovgc") == pool and marked_by_n2_now(), (hostile, marks())
         age(ORPHAN_GRACE + 1)

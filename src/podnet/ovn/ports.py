@@ -261,14 +261,20 @@ def delete_spares(nb: Ovsdb, network: str) -> int:
 
 
 #: ``external_ids`` key of a spare whose chassis a GC found missing from the SB:
-#: ``<seconds since the epoch>@<the marking node's chassis>``. Only the marking node judges the
-#: mark's age (by its own clock: nodes' clocks need not agree).
+#: ``<seconds since the epoch>@<the marking node's chassis>``. The marking node judges the
+#: mark's age by its own clock (nodes' clocks need not agree).
 ORPHANED = "podnet-orphaned-since"
 #: Seconds a chassis must stay out of the SB before its spares go: a routine ovn-controller
 #: stop or restart (``ovn-ctl stop_controller`` deletes the Chassis row) takes far less.
 ORPHAN_GRACE = 900
-#: Seconds a mark may lie ahead of its marker's clock (a later one is made again).
+#: Seconds a node's own mark may lie ahead of its clock (a later one is made again).
 ORPHAN_SLACK = 60
+#: Seconds after which a node takes over another live node's mark, by its own clock: that
+#: marker does not sweep (podnet gone from it, or its runtime never calls GC).
+ORPHAN_TAKEOVER = 86400
+#: Operations per NB transaction of a sweep (``ovsdb-client`` takes a transaction as one
+#: argument, at most 128 KiB).
+SWEEP_BATCH = 100
 
 
 def southbound_view(sb: Ovsdb) -> tuple[set[str], set[str]]:
@@ -295,10 +301,15 @@ def _mark(text: str) -> tuple[int, str] | None:
     return int(since), marker
 
 
-def _sane(mark: tuple[int, str], now: int) -> bool:
-    """Whether this node's mark can be one it wrote: not ahead of its clock (beyond
-    :data:`ORPHAN_SLACK`), nor older than ten grace periods (a value someone else wrote)."""
-    return now - 10 * ORPHAN_GRACE <= mark[0] <= now + ORPHAN_SLACK
+def _mark_again(mark: tuple[int, str] | None, chassis: set[str], here: str, now: int) -> bool:
+    """Whether this node marks a spare of a missing chassis anew, as its own: no valid mark;
+    the marker's chassis gone too; its own mark ahead of its clock; another live node's mark
+    :data:`ORPHAN_TAKEOVER` old by this node's clock."""
+    if mark is None or mark[1] not in chassis:
+        return True
+    if mark[1] == here:
+        return mark[0] > now + ORPHAN_SLACK
+    return now - mark[0] >= ORPHAN_TAKEOVER
 
 
 def sweep_spares(nb: Ovsdb, chassis: set[str], switches: set[str], here: str, now: int) -> int:
@@ -307,12 +318,12 @@ def sweep_spares(nb: Ovsdb, chassis: set[str], switches: set[str], here: str, no
     of each podnet network's internal switch, and only where the SB has that switch's datapath
     (else it is another cluster's SB, or not synced yet), and not at all while the SB lacks
     ``here`` (this node's chassis). A spare whose chassis is missing is marked
-    (:data:`ORPHANED`) by the first node to see it; its marker removes it once the mark is
-    :data:`ORPHAN_GRACE` seconds old by the marker's clock; any node unmarks it when its
-    chassis is back, and marks it again when the mark is not a valid one, lies ahead of the
-    marker's clock or the marker's chassis is gone too. Every change holds only while the
-    port is still the spare (and the mark) read; one that another change overtook waits for
-    the next GC. How many were removed."""
+    (:data:`ORPHANED`) by the first node to see it, and again as described in
+    :func:`_mark_again`; its marker removes it once the mark is :data:`ORPHAN_GRACE` seconds
+    old by the marker's clock; any node unmarks it when its chassis is back. A mark or unmark
+    holds only while the port is still a spare with the mark read (when one was); a removal
+    only while each port is still the spare with the mark read, else it waits for the next GC.
+    At most :data:`SWEEP_BATCH` operations per transaction. How many were removed."""
     from podnet.ovn.ovsdb import Conflict
 
     if here not in chassis:
@@ -332,38 +343,40 @@ def sweep_spares(nb: Ovsdb, chassis: set[str], switches: set[str], here: str, no
         network = str(ids.get(TAG, ""))
         if uuid not in members.get(network, ()) or not ids.get("podnet-chassis"):
             continue  # not a spare of a podnet switch the SB has
+        held = {TAG: network, SPARE: "true"}
+        if ORPHANED in ids:
+            held[ORPHANED] = str(ids[ORPHANED])
+        where = [["_uuid", "==", ["uuid", uuid]], ["external_ids", "includes", omap(held)]]
         mark = _mark(str(ids.get(ORPHANED, "")))
         mutations: list[Any] = []
-        if str(ids.get("podnet-chassis", "")) in chassis:
+        if str(ids["podnet-chassis"]) in chassis:
             if ORPHANED in ids:
                 mutations = [["external_ids", "delete", oset([ORPHANED])]]
-        elif mark is None or mark[1] not in chassis or (mark[1] == here and not _sane(mark, now)):
+        elif _mark_again(mark, chassis, here, now):
             mutations = [["external_ids", "delete", oset([ORPHANED])],
                          ["external_ids", "insert", omap({ORPHANED: f"{now}@{here}"})]]  # fmt: skip
-        elif mark[1] == here and now - mark[0] >= ORPHAN_GRACE:
+        elif mark is not None and mark[1] == here and now - mark[0] >= ORPHAN_GRACE:
             due.setdefault(network, []).append(
                 {"op": "wait", "table": "Logical_Switch_Port", "timeout": 0, "until": "==",
-                 "where": [["_uuid", "==", ["uuid", uuid]],
-                           ["external_ids", "includes", omap({TAG: network, SPARE: "true",
-                                                              ORPHANED: str(ids[ORPHANED])})]],
-                 "columns": ["_uuid"], "rows": [{"_uuid": ["uuid", uuid]}]})  # fmt: skip
+                 "where": where, "columns": ["_uuid"],
+                 "rows": [{"_uuid": ["uuid", uuid]}]})  # fmt: skip
         if mutations:
-            where = [["_uuid", "==", ["uuid", uuid]],
-                     ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]]  # fmt: skip
             marks.append({"op": "mutate", "table": "Logical_Switch_Port", "where": where,
                           "mutations": mutations})  # fmt: skip
-    if marks:
-        nb.transact(marks)
+    for start in range(0, len(marks), SWEEP_BATCH):
+        nb.transact(marks[start : start + SWEEP_BATCH])
     removed = 0
     for network, waits in sorted(due.items()):
-        gone = [w["rows"][0]["_uuid"] for w in waits]
-        try:
-            nb.transact([*waits, {"op": "mutate", "table": "Logical_Switch",
-                                  "where": mine(network, names(network)["ls_int"]),
-                                  "mutations": [["ports", "delete", oset(gone)]]}])  # fmt: skip
-        except Conflict:
-            continue  # a spare claimed, unmarked or gone meanwhile: the next GC looks again
-        removed += len(gone)
+        for start in range(0, len(waits), SWEEP_BATCH):
+            batch = waits[start : start + SWEEP_BATCH]
+            gone = [w["rows"][0]["_uuid"] for w in batch]
+            try:
+                nb.transact([*batch, {"op": "mutate", "table": "Logical_Switch",
+                                      "where": mine(network, names(network)["ls_int"]),
+                                      "mutations": [["ports", "delete", oset(gone)]]}])  # fmt: skip
+            except Conflict:
+                continue  # a spare claimed, unmarked or gone meanwhile: the next GC looks again
+            removed += len(gone)
     return removed
 
 
