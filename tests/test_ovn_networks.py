@@ -959,6 +959,12 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
         assert out.returncode == 0 and "Network up9 created" in out.stdout, out.stderr
         out = run("network", "get", "up9", "parent", "--target", "n1")
         assert out.returncode == 0 and out.stdout.strip() == "ext0", (out.stdout, out.stderr)
+        out = run("network", "set", "up9", "parent=ext0", "user.k=v", "--target", "n1")
+        assert out.returncode == 1 and 'Config key "user.k" may not be used as member-specific key' in out.stderr
+        out = run("network", "set", "up9", "parent=ext0", "--target", "n1")  # GET and PUT ?target=, If-Match
+        assert out.returncode == 0, out.stderr
+        shown = yaml_load(run("network", "show", "up9").stdout)
+        assert "parent" not in shown["config"] and shown["locations"] == ["n1"], shown
         out = run("network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none")
         assert out.returncode == 0, out.stderr
         out = run("network", "forward", "create", "ovn9", "198.51.100.40", "target_address=10.1.1.1")
@@ -1638,7 +1644,7 @@ def test_physical_network_is_pending_until_created_without_target(cluster: Clust
             'Error: Config key "parent" is cluster member specific'
         assert refused(n1, "create", "upp", "--type=ovn", "network=up0") == \
             'Error: Requested network type "ovn" does not match type in existing database record "physical"'
-        assert cluster.ok(n2, "network", "restore").find("upp") < 0  # pending: nothing anywhere
+        assert "upp" not in cluster.ok(n2, "network", "restore")  # pending: nothing anywhere
         assert cluster.ok(n1, "network", "create", "upp", "--type=physical", *keys).strip() == "Network upp created"
         shown = yaml_load(cluster.ok(n2, "network", "show", "upp"))
         assert shown["status"] == "Created" and shown["locations"] == ["n1", "n3"], shown
@@ -1761,3 +1767,40 @@ def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> No
         cluster.ctl(n2, "network", "restore")
         lab.run(n2.netns, "ip", "link", "del", "upd0", check=False)
     assert _mapping(cluster, n2, "upr") is None
+
+
+def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None:
+    """A record with one ``parent`` for the whole cluster (as an earlier podnet wrote it, or
+    any NB writer): restore on a node with a free NIC of that name (no address, no route, up:
+    every NIC at boot) leaves it alone and says so, on every node; the first ``network set
+    parent=… --target`` replaces it with that member's own, which only that node attaches."""
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import Ovsdb, omap
+
+    n1, n2, _ = cluster.lab.nodes
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    record = nbmod.Record("physical", "", {**UPLINK, "parent": "ext0"})
+    key = f"{nbmod.PREFIX}upl"
+    _dummies(cluster, n2, "ext0")
+    nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                  "mutations": [["external_ids", "insert", omap({key: record.dumps()})]]}])  # fmt: skip
+    try:
+        for node in (n2, n1):
+            done = cluster.ok(node, "network", "restore")
+            assert f'uplink upl: "parent" is recorded for every node, not per member: nothing changed here; ' \
+                f"record this node's with: network set upl parent=<interface> --target {node.name}" in done, done
+            assert _in_ovs(cluster, node, "ext0") == "" and _mapping(cluster, node, "upl") is None, node.name
+        assert "master" not in _link(cluster, n2, "ext0")
+        cluster.ok(n1, "network", "set", "upl", "parent=ext0", "--target", "n1")
+        assert _in_ovs(cluster, n1, "ext0") == _mapping(cluster, n1, "upl") != None  # noqa: E711
+        shown = yaml_load(cluster.ok(n2, "network", "show", "upl"))
+        assert shown["locations"] == ["n1"] and "parent" not in shown["config"], shown
+        assert "uplink upl:" not in cluster.ok(n2, "network", "restore")
+        assert _in_ovs(cluster, n2, "ext0") == "" and _mapping(cluster, n2, "upl") is None
+    finally:
+        cluster.ctl(n1, "network", "delete", "upl")
+        nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                      "mutations": [["external_ids", "delete", ["set", [key]]]]}])  # fmt: skip
+        for node in (n1, n2):
+            cluster.ctl(node, "network", "restore")
+        cluster.lab.run(n2.netns, "ip", "link", "del", "ext0", check=False)
