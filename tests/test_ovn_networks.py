@@ -1127,7 +1127,6 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings},adm:br-int"')
         cluster.lab.run(n1.netns, "ip", "link", "add", "vadm0", "type", "veth", "peer", "name", "vadm1")
         try:  # a free parent (ext0 is upx's), so that the mapping is what refuses
-            keys = {**UPLINK, "parent": "vadm0"}
             bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", "parent=vadm0", "--target", "n1")
             assert bad.returncode == 1 and "already mapped to bridge br-int" in bad.stderr, bad.stderr
             assert "vadm0" not in cluster.lab.vsctl(n1, "list-ports", "br-int")
