@@ -28,6 +28,7 @@ from typing import Any
 
 from podnet import proc
 from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.errors import CNIError
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
@@ -187,6 +188,17 @@ def _ports(bridge: str) -> list[str] | None:
     return out.split() if out else []
 
 
+def _me() -> str | None:
+    """This node's member name (its OVN chassis name); None when its OVS is not set up for OVN
+    or does not answer (then no member is this node)."""
+    from podnet.drivers.cluster import local_member
+
+    try:
+        return local_member()
+    except CNIError:
+        return None
+
+
 class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
@@ -220,9 +232,7 @@ class PhysicalDriver(ClusterDriver):
     def check_member_keys(self, name: str, member: str, config: Mapping[str, str]) -> None:
         """On this node's own member: its ``parent`` exists here and is free (400 otherwise).
         Another member's parent is checked by that node when it attaches it."""
-        from podnet.drivers.cluster import local_member
-
-        if member != local_member():
+        if member != _me():
             return
         if not self.check_parent(name, config["parent"]):
             raise NetworkError(
@@ -335,23 +345,19 @@ class PhysicalDriver(ClusterDriver):
     ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
         """Instantiate pending uplink ``name``: this node's recorded parent is checked before
         anything is recorded, and attached after."""
-        from podnet.drivers.cluster import local_member
-
         pending = ctx.registry.records.get(name) or nbmod.Record(self.type)
-        me = local_member()
-        mine = pending.members.get(me)
-        if mine is not None:
+        me = _me()
+        mine = pending.members.get(me) if me is not None else None
+        if me is not None and mine is not None:
             self.check_member_keys(name, me, mine)
         record = nbmod.Record(self.type, "", config, dict(pending.members))
-        return config, [], lambda: self.attach_node(ctx, name, record)
+        return config, [], lambda: self.attach_node(ctx, name, record) if mine else []
 
     def member_changed(self, ctx: Context, name: str, record: nbmod.Record,
                        member: str) -> list[str]:  # fmt: skip
         """This node's new parent (or none) applied at once when ``member`` is this node;
         another node applies its own at its next ``network restore``."""
-        from podnet.drivers.cluster import local_member
-
-        if member != local_member():
+        if member != _me():
             return []
         return self.attach_node(ctx, name, record)
 
@@ -389,7 +395,7 @@ class PhysicalDriver(ClusterDriver):
 
     def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
         record = ctx.registry.records.get(name)
-        if record is None or record.pending:
+        if record is None or record.pending or _me() is None:  # no chassis here: no member
             return []
         return self.attach_node(ctx, name, record, boot=True)
 
