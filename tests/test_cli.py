@@ -326,7 +326,7 @@ def test_ranges_and_pods_json(data_dir: str) -> None:
 def test_state_views_read_only(tmp_path: Path) -> None:
     out = run("pods", "--data-dir", str(tmp_path / "none"))
     assert out.exit_code == 1
-    assert out.stderr.startswith("Error: no podnet state database in ")
+    assert out.stderr.startswith("Error: No podnet database in ")
     assert not (tmp_path / "none").exists()
 
 
