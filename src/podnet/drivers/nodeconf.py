@@ -12,8 +12,8 @@ allows therefore lives in a file every plugin call and every ``podnetctl`` comma
 - ``installed = <path>`` (any number): a file ``podnetctl install`` wrote, for
   ``podnetctl uninstall``.
 
-One ``key = value`` per line; blank lines and lines starting with ``#`` are ignored; paths are
-:func:`podnet.checked.path`. An unknown key, a line without ``=``, a bad path, a second
+One ``key = value`` per line; blank lines and lines starting with ``#`` are ignored; data
+dirs are :func:`podnet.checked.path`, ``installed`` any absolute, normal, printable path. An unknown key, a line without ``=``, a bad path, a second
 ``data_dir``, more than :data:`MAX_BYTES` or bytes that are not UTF-8 make the file malformed.
 It is read only while no one but root can change it (:mod:`podnet.trusted`'s rule, every
 directory on the way included; a regular file). A missing file means the defaults (store
@@ -133,10 +133,16 @@ def parse(text: str, path: str) -> NodeConf:
         if key not in KEYS:
             raise bad(f"unknown key {checked.show(key[:40])} (known: {', '.join(KEYS)})")
         below = key == "allow_data_dir" and value.endswith(BELOW)
-        try:
-            value = checked.path(value.removesuffix(BELOW) if below else value)
-        except checked.BadValue as err:
-            raise bad(f"{key}: {err}") from None
+        if key == "installed":  # any file install wrote: longer than a data dir may be
+            if not (value.startswith("/") and os.path.normpath(value) == value
+                    and len(value) <= 4096 and value.isprintable()):  # fmt: skip
+                raise bad(f"installed: {checked.show(value[:80])} is not an absolute, normal "
+                          "path")  # fmt: skip
+        else:
+            try:
+                value = checked.path(value.removesuffix(BELOW) if below else value)
+            except checked.BadValue as err:
+                raise bad(f"{key}: {err}") from None
         if key == "data_dir":
             if data_dir is not None:
                 raise bad("data_dir given twice")
