@@ -19,7 +19,6 @@ failing ROLLBACK never hides the original error.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from podnet.errors import TryAgainLater
@@ -255,6 +254,7 @@ def discard_new(store: Store, made_dir: bool) -> bool:
     when it holds nothing (no pod, range, network, trusted certificate or config key): a
     refused command leaves no empty store behind. ``made_dir``: the data dir was made too
     (removed once empty). Returns whether it was removed; never raises."""
+    import contextlib  # only here: off the plugins' import path
     import shutil
 
     data_dir = os.path.dirname(store.path)
