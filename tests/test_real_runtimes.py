@@ -295,8 +295,9 @@ def test_containerd_ctr_run_cni(lab: Lab, containerd: Containerd, workdir: Path)
 def test_containerd_detached_sends_no_del(lab: Lab, containerd: Containerd) -> None:
     """``ctr run -d --cni``: ADD, reachable; task kill + task rm + container rm send no DEL
     (containerd 1.6's ctr never does for -d). The kernel removes the veth with the pod's netns,
-    but the address stays allocated until a DEL — sent here as ctr's foreground path would
-    (empty CNI_NETNS, the cached result as prevResult), after the netns is gone."""
+    but the address stays allocated until a DEL — sent here as the README says, with
+    ``podnetctl net del <network> --container-id <id>`` (empty CNI_NETNS, the cached result as
+    prevResult), after the netns is gone."""
     cni, node = containerd.cni, lab.node
     cid = "webd"
     containerd.ctr("run", "--cni", "-d", *ctr_run_opts(containerd), IMAGE_NAME, cid, *HTTPD,
@@ -324,27 +325,19 @@ def test_containerd_detached_sends_no_del(lab: Lab, containerd: Containerd) -> N
     left = leftover_state(node, cni.data_dir)
     assert [row[0] for row in left["pods"]] == [add["env"]["CNI_CONTAINERID"]], left
 
-    # The DEL ctr's foreground path sends, from the cached attachment (FIELD-NOTES §4).
-    cached = json.loads(cache.read_text())
-    conf = dict(
-        cni.conflist["plugins"][0],
-        cniVersion=cni.conflist["cniVersion"],
-        name=cni.network,
-        prevResult=cached["result"],
-    )
-    rc, out = lab.cni(
-        "DEL",
-        conf,
-        container_id=add["env"]["CNI_CONTAINERID"],
-        netns=None,
-        plugin=str(cni.bin_dir / "podnet"),
-        env={"CNI_PATH": "/opt/cni/bin:/usr/lib/cni", "CNI_ARGS": ""},
-    )
-    assert rc == 0 and out is None, (
-        f"DEL after the netns was gone: exit {rc}, {out}\n{cni.describe_calls()}"
-    )
+    # The README's clean-up: podnetctl net del --container-id, as ctr sees the node (its conf
+    # dir, bin dir and result cache: the mount namespace ctr runs in), from the cached result.
+    argv = containerd.argv("net", "del", cni.network, "--container-id",
+                           add["env"]["CNI_CONTAINERID"], "--cni-path", "/usr/lib/cni", cni=True)
+    ctr_at = argv.index("ctr")
+    argv[ctr_at:ctr_at + 5] = [PODNETCTL]  # the same wrapper around podnetctl instead of ctr
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{done.stderr}\n{cni.describe_calls()}"
+    dels = cni.calls("DEL")
+    assert len(dels) == 1 and dels[0]["env"]["CNI_NETNS"] == "", cni.describe_calls()
+    assert json.loads(dels[0]["stdin"])["prevResult"], dels[0]["stdin"]
     assert_clean(node, cni.data_dir, cni.describe_calls)
-    cache.unlink()
+    assert not cache.exists(), "podnetctl net del leaves the cached result behind"
     assert_all_calls_ok(cni)
     print(cni.describe_calls())
 
