@@ -273,6 +273,10 @@ def test_install_warns_when_replacing_ranges_and_sorting_first(tmp_path: Path) -
         f"Warning: 10-kindnet.conflist sorts first in {tmp_path}/net.d, before 10-zz.conflist: "
         "network kindnet becomes the default network of containerd's CRI, CRI-O and ctr run "
         "--cni (--name sets the file name)"]  # fmt: skip
+    to_bridge = _install(tmp_path, "--network", "br0", "--name", "zz")
+    assert to_bridge.stderr.splitlines() == [
+        f"Warning: {tmp_path}/net.d/10-zz.conflist: replacing ranges 10.244.31.0/24 with network "
+        "br0 (pods keep their addresses until deleted)"]  # fmt: skip
 
 
 # -- uninstall --------------------------------------------------------------------------------------

@@ -418,7 +418,7 @@ def first_in_conf_dir(conf_dir: str, path: str) -> list[str] | None:
 
 def _replaced(path: str, conf: dict[str, Any]) -> str | None:
     """What the conflist at ``path`` (if podnet's) gives its pods that ``conf`` changes —
-    ``"ranges A → B"``, ``"network A → B"`` —, or None."""
+    ``"ranges A with ranges B"``, ``"ranges A with network n"`` —, or None."""
     try:
         with open(path, "rb") as f:
             from podnet.cni import fastjson
@@ -429,14 +429,15 @@ def _replaced(path: str, conf: dict[str, Any]) -> str | None:
         return None
     if not isinstance(old_plugin, dict):
         return None
-    new_plugin = conf["plugins"][0]
-    for key in ("ranges", "network"):
-        before, after = old_plugin.get(key), new_plugin.get(key)
-        if before != after and before is not None:
-            shown_before = ", ".join(before) if isinstance(before, list) else str(before)
-            shown_after = ", ".join(after) if isinstance(after, list) else str(after or "none")
-            return f"{key} {shown_before} with {key if after else 'no ' + key} {shown_after}"
-    return None
+
+    def source(plugin: dict[str, Any]) -> str | None:
+        ranges, network = plugin.get("ranges"), plugin.get("network")
+        if isinstance(ranges, list):
+            return "ranges " + ", ".join(str(r) for r in ranges)
+        return f"network {network}" if network is not None else None
+
+    before, after = source(old_plugin), source(conf["plugins"][0])
+    return f"{before} with {after}" if before and before != after else None
 
 
 def _write(path: str, content: str, mode: int) -> Installed:
