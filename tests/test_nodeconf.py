@@ -295,8 +295,8 @@ def test_uninstall_removes_what_install_made_and_only_that(tmp_path: Path) -> No
         with sqlite3.connect(data / "podnet.db") as db:
             db.execute("INSERT INTO networks (name, type) VALUES ('br9', 'bridge')")
         refused = ctl("uninstall", *common, conf=conf, netns=ns)
-        assert refused.returncode == 1 and "still holds network(s) br9" in refused.stderr
-        assert (tmp_path / "bin" / "podnet").exists()  # refused: nothing removed
+        assert refused.returncode == 1 and "still holds network(s) br9" in refused.stderr, refused
+        assert (tmp_path / "bin" / "podnet").exists(), refused  # refused: nothing removed
         with sqlite3.connect(data / "podnet.db") as db:
             db.execute("DELETE FROM networks")
         out = ctl("uninstall", *common, "--purge", conf=conf, netns=ns)
@@ -306,12 +306,12 @@ def test_uninstall_removes_what_install_made_and_only_that(tmp_path: Path) -> No
         assert {str(tmp_path / "bin" / "podnet"), str(tmp_path / "net.d" / "10-pn1.conflist"),
                 str(tmp_path / "units" / "podnet-restore.service"), "table inet podnet",
                 str(conf), str(data / "podnet.db"), str(data)} <= removed, out.stdout  # fmt: skip
-        assert sorted(os.listdir(tmp_path / "bin")) == ["bridge"]
-        assert sorted(os.listdir(tmp_path / "net.d")) == ["20-other.conflist"]
-        assert not data.exists() and not conf.exists()
+        assert sorted(os.listdir(tmp_path / "bin")) == ["bridge"], out.stdout
+        assert sorted(os.listdir(tmp_path / "net.d")) == ["20-other.conflist"], out.stdout
+        assert not data.exists() and not conf.exists(), out.stdout
         listed = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "tables"],
                                 capture_output=True, text=True, check=True)  # fmt: skip
-        assert "podnet" not in listed.stdout
+        assert "podnet" not in listed.stdout, (listed.stdout, out.stdout)
         again = ctl("uninstall", *common, "--purge", conf=conf, netns=ns)
         assert again.returncode == 0 and "removed" not in again.stdout, again.stdout
     finally:
