@@ -202,7 +202,9 @@ class Run:
         bin_dir = self.tmp / "bin"
         bin_dir.mkdir()
         self.plugin = bin_dir / "podnet"
-        self.plugin.write_text(plugin_script("podnet.plugins.podnet:main", None, [self.data["n2"]]))
+        # the node allows its store: in the environment the calls inherit (no node config here)
+        os.environ["PODNET_DATA_DIRS"] = str(self.data["n2"])
+        self.plugin.write_text(plugin_script("podnet.plugins.podnet:main", None))
         self.plugin.chmod(0o755)
         subprocess.run(
             [

@@ -13,7 +13,7 @@ import click
 
 from podnet.checked import printable
 from podnet.cli.lxcfmt import FORMATS, dump_yaml, load_yaml, render_list
-from podnet.drivers.conf import DEFAULT_DATA_DIR
+from podnet.cli.node import SHOWN, default_data_dir
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import FORWARD_KEYS, PORT_KEYS, Forward, ForwardPort
 
@@ -180,7 +180,7 @@ def _edit(text: str, template: str, apply: Any) -> None:
 
 
 @click.group()
-@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
               show_envvar=True, help="podnet's state directory (podnet.db).")
 @click.option("--busy-timeout", type=float, default=5.0, show_default=True,
               help="Seconds to wait for the store's write lock.")

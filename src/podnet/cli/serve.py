@@ -7,10 +7,10 @@ from typing import TextIO
 
 import click
 
-from podnet.drivers.conf import DEFAULT_DATA_DIR
+from podnet.cli.node import SHOWN, default_data_dir
 
 data_dir_option = click.option(
-    "--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+    "--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
     show_envvar=True, help="podnet's state directory (podnet.db, unix.socket).",
 )  # fmt: skip
 

@@ -96,6 +96,8 @@ class Manager:
         self.node = node or socket.gethostname()
         self.warn = warn
         self.create = create
+        #: Set when this manager made the store: whether it made the data dir too.
+        self._made: bool | None = None
 
     @contextmanager
     def store(self) -> Iterator[Store]:
@@ -106,16 +108,36 @@ class Manager:
 
     @contextmanager
     def _store(self) -> Iterator[Store]:
+        """The store (remembering whether this opening made it: :meth:`discard_unused`)."""
+        from podnet.drivers.nodeconf import no_store
+        from podnet.store.db import DB_NAME
+
+        fresh = self.create and not os.path.exists(os.path.join(self.data_dir, DB_NAME))
+        made_dir = fresh and not os.path.isdir(self.data_dir)
         try:
             store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=self.create)
         except FileNotFoundError:
-            raise NetworkError(
-                f"No podnet database in {self.data_dir}: give the data dir of the node's store "
-                "(--data-dir, PODNET_DATA_DIR), or --init to create a new one there",
-                404,
-            ) from None
+            raise NetworkError(no_store(self.data_dir, "--init to create a new one there"),
+                               404) from None  # fmt: skip
+        if fresh:
+            self._made = made_dir
         with store:
             yield store
+
+    def discard_unused(self) -> bool:
+        """Remove the store this manager made (``create``) if it is still empty: for a command
+        that failed (:func:`podnet.store.db.discard_new`; a refused command leaves no empty
+        store behind). Returns whether it was removed; never raises."""
+        from podnet.store.db import discard_new
+
+        if self._made is None:
+            return False
+        made_dir, self._made = self._made, None
+        try:
+            store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=False)
+        except Exception:  # noqa: BLE001 - gone already, or unreadable: left as it is
+            return False
+        return discard_new(store, made_dir)
 
     # -- reading -----------------------------------------------------------------------------
     @staticmethod

@@ -243,6 +243,41 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
     return store
 
 
+#: What :func:`open_store` makes in a data dir besides the database: SQLite's WAL files and
+#: :class:`~podnet.store.lock.FairLock`'s lock file and ticket directory.
+STORE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal", LOCK_NAME)
+STORE_DIRS = (f"{LOCK_NAME}.d",)
+
+
+def discard_new(store: Store, made_dir: bool) -> bool:
+    """Remove ``store`` — just made by :func:`open_store` for a command that then failed —
+    when it holds nothing (no pod, range, network, trusted certificate or config key): a
+    refused command leaves no empty store behind. ``made_dir``: the data dir was made too
+    (removed once empty). Returns whether it was removed; never raises."""
+    import contextlib  # only here: off the plugins' import path
+    import shutil
+
+    data_dir = os.path.dirname(store.path)
+    try:
+        empty = not (store.pods.all() or store.networks.all() or store.trust.all()
+                     or store.config.all() or store.ranges.all())  # fmt: skip
+    except Exception:  # noqa: BLE001 - a store that cannot be read is not judged empty
+        return False
+    finally:
+        store.close()
+    if not empty:
+        return False
+    for name in STORE_FILES:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(data_dir, name))
+    for name in STORE_DIRS:
+        shutil.rmtree(os.path.join(data_dir, name), ignore_errors=True)
+    if made_dir:
+        with contextlib.suppress(OSError):
+            os.rmdir(data_dir)
+    return True
+
+
 def _migrate(store: Store) -> None:
     conn = store.conn
     try:
