@@ -124,16 +124,19 @@ def _held(parent: str, ours: str) -> str:
       with ports, a bond with slaves);
     - routes through it (a CNI plugin's host veth carries a /32 route and no address);
     - the loopback device, an OVS bridge's own device, a link podnet made (its alias)."""
-    import os
+    from podnet.link import rtnl
 
-    from podnet.link.veth import alias_of
-
-    sysfs = f"/sys/class/net/{parent}"
-    master = ""
-    if os.path.exists(f"{sysfs}/master"):
-        master = os.path.basename(os.readlink(f"{sysfs}/master"))
     if parent in OVS_DEVICES:
         return "Open vSwitch's own datapath device"
+    try:  # the kernel's answer for this netns (/sys/class/net is the one sysfs was mounted in)
+        every = rtnl.links()
+    except OSError as err:
+        return f"not readable over netlink ({err.strerror})"
+    link = next((x for x in every if x.name == parent), None)
+    if link is None:
+        return "not a link of this network namespace"
+    names = {x.index: x.name for x in every}
+    master = names.get(link.master, "") if link.master else ""
     in_ovs = _ovs("port-to-br", parent)
     if in_ovs is not None and in_ovs != ours:
         return f"a port of OVS bridge {in_ovs}"
@@ -141,22 +144,21 @@ def _held(parent: str, ours: str) -> str:
         return "attached to ovs-system"
     if master and master != "ovs-system":
         return f"attached to {master}"
-    if (alias_of(parent) or "").startswith("podnet:"):
+    if link.alias.startswith("podnet:"):
         return "a link podnet made"
-    try:
-        entries = os.listdir(sysfs)
-        flags = int(open(f"{sysfs}/flags").read(), 16)
-        ports = os.listdir(f"{sysfs}/brif") if "brif" in entries else []
-        slaves = open(f"{sysfs}/bonding/slaves").read().split() if "bonding" in entries else []
-    except (OSError, ValueError):
-        return "not readable in /sys/class/net"
-    if flags & 0x8:  # IFF_LOOPBACK
+    if link.flags & rtnl.IFF_LOOPBACK:
         return "the loopback device"
-    uppers = sorted(e[6:] for e in entries if e.startswith("upper_") and e[6:] != master)
+    # stacked on it (a VLAN, a macvlan: sysfs's upper_*); a veth's IFLA_LINK is its peer
+    uppers = sorted(
+        x.name
+        for x in every
+        if x.lower == link.index and not x.lower_elsewhere and x.kind != "veth"
+    )
     if uppers:
         return f"the lower device of {', '.join(uppers)}"
-    if ports or slaves:
-        return f"a bridge or bond with ports ({', '.join(sorted(ports + slaves))})"
+    ports = sorted(x.name for x in every if x.master == link.index)  # a bridge's, a bond's
+    if ports:
+        return f"a bridge or bond with ports ({', '.join(ports)})"
     if _ovs("br-exists", parent) is not None:
         return "an OVS bridge"
     routes = _routes(parent)

@@ -351,15 +351,21 @@ def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
 
 
 def alias_of(name: str) -> str | None:
-    """The alias of link ``name`` in the current netns ("" none, None: no such link); a
-    /sys read, no tool."""
-    try:
-        with open(f"/sys/class/net/{name}/ifalias") as f:
-            return f.read().rstrip("\n")
-    except FileNotFoundError:
+    """The alias of link ``name`` in the calling thread's netns ("" none, None: no such link),
+    asked over rtnetlink (:func:`podnet.link.rtnl.link`), not read from ``/sys/class/net``,
+    which shows the netns sysfs was mounted in. A name with no ``/proc/sys/net/ipv{4,6}/conf``
+    entry (those follow the caller's netns) is answered None without a socket: every link has
+    one but a link with an MTU under 68, which podnet never makes. KernelError (104) when the
+    kernel refuses the question."""
+    from podnet.link import rtnl
+
+    if not sysctl.interface_exists(name):
         return None
-    except OSError:
-        return ""
+    try:
+        found = rtnl.link(name)
+    except OSError as err:
+        raise KernelError(f"failed to read link {name!r}", str(err)) from err
+    return None if found is None else found.alias
 
 
 def prespawn_delete() -> proc.Spawned:
