@@ -208,6 +208,16 @@ def network_list(ctx: click.Context, fmt: str) -> None:
              n.status.upper()] for n in nets]  # fmt: skip
     headers = ["NAME", "TYPE", "MANAGED", "IPV4", "IPV6", "DESCRIPTION", "USED BY", "STATE"]
     click.echo(render_list(headers, rows, fmt, [n.to_api() for n in nets]), nl=False)
+    _hint_unavailable(nets)
+
+
+def _hint_unavailable(nets: Any) -> None:
+    """On stderr, for each network that is ``Unavailable`` on this node: how to bring it back."""
+    for n in nets:
+        if n.status == "Unavailable":
+            click.echo(f"network {n.name} is unavailable on this node: 'podnetctl network "
+                       "restore' brings back what it can and names what it cannot",
+                       err=True)  # fmt: skip
 
 
 @network.command("show")
@@ -216,7 +226,9 @@ def network_list(ctx: click.Context, fmt: str) -> None:
 @click.pass_context
 def network_show(ctx: click.Context, name: str, target: str | None) -> None:
     """Show network configurations (with --target: that member's own keys and status)."""
-    click.echo(dump_yaml(_manager(ctx).get_network(name, target).to_api()), nl=False)
+    shown = _manager(ctx).get_network(name, target)
+    click.echo(dump_yaml(shown.to_api()), nl=False)
+    _hint_unavailable([shown])
 
 
 @network.command("create")
@@ -313,9 +325,12 @@ def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
 @network.command("restore")
 @click.pass_context
 def network_restore(ctx: click.Context) -> None:
-    """Bring bridges, their pods' ports and table inet podnet back from the store (at boot)."""
+    """Bring bridges, their pods' ports and table inet podnet back from the store (at boot).
+
+    One line per bridge, port, uplink and the table: what was changed, or that it was already
+    as the store has it."""
     for line in _manager(ctx).restore():
-        click.echo(f"restored {line}")
+        click.echo(line)
 
 
 def _text(value: Any) -> str:

@@ -159,6 +159,12 @@ class Driver:
         """Bring network ``row`` back after a reboot or a cleanup; what was done, one line each."""
         return []
 
+    def status(self, row: NetworkRow, owner: str) -> str:
+        """LXD's status of network ``row`` on this node (``Created``, or ``Unavailable`` when
+        what the node needs for it is missing: LXD's ``api.NetworkStatus*`` values). A
+        network with nothing of its own on the node is always ``Created``."""
+        return "Created"
+
     # -- pod side: the verbs (the plugin calls these) -------------------------------------
     def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
         """ADD: the pod's attachment; its 1.x result. :class:`podnet.drivers.pods.VethDriver`

@@ -44,6 +44,27 @@ if TYPE_CHECKING:
 __all__ = ["Manager"]
 
 
+def _table_listing() -> list[str] | None:
+    """Table ``inet podnet`` as nft lists it (``nft -j``), without what a rebuild of the same
+    content changes (handles, the order of set and map elements), one JSON text per object;
+    None when there is no such table."""
+    from podnet.firewall import hostports, nft
+
+    items = nft.list_json("table", hostports.FAMILY, hostports.TABLE)
+    if items is None:
+        return None
+    out = []
+    for item in items:
+        for kind, body in item.items():
+            if kind == "metainfo" or not isinstance(body, dict):
+                continue
+            body = {k: v for k, v in body.items() if k != "handle"}
+            if isinstance(body.get("elem"), list):
+                body["elem"] = sorted(body["elem"], key=lambda e: json.dumps(e, sort_keys=True))
+            out.append(json.dumps({kind: body}, sort_keys=True))
+    return out
+
+
 def _forward_of(row: ForwardRow) -> Forward:
     try:
         ports = [ForwardPort.from_api(p) for p in json.loads(row.ports or "[]")]
@@ -157,8 +178,9 @@ class Manager:
         return [f"/1.0/instances/{cid}" for cid in _driver(row.type).users(store, row)]
 
     def _as_network(self, store: Store, row: NetworkRow) -> Network:
+        status = _driver(row.type).status(row, self.owner)
         return Network(row.name, row.type, row.description, dict(row.config),
-                       self._used_by(store, row), "Created", self.node)  # fmt: skip
+                       self._used_by(store, row), status, self.node)  # fmt: skip
 
     def _uplinks(self) -> dict[str, Record]:
         """This node's bridge uplinks (:func:`podnet.drivers.bridge_uplink.local_uplinks`)."""
@@ -390,8 +412,12 @@ class Manager:
 
         with self._store() as store, store.locked():
             done, failed = restore_rows(store, self.owner, _driver)
+            before = _table_listing()
             sync.rebuild(store)
-            done.append("table inet podnet")
+            change = ("made again from the store" if before is None
+                      else "already as the store has it" if before == _table_listing()
+                      else "rebuilt from the store (it differed)")  # fmt: skip
+            done.append(f"table inet podnet: {change}")
             nb = self._nb(store)
         if nb is not None:
             from podnet.drivers import cluster

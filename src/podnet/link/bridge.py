@@ -79,6 +79,40 @@ def owned(name: str, owner: str) -> bool | None:
     return link.alias == owner and link.kind == "bridge"
 
 
+class BridgeState:
+    """An existing bridge as the kernel has it: ``up`` (``IFF_UP``), ``mtu`` (bytes) and its
+    global ``addresses``."""
+
+    __slots__ = ("up", "mtu", "addresses")
+
+    def __init__(self, up: bool, mtu: int, addresses: list[Iface]) -> None:
+        self.up, self.mtu, self.addresses = up, mtu, addresses
+
+
+def state(name: str, owner: str) -> BridgeState | None:
+    """Bridge ``name`` (``owner``'s) as it is now, or None when there is no such link;
+    :class:`NotOurs` for a link of that name that is not ours."""
+    from podnet.link import mtu
+
+    if not require_ours(name, owner):
+        return None
+    link = _link(name)
+    try:
+        size = mtu.link_mtu(name)
+    except OSError:
+        size = 0
+    up = link is not None and bool(link.flags & rtnl.IFF_UP)
+    return BridgeState(up, size, current_addresses(name))
+
+
+def ours_and_up(name: str, owner: str) -> bool:
+    """Whether ``name`` is a bridge carrying ``owner``'s mark and administratively up
+    (``IFF_UP``): one question to the kernel."""
+    link = _link(name)
+    return (link is not None and link.alias == owner and link.kind == "bridge"
+            and bool(link.flags & rtnl.IFF_UP))  # fmt: skip
+
+
 def require_ours(name: str, owner: str) -> bool:
     """True when bridge ``name`` exists and is ``owner``'s, False when there is no such link;
     :class:`NotOurs` when a link of that name is not ours."""
