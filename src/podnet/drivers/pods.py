@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
     from podnet.drivers.conf import PodnetConf, StoreConf
@@ -364,7 +365,21 @@ def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
                 code=errors.UNKNOWN_CONTAINER,
             )
         bridge, prefixes = driver.prefixes(store, pod)
-        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes)
+        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes,
+                           ranges=configured_ranges(driver, conf, store))  # fmt: skip
+
+
+def configured_ranges(driver: Driver, conf: PodnetConf, store: Store) -> list[Net] | None:
+    """The subnets NetConf ``conf`` gives its pods addresses from now: its own ``ranges``, or
+    the subnets of its ``network``; None when an IPAM plugin chooses them (``ipam``)."""
+    if conf.ranges:
+        return list(conf.ranges)
+    if not conf.network:
+        return None
+    row = store.networks.get(conf.network)
+    if row is None:
+        return []
+    return [n for nets in driver.subnets(row.config).values() for n in nets]
 
 
 def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
