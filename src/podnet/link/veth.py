@@ -6,7 +6,7 @@ Layout for a pod with address P and gateway G of family 4 (6 is the same with /1
     pod netns:   <ifname>  P/32           route G/32 dev <ifname> scope link
                                           route default via G dev <ifname> src P
 
-Source: seed 001 and cni-kindnet's pod wiring (FIELD-NOTES §2); CNI_IFNAME is honoured.
+Source: cni-kindnet's pod wiring (its ``cmdAdd``), except that CNI_IFNAME is honoured.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
 
     One ``nsenter --net=<netns>`` process runs the pod-side sysctls, if any (IPv6 DAD and RA
     off; with a bridge, gratuitous ARP and unsolicited NA on), with ``tx_off`` ``ethtool -K
-    <ifname> tx off`` (TX checksum offload off: OVS's userspace datapath, FIELD-NOTES §8), and
+    <ifname> tx off`` (OVS's userspace datapath does not finish offloaded TX checksums), and
     ``ip -batch``. Not
     ``ip -n <name>``, although it is one exec less: to switch, ``ip`` also unshares the mount
     namespace (a copy of every mount of the node, and each pod's netns file is one) and
