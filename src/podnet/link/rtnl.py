@@ -100,26 +100,38 @@ def _text(data: bytes) -> str:
     return data.split(b"\0", 1)[0].decode(errors="replace")
 
 
+_WANTED = frozenset({_IFLA_IFNAME, _IFLA_IFALIAS, _IFLA_MASTER, _IFLA_LINK, _IFLA_LINK_NETNSID,
+                     _IFLA_LINKINFO})  # fmt: skip
+
+
 def _link(payload: bytes) -> Link:
     # struct ifinfomsg: family u8, pad u8, type u16, index s32, flags u32, change u32
     link = Link(int.from_bytes(payload[4:8], _BO, signed=True), int.from_bytes(payload[8:12], _BO))
-    for kind, data in _attrs(payload[16:]):
-        if kind == _IFLA_IFNAME:
-            link.name = _text(data)
-        elif kind == _IFLA_IFALIAS:
-            link.alias = _text(data)
-        elif kind == _IFLA_MASTER:
-            link.master = int.from_bytes(data[:4], _BO)
-        elif kind == _IFLA_LINK:
-            link.lower = int.from_bytes(data[:4], _BO)
-        elif kind == _IFLA_LINK_NETNSID:
-            link.lower_elsewhere = True
-        elif kind == _IFLA_LINKINFO:
-            for info, value in _attrs(data):
-                if info == _IFLA_INFO_KIND:
-                    link.kind = _text(value)
-                elif info == _IFLA_INFO_SLAVE_KIND:
-                    link.port_kind = _text(value)
+    off, end = 16, len(payload)
+    while off + 4 <= end:  # inline, not _attrs: a link has some 40 attributes, 6 are read
+        size = int.from_bytes(payload[off : off + 2], _BO)
+        kind = int.from_bytes(payload[off + 2 : off + 4], _BO) & _NLA_TYPE_MASK
+        if size < 4:
+            break
+        if kind in _WANTED:
+            data = payload[off + 4 : off + size]
+            if kind == _IFLA_IFNAME:
+                link.name = _text(data)
+            elif kind == _IFLA_IFALIAS:
+                link.alias = _text(data)
+            elif kind == _IFLA_MASTER:
+                link.master = int.from_bytes(data[:4], _BO)
+            elif kind == _IFLA_LINK:
+                link.lower = int.from_bytes(data[:4], _BO)
+            elif kind == _IFLA_LINK_NETNSID:
+                link.lower_elsewhere = True
+            else:
+                for info, value in _attrs(data):
+                    if info == _IFLA_INFO_KIND:
+                        link.kind = _text(value)
+                    elif info == _IFLA_INFO_SLAVE_KIND:
+                        link.port_kind = _text(value)
+        off += (size + 3) & ~3
     return link
 
 
