@@ -129,3 +129,38 @@ def test_link_readers_answer_for_the_calling_threads_netns() -> None:
                 bridge.require_ours(port, mark)
     finally:
         lab.close()
+
+
+def test_default_route_link_from_a_thread_in_another_netns() -> None:
+    """The default route's link (ADD's MTU) is the calling thread's netns's even when that thread
+    is not the process's first: ``/proc/net`` is the first thread's, ``/proc/thread-self/net``
+    the caller's."""
+    need("root", "ip")
+    import threading
+
+    from podnet.link import mtu
+    from podnet.link.netns import NetNS
+
+    lab = Lab()
+    up = f"u{lab.tag}"
+    try:
+        lab.exec(lab.node, "ip", "link", "add", up, "mtu", "1420", "type", "veth", "peer", "name",
+                 f"v{lab.tag}")  # fmt: skip
+        lab.exec(lab.node, "ip", "link", "set", up, "up")
+        lab.exec(lab.node, "ip", "addr", "add", "192.0.2.9/24", "dev", up)
+        lab.exec(lab.node, "ip", "route", "add", "default", "via", "192.0.2.10")
+        seen: list[object] = []
+
+        def inside() -> None:
+            try:
+                with NetNS(f"/run/netns/{lab.node}") as ns, ns.entered():
+                    seen.append((mtu.default_route_ifname(), mtu.default_mtu()))
+            except BaseException as err:  # noqa: BLE001 - reported by the assert below
+                seen.append(err)
+
+        worker = threading.Thread(target=inside)
+        worker.start()
+        worker.join(30)
+        assert seen == [(up, 1420)]
+    finally:
+        lab.close()
