@@ -95,11 +95,15 @@ def test_check_fails_when_the_bridge_network_subnet_moved(lab: Lab, tmp_path: Pa
         with sqlite3.connect(data / "podnet.db") as db:
             changed = db.execute(
                 "UPDATE networks_config SET value = '10.67.0.1/24' WHERE key = 'ipv4.address' "
-                "AND network_id = (SELECT id FROM networks WHERE name = ?)", (name,)).rowcount
+                "AND network_id = (SELECT id FROM networks WHERE name = ?)",
+                (name,),
+            ).rowcount
         assert changed == 1
         rc, out = lab.cni("CHECK", {**conf, "prevResult": res}, container_id=cid, netns=pod)
         assert rc == 1 and out["code"] == 103, out
-        assert f"address {addr} of eth0 is outside the configured ranges (10.67.0.0/24)" in out["msg"]
+        assert (
+            f"address {addr} of eth0 is outside the configured ranges (10.67.0.0/24)" in out["msg"]
+        )
     finally:
         rc, out = lab.cni("DEL", conf, container_id=cid, netns=pod)
         assert rc == 0, out

@@ -164,3 +164,44 @@ def test_default_route_link_from_a_thread_in_another_netns() -> None:
         assert seen == [(up, 1420)]
     finally:
         lab.close()
+
+
+def test_rtnl_parses_a_link_message_and_refuses_impossible_names() -> None:
+    """An ``RTM_NEWLINK`` payload as the kernel packs it (host byte order, 4-byte aligned
+    attributes, a nested ``IFLA_LINKINFO``); a truncated attribute ends the walk. Names no link
+    can have are answered None without asking the kernel."""
+    import sys
+
+    from podnet.link import rtnl
+
+    def attr(kind: int, data: bytes) -> bytes:
+        size = 4 + len(data)
+        return (
+            size.to_bytes(2, sys.byteorder)
+            + kind.to_bytes(2, sys.byteorder)
+            + data
+            + bytes(-size % 4)
+        )
+
+    def u32(n: int) -> bytes:
+        return n.to_bytes(4, sys.byteorder)
+
+    info = attr(1, b"veth\0") + attr(4, b"bridge\0")
+    payload = (bytes(4) + u32(7) + u32(rtnl.IFF_UP) + bytes(4) + attr(3, b"h0\0") + attr(4, u32(1500))
+               + attr(20, b"podnet:/x\0") + attr(10, u32(3)) + attr(5, u32(9)) + attr(37, u32(0))
+               + attr(18, info) + (200).to_bytes(2, sys.byteorder) + bytes(2))  # fmt: skip
+    link = rtnl._link(payload)
+    assert (link.index, link.name, link.alias, link.master, link.lower) == (
+        7,
+        "h0",
+        "podnet:/x",
+        3,
+        9,
+    )
+    assert link.lower_elsewhere and link.flags & rtnl.IFF_UP
+    assert (link.kind, link.port_kind) == ("veth", "bridge")
+    bare = rtnl._link(bytes(4) + u32(1) + u32(rtnl.IFF_LOOPBACK) + bytes(4) + attr(3, b"lo\0"))
+    assert (bare.name, bare.alias, bare.kind, bare.master) == ("lo", "", "", 0)
+    for name in ("", "x" * 16, "lo\0x", "a/b"):
+        assert not rtnl.possible(name)
+        assert rtnl.link(name) is None

@@ -103,7 +103,9 @@ def test_restore_names_what_it_changed_and_what_was_already_fine(node: Node) -> 
     node.ip("link", "set", name, "down")
     node.lab.exec(node.lab.node, "nft", "add", "chain", "inet", "podnet", "stray")
     left = node.lab.exec(node.lab.node, "ip", "-j", "addr", "show", "dev", name, "scope", "global")
-    have = {f"{a['local']}/{a['prefixlen']}" for x in json.loads(left.stdout) for a in x["addr_info"]}
+    have = {
+        f"{a['local']}/{a['prefixlen']}" for x in json.loads(left.stdout) for a in x["addr_info"]
+    }
     assert "10.63.0.1/24" not in have  # down also drops the IPv6 address unless keep_addr_on_down
     added = ", ".join(a for a in ("10.63.0.1/24", "fd00:63::1/64") if a not in have)
     assert node.restore() == [f"bridge {name}: added {added}; set up",

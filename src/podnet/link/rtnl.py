@@ -178,11 +178,17 @@ def _ask(flags: int, index: int = 0, name: str = "") -> list[Link]:
         os.close(fd)
 
 
+def possible(name: str) -> bool:
+    """Whether a link may be named ``name``: not empty, under ``IFNAMSIZ`` bytes, no NUL or
+    ``/`` (dev_valid_name in net/core/dev.c refuses more; those never exist either)."""
+    return bool(name) and len(name.encode()) < _IFNAMSIZ and "\0" not in name and "/" not in name
+
+
 def link(name: str) -> Link | None:
     """The link named ``name`` in the calling thread's netns, or None when there is none (also
-    for a name no link can have: empty, or of ``IFNAMSIZ`` bytes or more). OSError for any
-    other refusal of the kernel."""
-    if not name or len(name.encode()) >= _IFNAMSIZ:
+    for a name no link can have: empty, of ``IFNAMSIZ`` bytes or more, or with a NUL, which
+    would end it early). OSError for any other refusal of the kernel."""
+    if not possible(name):
         return None
     try:
         links = _ask(0, name=name)

@@ -359,7 +359,7 @@ def alias_of(name: str) -> str | None:
     kernel refuses the question."""
     from podnet.link import rtnl
 
-    if not sysctl.interface_exists(name):
+    if not rtnl.possible(name) or not sysctl.interface_exists(name):
         return None
     try:
         found = rtnl.link(name)
