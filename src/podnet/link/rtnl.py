@@ -17,6 +17,7 @@ kernel's errno; callers translate them.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -34,7 +35,6 @@ _IFLA_INFO_KIND, _IFLA_INFO_SLAVE_KIND = 1, 4
 _RTEXT_FILTER_SKIP_STATS = 1 << 3  # no counters in the answer: a tenth of its size
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
 _IFNAMSIZ = 16
-_ENODEV = 19
 #: Bytes per read: the kernel sizes a dump's messages to at most 32 KiB (net/netlink/af_netlink.c).
 _READ = 65536
 _BO = sys.byteorder
@@ -161,6 +161,8 @@ def _ask(flags: int, index: int = 0, name: str = "") -> list[Link]:
                 kind = int.from_bytes(data[off + 4 : off + 6], _BO)
                 if size < 16 or int.from_bytes(data[off + 8 : off + 12], _BO) != seq:
                     break
+                if off + size > len(data):  # cut by the read: never half a link
+                    raise OSError(errno.EMSGSIZE, "rtnetlink answer larger than the read")
                 payload = data[off + 16 : off + size]
                 off += (size + 3) & ~3
                 if kind == _NLMSG_ERROR:
@@ -193,7 +195,7 @@ def link(name: str) -> Link | None:
     try:
         links = _ask(0, name=name)
     except OSError as err:
-        if err.errno == _ENODEV:
+        if err.errno == errno.ENODEV:
             return None
         raise
     return links[0] if links else None
@@ -207,7 +209,7 @@ def by_index(index: int) -> Link | None:
     try:
         links = _ask(0, index=index)
     except OSError as err:
-        if err.errno == _ENODEV:
+        if err.errno == errno.ENODEV:
             return None
         raise
     return links[0] if links else None
