@@ -81,3 +81,29 @@ def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
             if not dev or alias_of(dev) != owner:
                 found.append((str(prefix), dev or "?"))
     return found
+
+
+def routes_over(nets: Sequence[Net], *, skip_dev: str = "",
+                skip_via: Sequence[str] = ()) -> list[tuple[str, str]]:  # fmt: skip
+    """``(destination, device)`` of the node netns's routes (every table, both families, the
+    local table's addresses included; default routes and broadcast/multicast entries not) that
+    overlap one of ``nets``, but those through ``skip_dev`` (the link the subnet is meant to
+    be on) or via a gateway in ``skip_via`` (canonical text: a route into the subnet through
+    its own router). Whatever made them: an address there would take their traffic.
+    KernelError (104) when ``ip`` fails."""
+    found = []
+    for route in _routes("routes"):
+        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
+            continue
+        dst, dev = route.get("dst"), str(route.get("dev") or "")
+        try:
+            prefix = checked.network(dst, strict=False)
+        except checked.BadValue:
+            continue  # "default" and the like
+        if prefix.prefixlen == 0 or (skip_dev and dev == skip_dev):
+            continue
+        if route.get("gateway") in skip_via:
+            continue
+        if any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
+            found.append((str(prefix), dev or "?"))
+    return found
