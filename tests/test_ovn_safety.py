@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from envgate import need
+from netns import Lab
 from podnet import errors
 from podnet.drivers.ovn_hostports import own, security
 
@@ -221,3 +222,30 @@ def test_what_the_nb_gives_a_port_is_parsed(found: list[str], reason: str | None
     with pytest.raises(errors.CNIError) as err:
         own(dict(CONFIG), found, "port p")
     assert err.value.code == 7 and reason in err.value.msg and "port p" in err.value.msg
+
+
+@pytest.mark.root
+def test_routes_over_names_what_an_address_would_take(lab: Lab) -> None:
+    """:func:`podnet.link.local.routes_over` in a node namespace: a route inside the subnet via
+    the network's own router address, and one on the management link, are the network's; a
+    wider route via that same address, a connected subnet and a host route are the node's."""
+    sh = lambda *a: subprocess.run(["ip", "-n", lab.node, *a], check=True)  # noqa: E731
+    sh("link", "add", "up9", "type", "veth", "peer", "name", "up9p")
+    sh("link", "add", "pnmtest", "type", "veth", "peer", "name", "pnmtestp")
+    for dev in ("up9", "up9p", "pnmtest", "pnmtestp"):
+        sh("link", "set", dev, "up")
+    sh("addr", "add", "192.168.246.2/24", "dev", "up9")
+    sh("route", "add", "10.90.1.0/24", "via", "192.168.246.9")  # into the subnet, via its router
+    sh("route", "add", "10.0.0.0/8", "via", "192.168.246.9")  # wider: the node's
+    sh("route", "add", "10.90.2.0/24", "dev", "pnmtest")  # on the management link
+    sh("route", "add", "10.90.3.7/32", "via", "192.168.246.1")  # a host of the node's
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    code = (f"import json, sys; sys.path.insert(0, {src!r}); from podnet import checked; "
+            "from podnet.link.local import routes_over; print(json.dumps(routes_over("
+            "[checked.network(n) for n in sys.argv[1:]], skip_dev='pnmtest', "
+            "skip_via=['192.168.246.9'])))")
+    run = lambda *nets: json.loads(lab.exec(lab.node, sys.executable, "-c", code, *nets).stdout)  # noqa: E731
+    assert sorted(map(tuple, run("10.90.0.0/16"))) == [("10.0.0.0/8", "up9"),
+                                                     ("10.90.3.7/32", "up9")]
+    assert [tuple(r) for r in run("192.168.246.128/25")] == [("192.168.246.0/24", "up9")]
+    assert run("172.31.0.0/16") == []

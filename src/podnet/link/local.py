@@ -88,9 +88,10 @@ def routes_over(nets: Sequence[Net], *, skip_dev: str = "",
     """``(destination, device)`` of the node netns's routes (every table, both families, the
     local table's addresses included; default routes and broadcast/multicast entries not) that
     overlap one of ``nets``, but those through ``skip_dev`` (the link the subnet is meant to
-    be on) or via a gateway in ``skip_via`` (canonical text: a route into the subnet through
-    its own router). Whatever made them: an address there would take their traffic.
-    KernelError (104) when ``ip`` fails."""
+    be on) and those inside one of ``nets`` via a gateway in ``skip_via`` (canonical text: a
+    route into the subnet through its own router; a wider one via it still counts). Whatever
+    made them: an address there would take their traffic. KernelError (104) when ``ip``
+    fails."""
     found = []
     for route in _routes("routes"):
         if not isinstance(route, dict) or route.get("type") in _PASSIVE:
@@ -102,8 +103,10 @@ def routes_over(nets: Sequence[Net], *, skip_dev: str = "",
             continue  # "default" and the like
         if prefix.prefixlen == 0 or (skip_dev and dev == skip_dev):
             continue
-        if route.get("gateway") in skip_via:
-            continue
-        if any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
+        inside = [n for n in nets if n.version == prefix.version and n.overlaps(prefix)]
+        if inside and route.get("gateway") in skip_via:
+            if any(prefix.subnet_of(n) for n in inside):  # type: ignore[arg-type]
+                continue
+        if inside:
             found.append((str(prefix), dev or "?"))
     return found
