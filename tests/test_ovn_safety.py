@@ -249,3 +249,40 @@ def test_routes_over_names_what_an_address_would_take(lab: Lab) -> None:
                                                      ("10.90.3.7/32", "up9")]
     assert [tuple(r) for r in run("192.168.246.128/25")] == [("192.168.246.0/24", "up9")]
     assert run("172.31.0.0/16") == []
+
+
+@pytest.mark.root
+def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
+    """A port another NB writer tagged as n1's spare, named otherwise than podnet names spares
+    (its name would become an OVS ``iface-id`` on n1), is never claimed: with n1's own spares
+    removed it is the only one, and the ADD makes a port of its own instead."""
+    n1, _ = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "upq", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "pspq", "--type=ovn", "network=upq",
+               "ipv4.address=10.81.0.1/24", "ipv6.address=none")
+    ns = {k: f"{cluster.lab.prefix}-sq{k}" for k in "ab"}
+    nbctl = cluster.lab.nbctl
+    evil = "pn-pspq-pod-EVIL"
+    try:
+        for name in ns.values():
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        plugin(cluster, n1, "ADD", "sq-a", ns["a"], "pspq")  # makes n1's spares
+        for port in nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
+                          "external_ids:podnet-spare=true").split():
+            nbctl("lsp-del", port)
+        nbctl("lsp-add", "pn-pspq-ls-int", evil, "--", "lsp-set-addresses", evil,
+              "00:16:3e:00:00:42 dynamic", "--", "set", "Logical_Switch_Port", evil,
+              "options:requested-chassis=n1", "external_ids:podnet-network=pspq",
+              "external_ids:podnet-chassis=n1", "external_ids:podnet-spare=true")
+        cluster.lab.northd_ready()  # the port has its addresses: it would fit
+        assert "10.81.0." in nbctl("get", "Logical_Switch_Port", evil, "dynamic_addresses")
+        plugin(cluster, n1, "ADD", "sq-b", ns["b"], "pspq")
+        assert nbctl("get", "Logical_Switch_Port", evil, "external_ids:podnet-spare") == '"true"'
+        name, _, secure = _port_of(cluster, "sq-b")
+        assert name != evil and secure, (name, secure)
+    finally:
+        for k, name in ns.items():
+            run_plugin(cluster, n1, "DEL", f"sq-{k}", name, "pspq")
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "pspq")
+        cluster.ctl(n1, "network", "delete", "upq")

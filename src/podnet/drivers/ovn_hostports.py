@@ -121,13 +121,15 @@ def subnets(config: dict[str, str]) -> list[Any]:
             if config.get(k, "none") not in ("", "none", "auto")]  # fmt: skip
 
 
-def check_node(network: str, config: dict[str, str]) -> None:
+def check_node(network: str, config: dict[str, str], started: Any = None) -> None:
     """Refuse (InvalidConfig, 7) to put anything of OVN network ``network`` on this node when
     one of its subnets is not a private range (:func:`podnet.checked.pod_range_problem`) or
     overlaps a route of this node (:func:`podnet.link.local.routes_over`) other than its
     management port's own or one via its router's uplink address: the management port's
     address would take that route's traffic into the network (the node's route to the NB,
-    say). The message names the route. KernelError (104) when the routes cannot be read."""
+    say). The message names the route. ``started``: the routes being read already
+    (:func:`podnet.link.local.start_reading_routes`). KernelError (104) when the routes cannot
+    be read."""
     from podnet.link.local import routes_over
 
     nets = subnets(config)
@@ -137,7 +139,8 @@ def check_node(network: str, config: dict[str, str]) -> None:
             raise errors.InvalidConfig(f"network {network}: its subnet {problem}")
     via = [config[k] for k in ("volatile.network.ipv4.address", "volatile.network.ipv6.address")
            if config.get(k)]  # fmt: skip
-    clash = routes_over(nets, skip_dev=mgmt_ifname(network), skip_via=via) if nets else []
+    clash = routes_over(nets, skip_dev=mgmt_ifname(network), skip_via=via,
+                        started=started) if nets else []  # fmt: skip
     if clash:
         dst, dev = clash[0]
         mine = next(n for n in nets if n.overlaps(checked.network(dst, strict=False)))

@@ -136,6 +136,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.drivers.ovn_hostports import ensure_mgmt
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
+    from podnet.link.local import start_reading_routes
     from podnet.ovn import vswitch
     from podnet.undo import Undo
 
@@ -147,13 +148,16 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     host_if = names.host_ifname(call.container_id, call.ifname)
     network = str(conf.network)
     undo = Undo()
+    # the node's routes, read while the NB is asked (checked before the port is taken)
+    routes = start_reading_routes()
+    undo.push("reaping ip", routes.reap)
     with open_store(conf) as store:
         refuse_existing(store, call.container_id)
         nb = _nb(store)
         entries: list[PortMapping] = []
         try:
             config, port, (pod_mac, alloc, prefixes) = _port(
-                store, nb, call, conf, chassis.system_id, requested, undo, deadline
+                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes
             )
             entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
             if entries:  # refused early, before any link is made; checked again at the COMMIT
@@ -230,14 +234,15 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
 def _port(
     store: Store, nb: Ovsdb, call: Call, conf: PodnetConf, chassis: str, requested: str | None,
-    undo: Any, deadline: float,
+    undo: Any, deadline: float, routes: Any = None,
 ) -> tuple[dict[str, str], str, tuple[str, dict[int, Any], dict[int, int]]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
     (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
     port made for the attachment (``pn-<network>-pod-<hash>``), after which the node's spares
     are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
     mirrored network record, re-read when it changed, and only once the network's subnets
-    passed :func:`podnet.drivers.ovn_hostports.check_node` on this node. The port's
+    passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
+    node's routes, being read since the ADD began). The port's
     ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
     them: :func:`podnet.ovn.ports.secure_port`). ``(network config, port name, (MAC,
     {family: (address, gateway, subnet)}, {family: prefix}))``
@@ -260,13 +265,13 @@ def _port(
     known = mirrored(store, network)
     pool = [] if requested else ports.spares(nb, network, chassis)
     port = ports.port_name(network, call.container_id, call.ifname)
-    passed: dict[str, str] | None = None
+    passed: dict[str, str] | None = None  # the config check_node passed (``routes``: read)
     for _ in range(ADD_TRIES):
         known = known or network_record(store, nb, network)
         config = known[0]
         if config != passed:
-            check_node(network, config)
-            passed = config
+            check_node(network, config, routes)
+            passed, routes = config, None  # a changed record: the routes are read anew
         ready = []
         for name, text in pool:
             try:  # a spare's addresses as they will reach the tools, parsed now

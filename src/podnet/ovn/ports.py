@@ -152,16 +152,21 @@ def spare_ops(network: str, chassis: str, count: int) -> list[dict[str, Any]]:
 
 def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
     """``(name, dynamic_addresses)`` of ``network``'s spare ports for ``chassis``
-    (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them)."""
+    (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them).
+    Only ports named as :func:`spare_ops` names them: the name becomes an OVS interface's
+    ``iface-id`` on this node, so another NB writer's row of another shape is never taken."""
     from podnet.ovn.ovsdb import pyset
 
     where = [["external_ids", "includes", omap({TAG: network, "podnet-chassis": chassis,
                                                 SPARE: "true"})]]  # fmt: skip
     rows = nb.select("Logical_Switch_Port", where, ["name", "dynamic_addresses"])
     found = []
+    prefix = f"pn-{network}-pod-"
     for row in rows:
-        values = pyset(row["dynamic_addresses"])
-        found.append((str(row["name"]), str(values[0]) if values else ""))
+        name, values = str(row["name"]), pyset(row["dynamic_addresses"])
+        tail = name[len(prefix) :]
+        if name.startswith(prefix) and len(tail) == 20 and set(tail) <= set("0123456789abcdef"):
+            found.append((name, str(values[0]) if values else ""))
     return found
 
 
