@@ -91,13 +91,14 @@ def test_allocation_is_bounded_by_its_tries(route: Any) -> None:
 
 
 def test_allocation_skips_what_is_taken() -> None:
-    """Network and broadcast addresses of an IPv4 route are never listen addresses; a route
-    fully taken (an OVN range over all of it) is passed for the next one; a NAT or router
-    address and another network's subnet are taken; with nothing free the answer says so."""
+    """A route fully taken by one OVN range (a /16: 65,534 addresses) is passed over in one
+    check for the next route; there the network's subnet, its router address and forwards are
+    skipped, and an IPv4 route's network and broadcast addresses are never listen addresses;
+    with nothing free the answer says so."""
     uplink = nbmod.Record("physical", "", {
         "parent": "ext0", "ipv4.gateway": "203.0.113.254/24",
-        "ipv4.ovn.ranges": "198.51.100.1-198.51.100.2",
-        "ipv4.routes": "198.51.100.0/30,192.0.2.0/29", "ovn.ingress_mode": "routed"})  # fmt: skip
+        "ipv4.ovn.ranges": "10.129.0.1-10.129.255.254",
+        "ipv4.routes": "10.129.0.0/16,192.0.2.0/29", "ovn.ingress_mode": "routed"})  # fmt: skip
     network = nbmod.Record("ovn", "", {"network": "upa", "ipv4.address": "192.0.2.1/30",
                                        "volatile.network.ipv4.address": "192.0.2.5"})  # fmt: skip
     registry = nbmod.Registry({"upa": uplink, "ova": network}, ["map", []])
@@ -105,5 +106,5 @@ def test_allocation_skips_what_is_taken() -> None:
     registry.forwards[("ova", "192.0.2.4")] = "{}"
     assert cf._allocate(registry, network, 4) == "192.0.2.6"  # .5 is the router's
     registry.forwards[("ova", "192.0.2.6")] = "{}"
-    with pytest.raises(NetworkError, match="No free address in the uplink's routes"):
+    with pytest.raises(NetworkError, match="No free address in the uplink's routes$"):
         cf._allocate(registry, network, 4)
