@@ -179,13 +179,15 @@ class Run:
         for node in (n1, n2):
             nb = self.lab.nb_unix if node is n1 else self.lab.nb_tcp
             self.ctl(node, "config", "set", "network.ovn.northbound_connection", nb, "--init")
+        self.ctl(n1, "network", "create", UPLINK, "--type=physical",
+                 f"parent={UPLINK_KEYS['parent']}", "--target", n1.name)  # fmt: skip
         self.ctl(
             n1,
             "network",
             "create",
             UPLINK,
             "--type=physical",
-            *[f"{k}={v}" for k, v in UPLINK_KEYS.items()],
+            *[f"{k}={v}" for k, v in UPLINK_KEYS.items() if k != "parent"],
         )
         self.ctl(
             n1,

@@ -347,38 +347,39 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     @app.post("/1.0/networks", status_code=201, response_model=Envelope, responses=ERRORS,
               summary="Create a bridge network")  # fmt: skip
     def create_network(body: NetworksPost, target: str | None = None) -> JSONResponse:
-        check_target(target)
         manager.create_network(body.name, type=body.type or "bridge",
-                               description=body.description or "", config=body.config or {})
+                               description=body.description or "", config=body.config or {},
+                               target=target)  # fmt: skip
         location = f"/1.0/networks/{quote(body.name, safe='')}"
         return sync(None, 201, {"Location": location})
 
     @app.get("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
              summary="One network (with its ETag)")  # fmt: skip
-    def get_network(name: str) -> JSONResponse:
-        net = manager.get_network(name)
+    def get_network(name: str, target: str | None = None) -> JSONResponse:
+        net = manager.get_network(name, target)
         return sync(net.to_api(), headers={"ETag": f'"{net.etag()}"'})
 
-    def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None) -> Any:
+    def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None,
+                        target: str | None) -> Any:  # fmt: skip
         if any(getattr(body, f) is not None for f in NETWORK_READ_ONLY):
             # name, type, managed, status and locations never change; used_by may, but it is
             # only compared, never applied, so a check outside the write lock suffices
-            check_read_only(body, manager.get_network(name).to_api(), NETWORK_READ_ONLY)
+            check_read_only(body, manager.get_network(name, target).to_api(), NETWORK_READ_ONLY)
         manager.update_network(name, description=body.description, config=body.config,
-                               patch=patch, etag=if_match or None)  # fmt: skip
+                               patch=patch, etag=if_match or None, target=target)  # fmt: skip
         return sync({})
 
     @app.put("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
              summary="Replace a network's description and config")  # fmt: skip
-    def put_network(name: str, body: NetworkPut,
-                    if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_network(name, body, False, if_match)  # type: ignore[no-any-return]
+    def put_network(name: str, body: NetworkPut, if_match: str | None = Header(None),
+                    target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, False, if_match, target)  # type: ignore[no-any-return]
 
     @app.patch("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
                summary="Merge into a network's config")  # fmt: skip
-    def patch_network(name: str, body: NetworkPut,
-                      if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_network(name, body, True, if_match)  # type: ignore[no-any-return]
+    def patch_network(name: str, body: NetworkPut, if_match: str | None = Header(None),
+                      target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, True, if_match, target)  # type: ignore[no-any-return]
 
     @app.delete("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
                 summary="Delete a network with its forwards")  # fmt: skip

@@ -57,6 +57,10 @@ NETWORK_TEMPLATE = """### This is a YAML representation of the network.
 
 target_option = click.option("--target", "target", metavar="MEMBER",
                              help="Cluster member name (must be this node).")  # fmt: skip
+member_option = click.option(
+    "--target", "target", metavar="MEMBER",
+    help="Cluster member name: this node for its own networks; for a cluster network any "
+    "member (its OVN chassis name), whose own keys (a physical network's parent) are meant.")
 format_option = click.option("--format", "-f", "fmt", default="table", show_default=True,
                              help=f"Format ({'|'.join(FORMATS)}).")  # fmt: skip
 network_argument = click.argument("network_name", metavar="NETWORK")
@@ -207,39 +211,47 @@ def network_list(ctx: click.Context, fmt: str) -> None:
 
 
 @network.command("show")
-@one_network
+@click.argument("name")
+@member_option
+@click.pass_context
 def network_show(ctx: click.Context, name: str, target: str | None) -> None:
-    """Show network configurations."""
-    click.echo(dump_yaml(_checked_manager(ctx, target).get_network(name).to_api()), nl=False)
+    """Show network configurations (with --target: that member's own keys and status)."""
+    click.echo(dump_yaml(_manager(ctx).get_network(name, target).to_api()), nl=False)
 
 
 @network.command("create")
 @click.argument("name")
 @click.argument("config", nargs=-1)
 @click.option("--type", "-t", "type_", default="bridge", show_default=True,
-              help="Network type (bridge).")
+              help="Network type (bridge, physical, ovn).")
 @click.option("--description", default="", help="Network description.")
-@target_option
+@member_option
 @click.pass_context
 def network_create(ctx: click.Context, name: str, config: tuple[str, ...], type_: str,
                    description: str, target: str | None) -> None:  # fmt: skip
     """Create new networks: a Linux bridge NAME with its gateway addresses and NAT.
 
     Keys: ipv4.address, ipv6.address (CIDR, auto, none), ipv4.nat, ipv6.nat, ipv4.nat.address,
-    ipv6.nat.address, bridge.mtu, user.*."""
-    manager = _checked_manager(ctx, target)
+    ipv6.nat.address, bridge.mtu, user.*.
+
+    A physical network is made as in an LXD cluster: first each member's parent
+    (parent=IFACE --target MEMBER: the network is pending), then the network itself, without
+    --target."""
+    manager = _manager(ctx)
     manager.create_network(name, type=type_, description=description,
-                           config=_pairs(config, "Bad key/value pair"))  # fmt: skip
-    click.echo(f"Network {name} created")
+                           config=_pairs(config, "Bad key/value pair"), target=target)  # fmt: skip
+    click.echo(f"Network {name} pending on member {target}" if target else
+               f"Network {name} created")  # fmt: skip
 
 
 @network.command("get")
 @click.argument("name")
 @click.argument("key")
+@member_option
 @click.pass_context
-def network_get(ctx: click.Context, name: str, key: str) -> None:
+def network_get(ctx: click.Context, name: str, key: str, target: str | None) -> None:
     """Get values for network configuration keys (a key that is not set prints nothing)."""
-    value = _manager(ctx).get_network(name).config.get(key)
+    value = _manager(ctx).get_network(name, target).config.get(key)
     if value is not None:
         click.echo(printable(value))
 
@@ -247,32 +259,33 @@ def network_get(ctx: click.Context, name: str, key: str) -> None:
 @network.command("set")
 @click.argument("name")
 @click.argument("config", nargs=-1, required=True)
-@target_option
+@member_option
 @click.pass_context
 def network_set(ctx: click.Context, name: str, config: tuple[str, ...],
                 target: str | None) -> None:  # fmt: skip
-    """Set network configuration keys (KEY=VALUE…, or KEY VALUE)."""
-    manager = _checked_manager(ctx, target)
-    manager.update_network(name, config=_config_args(config), patch=True)
+    """Set network configuration keys (KEY=VALUE…, or KEY VALUE; a member's own, such as a
+    physical network's parent, with --target)."""
+    _manager(ctx).update_network(name, config=_config_args(config), patch=True, target=target)
 
 
 @network.command("unset")
 @click.argument("name")
 @click.argument("key")
-@target_option
+@member_option
 @click.pass_context
 def network_unset(ctx: click.Context, name: str, key: str, target: str | None) -> None:
     """Unset network configuration keys."""
-    manager = _checked_manager(ctx, target)
-    manager.update_network(name, config={key: ""}, patch=True)
+    _manager(ctx).update_network(name, config={key: ""}, patch=True, target=target)
 
 
 @network.command("edit")
-@one_network
+@click.argument("name")
+@member_option
+@click.pass_context
 def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
     """Edit network configurations as YAML (stdin when it is not a terminal, else $EDITOR)."""
-    manager = _checked_manager(ctx, target)
-    current = manager.get_network(name)
+    manager = _manager(ctx)
+    current = manager.get_network(name, target)
 
     def apply(text: str) -> None:
         allowed = ("config", "description", "name", "type", "used_by", "managed", "status",
@@ -282,7 +295,8 @@ def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
         if not isinstance(config, dict):
             raise NetworkError("yaml: config must be a mapping")
         manager.update_network(name, description=str(data.get("description") or ""),
-                               config={str(k): _text(v) for k, v in config.items()})  # fmt: skip
+                               config={str(k): _text(v) for k, v in config.items()},
+                               target=target)  # fmt: skip
 
     _edit(dump_yaml(current.to_api()), NETWORK_TEMPLATE, apply)
 

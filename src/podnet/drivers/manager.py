@@ -163,20 +163,23 @@ class Manager:
         shared = cluster.networks(nb, self.owner) if nb is not None else []
         return sorted([*local, *shared], key=lambda n: n.name)
 
-    def get_network(self, name: str) -> Network:
-        """One network; 404 ``Network not found``."""
+    def get_network(self, name: str, target: str | None = None) -> Network:
+        """One network; 404 ``Network not found``. ``target``: a member (this node for the
+        node's own networks; for a cluster network any member, whose own keys and status are
+        shown: :func:`podnet.drivers.cluster.network`)."""
         from podnet.drivers import cluster
 
         with self._store() as store:
             row = self._local(store, name)
             if row is not None:
+                self.check_target(target)
                 return self._as_network(store, row)
             nb = self._nb(store)
-        shared = cluster.networks(nb, self.owner) if nb is not None else []
-        found = [n for n in shared if n.name == name]
-        if not found:
+        found = cluster.network(nb, self.owner, name, target) if nb is not None else None
+        if found is None:
+            self.check_target(target)
             raise NetworkError("Network not found", 404)
-        return found[0]
+        return found
 
     def _cluster_nb(self, store: Store, name: str) -> Ovsdb | None:
         """The NB when ``name`` is not a network of this node's store and the NB is set."""
@@ -235,12 +238,15 @@ class Manager:
         return out
 
     def create_network(self, name: str, *, type: str = "bridge", description: str = "",
-                       config: Mapping[str, str] | None = None) -> Network:  # fmt: skip
+                       config: Mapping[str, str] | None = None,
+                       target: str | None = None) -> Network:  # fmt: skip
         """Create a network of a creatable type (``bridge``, or one an administrator
         registered, :mod:`podnet.drivers`): validate (LXD's keys and messages), fill defaults
         (``auto`` addresses, NAT), record it and let its driver make it on the node, then NAT
         in table ``inet podnet``. 400 bad name/config/type, 409 existing name or a subnet
-        overlapping another network or range."""
+        overlapping another network or range. ``target``: this node for a node's network; for
+        a cluster network the member whose own keys are recorded (a pending network,
+        :func:`podnet.drivers.cluster.create`)."""
         from podnet import drivers
 
         netconfig.check_name(name)
@@ -266,7 +272,8 @@ class Manager:
                     f"{type} networks need OVN: set network.ovn.northbound_connection"
                 )
             return cluster.create(nb, self.owner, name, type, description, config, self.warn,
-                                  local, self._uplinks())  # fmt: skip
+                                  local, self._uplinks(), target)  # fmt: skip
+        self.check_target(target)
         valid = driver.validate(name, config)
         with self._store() as store, store.locked():
             if store.networks.get(name) is not None:
@@ -280,11 +287,12 @@ class Manager:
 
     def update_network(self, name: str, *, description: str | None = None,
                        config: Mapping[str, str] | None = None, patch: bool = False,
-                       etag: str | None = None) -> Network:  # fmt: skip
+                       etag: str | None = None, target: str | None = None) -> Network:  # fmt: skip
         """Change a network: PUT (``patch`` False) replaces description and config, PATCH
         merges config keys (an empty value removes one) and keeps an absent description.
         ``etag`` (If-Match) must be the current one (412). A new subnet is refused while pods
-        or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network."""
+        or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network.
+        ``target``: as for :meth:`create_network` (a cluster member's own keys change)."""
         with self._store() as store:
             nb = self._cluster_nb(store, name)
         if nb is not None:
@@ -292,7 +300,9 @@ class Manager:
 
             text = None if description is None else clean(description)
             values = {clean(k): clean(v) for k, v in (config or {}).items()}
-            return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks())
+            return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks(),
+                                  target)  # fmt: skip
+        self.check_target(target)
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
