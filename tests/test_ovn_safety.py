@@ -44,6 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     lab = OvnLab(f"pns{uuid.uuid4().hex[:4]}", ("n1", "n2"), subnet=SUBNET)
     try:
         lab.start()
+        lab.outside(lab.nodes[0])  # the uplink's parent ext0 on n1
         yield Cluster(lab, tmp_path_factory.mktemp("ovnsafe"))
     finally:
         lab.stop()  # every daemon stopped, every namespace deleted
@@ -74,7 +75,7 @@ def test_a_subnet_over_the_nodes_routes_is_refused(cluster: Cluster) -> None:
     leaves nothing (no management port, veth or NB port), the route still leads to the
     underlay, ``network restore`` on n2 names it; n1 still takes pods."""
     n1, n2 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "ups", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "ups", UPLINK)
     ns = f"{cluster.lab.prefix}-hj"
     ports = {"portMappings": [{"hostPort": 8086, "containerPort": 8080, "protocol": "tcp"}]}
     try:
@@ -148,7 +149,7 @@ def test_a_pod_cannot_spoof_its_neighbours(cluster: Cluster) -> None:
     sends as itself; from another address of the subnet (a neighbour's, say) or from another
     MAC, OVN drops them: B's nft counters see none. Back as itself, A gets through again."""
     n1, _ = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "upp", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "upp", UPLINK)
     cluster.ok(n1, "network", "create", "psec", "--type=ovn", "network=upp",
                "ipv4.address=10.78.0.1/24", "ipv6.address=none")
     ns = {k: f"{cluster.lab.prefix}-ps{k}" for k in "ab"}
@@ -257,7 +258,7 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
     (its name would become an OVS ``iface-id`` on n1), is never claimed: with n1's own spares
     removed it is the only one, and the ADD makes a port of its own instead."""
     n1, _ = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "upq", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "upq", UPLINK)
     cluster.ok(n1, "network", "create", "pspq", "--type=ovn", "network=upq",
                "ipv4.address=10.81.0.1/24", "ipv6.address=none")
     ns = {k: f"{cluster.lab.prefix}-sq{k}" for k in "ab"}
