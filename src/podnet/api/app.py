@@ -36,7 +36,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from podnet import __version__
 from podnet.api.envelopes import error, sync
@@ -46,6 +46,7 @@ from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address
+from podnet.ovn.ovsdb import Unreachable, shared_deadline
 from podnet.reconcile import TableOwned
 
 __all__ = ["API_EXTENSIONS", "create_app"]
@@ -64,6 +65,25 @@ SERVER_SIDE = {
     TRY_AGAIN_LATER: "The state database is busy; try again later",
 }
 INTERNAL = "Internal server error; see the server log"
+#: Seconds all OVSDB transactions of one request share (the NB's remotes split them): a
+#: request never holds a worker thread for a timeout per remote and per read.
+OVSDB_SECONDS = 5.0
+
+
+class _OvsdbDeadline:
+    """ASGI middleware: each HTTP request's OVSDB transactions share :data:`OVSDB_SECONDS`
+    (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker thread runs in a copy of
+    this context)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with shared_deadline(OVSDB_SECONDS):
+            await self.app(scope, receive, send)
 
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -261,11 +281,15 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         redoc_url=None,
     )
 
+    app.add_middleware(_OvsdbDeadline)
     app.add_middleware(Guard, authorize=authorize, routes=app.router.routes,
                        untrusted=lambda: server_document(False, manager.data_dir))  # fmt: skip
 
     @app.exception_handler(NetworkError)
     async def network_error(request: Request, err: NetworkError) -> JSONResponse:
+        if err.detail:  # what a tool or a remote said: the log's, never the client's
+            log.warning("%s %s failed: %s\n%s", request.method, request.url.path, err,
+                        err.detail)  # fmt: skip
         return error(err.status, str(err))
 
     @app.exception_handler(CNIError)
@@ -276,6 +300,8 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
                 request.method, request.url.path, type(err).__name__, err.code, err.msg,
                 f"\n{err.details}" if err.details else "",
                 exc_info=None if busy else err)  # fmt: skip
+        if isinstance(err, Unreachable):  # msg: the remotes and a reason of a fixed set
+            return error(503, err.msg)
         if isinstance(err, TableOwned):  # this server's data dir is not the node's store
             return error(409, "Table inet podnet of this node belongs to another podnet store; "
                          "see the server log")  # fmt: skip

@@ -172,9 +172,12 @@ def _ssl_files(config: Mapping[str, str], owner: str = "") -> tuple[str, str, st
 
 
 def _failure(err: Unreachable | TxnFailed) -> NetworkError:
+    """The refusal for an NB failure: its message names the remotes and a reason of
+    :data:`podnet.ovn.ovsdb.REASONS` (503) or the refused operation (500); what the tool or
+    the server said is only its ``detail`` (the server's log)."""
     if isinstance(err, Unreachable):
-        return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, UNREACHABLE)
-    return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, 500)
+        return NetworkError(err.msg, UNREACHABLE, detail=err.details)
+    return NetworkError(err.msg, 500, detail=err.details)
 
 
 def _driver(kind: str) -> ClusterDriver:

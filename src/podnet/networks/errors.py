@@ -11,11 +11,13 @@ __all__ = ["NetworkError"]
 class NetworkError(ValueError):
     """Refused: ``str(err)`` is the message (LXD's wording where LXD has one) on one line
     (:func:`one_line`), ``status`` the HTTP status (default 400). The CLI prints ``Error:
-    <message>`` and exits 1."""
+    <message>`` and exits 1. ``detail``: what a tool or a remote server said, for the server's
+    log only (never in an API answer: it may carry what a client must not learn)."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, *, detail: str = "") -> None:
         super().__init__(one_line(message))
         self.status = status
+        self.detail = detail
 
     @classmethod
     def lines(cls, *lines: str, status: int = 400) -> NetworkError:
