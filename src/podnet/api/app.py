@@ -160,6 +160,21 @@ class NetworksPost(NetworkWritable):
     type: str | None = None
 
 
+class CertificatesPost(_Strict):
+    """``CertificatesPost`` (LXD shared/api/certificate.go): an untrusted client sends a trust
+    token as ``password`` (lxc 5.0) or ``trust_token`` (later LXD); a trusted one may send a
+    ``certificate`` (base64 DER) to trust, as ``lxc config trust add FILE`` does."""
+
+    name: str = ""
+    type: str = "client"
+    restricted: bool = False
+    projects: list[str] | None = None
+    certificate: str = ""
+    password: str = ""
+    token: bool = False
+    trust_token: str = ""
+
+
 class Envelope(BaseModel):
     """LXD's response envelope (sync or error)."""
 
@@ -268,11 +283,14 @@ NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by"
 FORWARD_READ_ONLY = ("listen_address", "location")
 
 
-def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None) -> FastAPI:
+def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None,
+               trust_changed: Callable[[], None] | None = None) -> FastAPI:  # fmt: skip
     """The application for ``manager``'s store. ``authorize(scope)``: whether the request may
     go on (the TLS listener's trust check; None: every request is trusted, the unix socket's
     case); refused requests get 403 and the connection is closed (``GET /1.0`` answers the
-    untrusted document), see :class:`podnet.api.guard.Guard`."""
+    untrusted document, ``POST /1.0/certificates`` takes a trust token), see
+    :class:`podnet.api.guard.Guard`. ``trust_changed()``: called once a certificate was
+    trusted here, so that the listener knows it before its next request."""
     app = FastAPI(
         title="podnet",
         version=__version__,
@@ -283,7 +301,8 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     app.add_middleware(_OvsdbDeadline)
     app.add_middleware(Guard, authorize=authorize, routes=app.router.routes,
-                       untrusted=lambda: server_document(False, manager.data_dir))  # fmt: skip
+                       untrusted=lambda: server_document(False, manager.data_dir),
+                       open_to_untrusted=[("POST", "/1.0/certificates")])  # fmt: skip
 
     @app.exception_handler(NetworkError)
     async def network_error(request: Request, err: NetworkError) -> JSONResponse:
@@ -347,6 +366,13 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
                summary="Merge into the server config")  # fmt: skip
     def patch_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
         return _update_server(body, True, if_match)
+
+    @app.post("/1.0/certificates", status_code=201, response_model=Envelope, responses=ERRORS,
+              summary="Trust the client's certificate (a trust token) or a given one")
+    def add_certificate(body: CertificatesPost, request: Request) -> JSONResponse:
+        return _add_certificate(manager, body, request.scope,
+                                authorize is None or authorize(request.scope),
+                                trust_changed)  # fmt: skip
 
     @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
              summary="Projects (only 'default')")  # fmt: skip
@@ -478,6 +504,70 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         return JSONResponse(app.openapi())
 
     return app
+
+
+def _client_certificate(scope: Scope) -> str | None:
+    """The PEM certificate the request's TLS connection presented, None without one."""
+    chain = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or []
+    return str(chain[0]) if chain else None
+
+
+def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, trusted: bool,
+                     trust_changed: Callable[[], None] | None) -> JSONResponse:  # fmt: skip
+    """``POST /1.0/certificates`` as lxd/certificates.go ``certificatesPost`` answers it for
+    what podnet supports: an untrusted client redeeming a trust token gets its connection's
+    certificate trusted (403 ``not authorized`` for no token or an unknown one, ``Token has
+    expired``); a trusted client adds a ``certificate`` (400 ``Client is already trusted``
+    without one). Tokens are issued by ``podnetctl trust add-token`` (400 for ``token``)."""
+    import base64
+    import binascii
+    import ssl
+
+    from podnet.api import tokens
+    from podnet.api.guard import describe_client
+    from podnet.api.listener import fingerprint
+
+    if body.type not in ("", "client"):  # "": the token's type (lxc 5.0 sends none)
+        return error(400, f'Only client certificates are supported, not "{body.type[:40]}"')
+    if trusted:
+        if body.token:
+            return error(400, "Tokens are issued on the node: podnetctl trust add-token NAME")
+        if not body.certificate:
+            return error(400, "Client is already trusted")
+        try:
+            der = base64.b64decode(body.certificate, validate=True)
+        except (binascii.Error, ValueError):
+            return error(400, "Invalid certificate material: not base64")
+        if not der.startswith(b"\x30"):  # a DER SEQUENCE, as every X.509 certificate
+            return error(400, "Invalid certificate material: not a DER certificate")
+        name = body.name or "client"
+    else:
+        presented = body.trust_token or body.password
+        pem = _client_certificate(scope)
+        if not presented:
+            log.warning("refused POST /1.0/certificates of untrusted client %s: no trust "
+                        "token", describe_client(scope))  # fmt: skip
+            return error(403, "not authorized", close=True)
+        if pem is None:
+            return error(400, "No client certificate provided", close=True)
+        try:
+            with manager.store() as store:
+                name = tokens.redeem(store, presented)
+        except tokens.Refused as err:
+            log.warning("refused a trust token from untrusted client %s: %s",
+                        describe_client(scope), err)  # fmt: skip
+            return error(403, str(err), close=True)
+        der = ssl.PEM_cert_to_DER_cert(pem)
+    fp = fingerprint(der)
+    with manager.store() as store, store.write():
+        added = store.trust.add(fp, name, ssl.DER_cert_to_PEM_cert(der))
+    if not added:
+        return error(409, "Certificate already in trust store")
+    log.info("trusted certificate %s as %r (%s)", fp, name,
+             "trust token" if not trusted else "added by a trusted client")  # fmt: skip
+    if trust_changed is not None:
+        trust_changed()
+    return sync(None, 201, {"Location": f"/1.0/certificates/{fp}"})
 
 
 def _default_project() -> dict[str, Any]:
