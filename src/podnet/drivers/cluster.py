@@ -43,6 +43,16 @@ class Context:
     registry: nbmod.Registry
     owner: str
     warn: Callable[[str], None] | None = None
+    _pods: dict[str, list[str]] | None = None
+
+    def pods(self, network: str) -> list[str]:
+        """The container IDs of ``network``'s pods on every node (the NB's pod ports, read
+        once per context: :func:`podnet.ovn.ports.pods_by_network`)."""
+        if self._pods is None:
+            from podnet.ovn.ports import pods_by_network
+
+            self._pods = pods_by_network(self.nb)
+        return self._pods.get(network, [])
 
     def sb(self) -> Ovsdb:
         """The SB database, from this node's OVS (``ovn-remote``)."""
@@ -98,12 +108,15 @@ class ClusterDriver(Driver):
         return []
 
     def used_by(self, ctx: Context, name: str) -> list[str]:
-        """API URLs of what uses the network."""
-        return [
+        """API URLs of what uses the network: the networks on it (an uplink's), and its pods
+        on every node (``/1.0/instances/<container ID>``, as a bridge's)."""
+        networks = [
             f"/1.0/networks/{n}"
             for n, r in ctx.registry.records.items()
             if r.config.get("network") == name
         ]
+        pods = ctx.pods(name) if self.type == "ovn" else []  # an uplink holds no pod
+        return networks + [f"/1.0/instances/{cid}" for cid in pods]
 
 
 def connect(config: Mapping[str, str], owner: str = "") -> Ovsdb | None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from podnet.checked import one_line
 
-__all__ = ["NetworkError"]
+__all__ = ["NetworkError", "in_use"]
+
+#: Users a refusal names; the rest are counted.
+SHOWN_USERS = 10
 
 
 class NetworkError(ValueError):
@@ -27,3 +30,14 @@ class NetworkError(ValueError):
         err = cls("", status)
         err.args = ("\n".join(one_line(line) for line in lines),)
         return err
+
+
+def in_use(users: list[str]) -> NetworkError:
+    """400 ``The network is currently in use`` (LXD's words) naming what uses it: ``users``
+    (container IDs of its pods, networks on it), the first :data:`SHOWN_USERS` and how many
+    more."""
+    users = list(dict.fromkeys(users))  # a pod with two interfaces is one user
+    shown = ", ".join(users[:SHOWN_USERS])
+    more = f" and {len(users) - SHOWN_USERS} more" if len(users) > SHOWN_USERS else ""
+    return NetworkError(f"The network is currently in use by {shown}{more}" if users
+                        else "The network is currently in use")  # fmt: skip
