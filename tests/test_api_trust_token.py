@@ -212,7 +212,7 @@ def test_untrusted_clients_get_only_the_untrusted_document(node: Node) -> None:
             method, path, doc)
     assert node.https("GET", "/1.0/networks")[0] == 403  # no certificate at all
     log = node.server.stderr()
-    assert f"refused GET /1.0/networks of untrusted client" in log and fp in log, log[-3000:]
+    assert "refused GET /1.0/networks of untrusted client" in log and fp in log, log[-3000:]
     with node.server.client() as c:
         assert [n["name"] for n in assert_sync(c.get("/1.0/networks?recursion=1"))] == ["brtok"]
     assert fp not in node.ctl("trust", "list").stdout
@@ -229,6 +229,10 @@ def test_trust_add_still_works_and_add_token_checks_its_input(node: Node) -> Non
             time.sleep(0.2)
     finally:
         node.ctl("trust", "remove", fp)
-    for bad in (("x", "--expiry", "0s"), ("x", "--expiry", "1y"), ("x", "--address", "host:1")):
+    for bad, why in ((("x", "--expiry", "0s"), "--expiry: '0s' is not a duration"),
+                     (("x", "--expiry", "1y"), "--expiry: '1y' is not a duration"),
+                     (("x", "--address", "host:1"), "--address 'host:1'"),
+                     (("two\nlines",), "NAME must be one line")):
         out = node.ctl("trust", "add-token", *bad)
-        assert out.returncode == 2, out
+        assert out.returncode == 2 and why in out.stderr, out
+    assert "x" not in [line.split("  ")[-1] for line in node.ctl("trust", "list").stdout.splitlines()]

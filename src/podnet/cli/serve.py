@@ -122,10 +122,13 @@ def trust_add_token(name: str, expiry: str, addresses: tuple[str, ...], data_dir
         raise click.UsageError("NAME must be one line of at most 255 characters")
     try:
         seconds = tokens.parse_expiry(expiry)
-        for address in addresses:
-            parse_listen(address)
     except ValueError as err:
-        raise click.UsageError(str(err)) from None
+        raise click.UsageError(f"--expiry: {err}") from None
+    for address in addresses:
+        try:
+            parse_listen(address)
+        except ValueError as err:
+            raise click.UsageError(str(err).replace("--listen", "--address", 1)) from None
     with _store(data_dir) as store:
         listen, fingerprint = store.get_state(LISTEN_STATE), store.get_state(CERT_STATE)
         if fingerprint is None or (listen is None and not addresses):
