@@ -43,9 +43,8 @@ _CALLBACK = _VERIFY_CB(_accept)
 
 
 def _libssl() -> ctypes.CDLL | None:
-    """The libssl mapped into this process by :mod:`ssl` (its path from /proc/self/maps)."""
-    import _ssl  # noqa: F401 - make sure it is loaded before looking
-
+    """The libssl mapped into this process by :mod:`ssl` (imported above; its path from
+    /proc/self/maps)."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "/libssl.so" in line}

@@ -10,6 +10,11 @@ stored value and refused (400 ``Read-only field "<name>" cannot be changed``) wh
 LXD decodes the body into its ``NetworkPut``/``NetworkForwardPut`` and ignores them silently, so
 it has no message of its own; a field LXD does not define at all is still 400 ``Unknown field``.
 
+``POST /1.0/certificates`` is LXD's: an untrusted TLS client redeems a trust token
+(:mod:`podnet.api.tokens`), a trusted one adds a certificate. OVSDB failures answer the remote
+and a reason of a fixed set (:mod:`podnet.ovn.ovsdb`), all OVSDB transactions of one request
+sharing :data:`OVSDB_SECONDS`.
+
 Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
 (``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
 and exception types go to the server's log only. Envelopes: :mod:`podnet.api.envelopes`; what
@@ -526,9 +531,10 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
     from podnet.api import tokens
     from podnet.api.guard import describe_client
     from podnet.api.listener import fingerprint
+    from podnet.checked import one_line, show
 
     if body.type not in ("", "client"):  # "": the token's type (lxc 5.0 sends none)
-        return error(400, f'Only client certificates are supported, not "{body.type[:40]}"')
+        return error(400, f"Only client certificates are supported, not {show(body.type, 40)}")
     if trusted:
         if body.token:
             return error(400, "Tokens are issued on the node: podnetctl trust add-token NAME")
@@ -541,6 +547,8 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
         if not der.startswith(b"\x30"):  # a DER SEQUENCE, as every X.509 certificate
             return error(400, "Invalid certificate material: not a DER certificate")
         name = body.name or "client"
+        if one_line(name) != name or len(name) > 255:
+            return error(400, "Invalid certificate name: one line of at most 255 characters")
     else:
         presented = body.trust_token or body.password
         pem = _client_certificate(scope)

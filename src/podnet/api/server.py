@@ -192,8 +192,10 @@ def tcp_socket(listen: str) -> socket.socket:
 
 
 class Trust:
-    """The trust store as the TLS listener sees it: re-read from the store, loaded into the
-    SSL context (so trusted certificates pass the handshake), checked per request."""
+    """The trust store as the TLS listener sees it: re-read from the store (every second, and
+    at once when a token was redeemed), checked per request, and loaded into the SSL context
+    as its verification store (what lets trusted certificates through the handshake where
+    :func:`podnet.api.anycert.accept_any` cannot let all through)."""
 
     def __init__(self, manager: Manager, context: ssl.SSLContext) -> None:
         self.manager = manager
