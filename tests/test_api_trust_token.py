@@ -236,3 +236,30 @@ def test_trust_add_still_works_and_add_token_checks_its_input(node: Node) -> Non
         out = node.ctl("trust", "add-token", *bad)
         assert out.returncode == 2 and why in out.stderr, out
     assert "x" not in [line.split("  ")[-1] for line in node.ctl("trust", "list").stdout.splitlines()]
+
+
+def test_a_trusted_client_adds_a_certificate(node: Node) -> None:
+    """``POST /1.0/certificates`` from a trusted client (the unix socket) with a
+    ``certificate`` (base64 DER), as ``lxc config trust add FILE`` sends it: trusted under its
+    name; again 409; without one 400 ``Client is already trusted``; names stay one line."""
+    pem = Path(node.client_cert[0]).read_text()
+    der = base64.b64encode(ssl.PEM_cert_to_DER_cert(pem)).decode()
+    fp = _fingerprint_pem(pem)
+    with node.server.client() as c:
+        try:
+            r = c.post("/1.0/certificates", json={"name": "two\nlines", "certificate": der})
+            assert r.status_code == 400 and "one line" in r.json()["error"], r.text
+            r = c.post("/1.0/certificates", json={"name": "by-api", "type": "client",
+                                                  "certificate": der})
+            assert r.status_code == 201 and r.headers["location"] == f"/1.0/certificates/{fp}"
+            assert f"{fp}  by-api" in node.ctl("trust", "list").stdout.splitlines()
+            r = c.post("/1.0/certificates", json={"name": "by-api", "certificate": der})
+            assert (r.status_code, r.json()["error"]) == (409, "Certificate already in trust store")
+            r = c.post("/1.0/certificates", json={"password": "x"})
+            assert (r.status_code, r.json()["error"]) == (400, "Client is already trusted")
+            r = c.post("/1.0/certificates", json={"certificate": "bm90IGEgY2VydA=="})
+            assert r.status_code == 400 and "Invalid certificate material" in r.json()["error"]
+            r = c.post("/1.0/certificates", json={"type": "metrics", "certificate": der})
+            assert r.status_code == 400, r.text
+        finally:
+            node.ctl("trust", "remove", fp)
