@@ -151,6 +151,10 @@ def test_lxc_remote_add_with_a_token(node: Node) -> None:
                listed.stdout.splitlines()), listed.stdout
     fp = _fingerprint_pem((conf / "client.crt").read_text())
     assert f"{fp}  alice" in node.ctl("trust", "list").stdout.splitlines()
+    trust = node.lxc(conf, "config", "trust", "list", "pn:", "--format", "csv")
+    assert trust.returncode == 0 and any(
+        line.startswith("client,alice,") and fp[:12] in line for line in trust.stdout.splitlines()
+    ), trust
     # used up: another client presenting it is refused, and stays untrusted
     other = lxc_conf(node.tmp / "lxc-token-again")
     again = node.lxc(other, "remote", "add", "pn", token)
@@ -263,3 +267,29 @@ def test_a_trusted_client_adds_a_certificate(node: Node) -> None:
             assert r.status_code == 400, r.text
         finally:
             node.ctl("trust", "remove", fp)
+
+
+def test_pylxd_authenticates_with_a_token(node: Node) -> None:
+    """pylxd 2.4.2 over TLS (pinning the server's certificate; requests would take a
+    ``REQUESTS_CA_BUNDLE`` of the environment over it) with a certificate nobody trusted: the
+    client connects (untrusted
+    ``GET /1.0``), ``authenticate(token)`` sends it as ``trust_token`` (the server lists
+    ``explicit_trust_token``), and it is trusted and lists the networks."""
+    token = node.token("pylxd-user")
+    code = f"""
+import json, pylxd
+c = pylxd.Client(endpoint={URL!r}, cert={tuple(node.client_cert)!r}, verify={node.server_cert!r})
+before = c.trusted
+c.authenticate({token!r})
+print(json.dumps([before, c.trusted, [n.name for n in c.networks.all()]]))
+"""
+    fp = _fingerprint_pem(Path(node.client_cert[0]).read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")}
+    proc = in_ns_python(node.lab.node, code, stderr=subprocess.PIPE, env=env)
+    try:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert json.loads(out) == [False, True, ["brtok"]], out
+        assert f"{fp}  pylxd-user" in node.ctl("trust", "list").stdout.splitlines()
+    finally:
+        node.ctl("trust", "remove", fp)

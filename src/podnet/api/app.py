@@ -57,8 +57,10 @@ from podnet.reconcile import TableOwned
 __all__ = ["API_EXTENSIONS", "create_app"]
 
 #: The API extensions podnet implements (the ``lxc`` client checks ``network``,
-#: ``network_forward`` and, on its first run, ``projects``).
-API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects"]
+#: ``network_forward`` and, on its first run, ``projects``; with ``explicit_trust_token`` pylxd
+#: and later ``lxc`` send a trust token as ``trust_token`` rather than ``password``).
+API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects",
+                  "explicit_trust_token"]
 
 log = logging.getLogger("podnet.api")
 
@@ -378,6 +380,41 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         return _add_certificate(manager, body, request.scope,
                                 authorize is None or authorize(request.scope),
                                 trust_changed)  # fmt: skip
+
+    def _certificates() -> list[dict[str, Any]]:
+        with manager.store() as store:
+            return [{"name": name, "type": "client", "restricted": False, "projects": [],
+                     "certificate": pem, "fingerprint": fp}
+                    for fp, name, pem in store.trust.all()]  # fmt: skip
+
+    @app.get("/1.0/certificates", response_model=Envelope, responses=ERRORS,
+             summary="The trusted certificates")  # fmt: skip
+    def list_certificates(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+        found = _certificates()
+        if recursion:
+            return sync(found)
+        return sync([f"/1.0/certificates/{c['fingerprint']}" for c in found])
+
+    @app.get("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
+             summary="One trusted certificate (by fingerprint)")  # fmt: skip
+    def get_certificate(fingerprint: str) -> JSONResponse:
+        found = [c for c in _certificates() if c["fingerprint"] == fingerprint.lower()]
+        if not found:
+            return error(404, "Certificate not found")
+        return sync(found[0])
+
+    @app.delete("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
+                summary="Stop trusting a certificate (by fingerprint)")  # fmt: skip
+    def delete_certificate(fingerprint: str) -> JSONResponse:
+        if len(fingerprint) != 64:
+            return error(404, "Certificate not found")
+        with manager.store() as store, store.write():
+            removed = store.trust.remove(fingerprint.lower())
+        if not removed:
+            return error(404, "Certificate not found")
+        if trust_changed is not None:
+            trust_changed()
+        return sync({})
 
     @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
              summary="Projects (only 'default')")  # fmt: skip
