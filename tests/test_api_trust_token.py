@@ -155,6 +155,12 @@ def test_lxc_remote_add_with_a_token(node: Node) -> None:
     assert trust.returncode == 0 and any(
         line.startswith("client,alice,") and fp[:12] in line for line in trust.stdout.splitlines()
     ), trust
+    # lxc config trust remove (a prefix, as with LXD) ends its own trust: then 403
+    removed = node.lxc(conf, "config", "trust", "remove", f"pn:{fp[:16]}")
+    assert removed.returncode == 0, removed
+    assert fp not in node.ctl("trust", "list").stdout
+    gone = node.lxc(conf, "network", "list", "pn:")
+    assert gone.returncode == 1 and "not authorized" in gone.stderr, gone
     # used up: another client presenting it is refused, and stays untrusted
     other = lxc_conf(node.tmp / "lxc-token-again")
     again = node.lxc(other, "remote", "add", "pn", token)

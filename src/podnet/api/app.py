@@ -406,12 +406,15 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     @app.delete("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
                 summary="Stop trusting a certificate (by fingerprint)")  # fmt: skip
     def delete_certificate(fingerprint: str) -> JSONResponse:
-        if len(fingerprint) != 64:
-            return error(404, "Certificate not found")
+        prefix = fingerprint.lower()
+        if not 12 <= len(prefix) <= 64 or any(c not in "0123456789abcdef" for c in prefix):
+            return error(404, "Certificate not found")  # a prefix, as LXD takes, of 12 at least
         with manager.store() as store, store.write():
-            removed = store.trust.remove(fingerprint.lower())
+            removed = store.trust.remove(prefix)
         if not removed:
             return error(404, "Certificate not found")
+        if len(removed) > 1:
+            return error(400, "More than one certificate matches: give more of the fingerprint")
         if trust_changed is not None:
             trust_changed()
         return sync({})
