@@ -87,7 +87,7 @@ def parse_expiry(text: str) -> int:
     """``30s``, ``15m``, ``1h``, ``7d`` (a positive whole number and a unit) as seconds;
     ValueError otherwise."""
     number, unit = text[:-1], text[-1:]
-    if unit not in _UNITS or not number.isdigit() or int(number) <= 0:
+    if unit not in _UNITS or not (number.isascii() and number.isdigit()) or int(number) <= 0:
         raise ValueError(f"{text!r} is not a duration such as 30s, 15m, 1h or 7d")
     return int(number) * _UNITS[unit]
 
@@ -111,8 +111,11 @@ def redeem(store: Store, presented: str, *, now: float | None = None) -> str:
     token = decode(presented)
     if token is None:
         raise Refused("not authorized")
+    digest = _digest(token.secret)
+    if not store.trust.has_token(digest):  # no write lock for a guess: plugins share it
+        raise Refused("not authorized")
     with store.write():
-        found = store.trust.redeem(_digest(token.secret))
+        found = store.trust.redeem(digest)
     if found is None:
         raise Refused("not authorized")
     name, expires_at = found

@@ -311,6 +311,11 @@ class Trust(Queries):
         self.conn.execute("INSERT INTO trust_tokens (secret_sha256, name, expires_at) "
                           "VALUES (?, ?, ?)", (secret_sha256, name, expires_at))  # fmt: skip
 
+    def has_token(self, secret_sha256: str) -> bool:
+        """Whether a token of that secret is pending (a read, no write lock)."""
+        return self.conn.execute("SELECT 1 FROM trust_tokens WHERE secret_sha256 = ?",
+                                 (secret_sha256,)).fetchone() is not None  # fmt: skip
+
     def redeem(self, secret_sha256: str) -> tuple[str, int] | None:
         """Use up the token of that secret (inside ``write()``): ``(name, expires_at)``, or
         None when there is none. The token is gone afterwards, expired or not (single use, as
