@@ -40,6 +40,7 @@ import signal
 import socket
 import ssl
 import stat
+import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -202,17 +203,20 @@ class Trust:
         self.context = context
         self.fingerprints: set[str] = set()
         self.loaded: set[str] = set()
+        self._lock = threading.Lock()  # the timer (event loop) and a request's worker thread
 
     def refresh(self) -> None:
         from podnet.store import open_store
 
-        with open_store(self.manager.data_dir, busy_timeout=self.manager.busy_timeout) as store:
-            rows = store.trust.all()
-        self.fingerprints = {fp for fp, _, _ in rows}
-        for fp, _, pem in rows:
-            if fp not in self.loaded:
-                self.context.load_verify_locations(cadata=pem)
-                self.loaded.add(fp)
+        with self._lock:
+            with open_store(self.manager.data_dir,
+                            busy_timeout=self.manager.busy_timeout) as store:  # fmt: skip
+                rows = store.trust.all()
+            self.fingerprints = {fp for fp, _, _ in rows}
+            for fp, _, pem in rows:
+                if fp not in self.loaded:
+                    self.context.load_verify_locations(cadata=pem)
+                    self.loaded.add(fp)
 
     def trusted(self, fp: str | None) -> bool:
         return fp is not None and fp in self.fingerprints
