@@ -299,3 +299,25 @@ print(json.dumps([before, c.trusted, [n.name for n in c.networks.all()]]))
         assert f"{fp}  pylxd-user" in node.ctl("trust", "list").stdout.splitlines()
     finally:
         node.ctl("trust", "remove", fp)
+
+
+def test_a_refused_handshake_is_logged(node: Node) -> None:
+    """Plain HTTP on the TLS port fails the handshake: the server says so in its log, with the
+    client's address (before, such a refusal was a debug line)."""
+    code = f"""
+import socket
+s = socket.create_connection(("127.0.0.1", {PORT}), timeout=10)
+s.sendall(b"GET /1.0 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+try:
+    s.recv(100)
+except OSError:
+    pass
+print("done")
+"""
+    proc = in_ns_python(node.lab.node, code)
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip() == "done"
+    deadline = time.monotonic() + 30
+    while "TLS handshake refused for 127.0.0.1:" not in node.server.stderr():
+        assert time.monotonic() < deadline, node.server.stderr()[-2000:]
+        time.sleep(0.2)
