@@ -433,6 +433,40 @@ def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up5")
 
 
+def test_used_by_and_delete_name_the_pods_of_every_node(cluster: Cluster) -> None:
+    """An OVN network's ``used_by`` lists its pods on every node (``/1.0/instances/<container
+    ID>``, as a bridge's), alike from each node, and ``network list`` counts them (USED BY);
+    delete is refused naming them; after their DEL ``used_by`` is empty and delete goes. The
+    uplink's ``used_by`` is its OVN network only."""
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
+    pods = {"ua": (n1, f"{cluster.lab.prefix}-ua"), "ub": (n2, f"{cluster.lab.prefix}-ub")}
+    try:
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            plugin(cluster, node, "ADD", f"c-{k}", ns, "ovn6")
+        for node in (n1, n2, n3):
+            nets = cluster.networks(node)
+            assert nets["ovn6"]["used_by"] == ["/1.0/instances/c-ua", "/1.0/instances/c-ub"], node.name
+            assert nets["up6"]["used_by"] == ["/1.0/networks/ovn6"], node.name
+        rows = [r.split(",") for r in cluster.ok(n3, "network", "list", "-f", "csv").splitlines()]
+        assert [r[6] for r in rows if r[0] == "ovn6"] == ["2"], rows
+        refused = cluster.ctl(n3, "network", "delete", "ovn6")
+        assert (refused.returncode, refused.stderr) == (
+            1, "Error: The network is currently in use by c-ua, c-ub\n"), refused
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn6")
+        assert cluster.networks(n2)["ovn6"]["used_by"] == []
+        cluster.ok(n3, "network", "delete", "ovn6")
+    finally:
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn6")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn6")
+        cluster.ctl(n1, "network", "delete", "up6")
+
+
 def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
     """``ipv4.nat.address`` (seed 004's OVN feature): pods on n2 and n3 reaching an outside
     server over TCP and UDP are seen from that address, not the router's. It can be changed in

@@ -68,12 +68,13 @@ class BridgeDriver(VethDriver):
 
     def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
         """Its pods; with ``any_owner`` (before a delete) also the OVN networks that use it as
-        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`)."""
+        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`), as ``OVN network
+        <name>``."""
         from podnet.drivers import bridge_uplink
 
         pods = [cid for cid, _, _ in store.networks.pods(row.id)]
         if any_owner and bridge_uplink.is_uplink(row.config):
-            pods += bridge_uplink.ovn_users(store, row.name)
+            pods += [f"OVN network {n}" for n in bridge_uplink.ovn_users(store, row.name)]
         return pods
 
     def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:

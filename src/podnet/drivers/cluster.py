@@ -43,6 +43,16 @@ class Context:
     registry: nbmod.Registry
     owner: str
     warn: Callable[[str], None] | None = None
+    _pods: dict[str, list[str]] | None = None
+
+    def pods(self, network: str) -> list[str]:
+        """The container IDs of ``network``'s pods on every node (the NB's pod ports, read
+        once per context: :func:`podnet.ovn.ports.pods_by_network`)."""
+        if self._pods is None:
+            from podnet.ovn.ports import pods_by_network
+
+            self._pods = pods_by_network(self.nb)
+        return self._pods.get(network, [])
 
     def sb(self) -> Ovsdb:
         """The SB database, from this node's OVS (``ovn-remote``)."""
@@ -114,12 +124,15 @@ class ClusterDriver(Driver):
         return []
 
     def used_by(self, ctx: Context, name: str) -> list[str]:
-        """API URLs of what uses the network."""
-        return [
+        """API URLs of what uses the network: the networks on it (an uplink's), and its pods
+        on every node (``/1.0/instances/<container ID>``, as a bridge's)."""
+        networks = [
             f"/1.0/networks/{n}"
             for n, r in ctx.registry.records.items()
             if r.config.get("network") == name
         ]
+        pods = ctx.pods(name) if self.type == "ovn" else []  # an uplink holds no pod
+        return networks + [f"/1.0/instances/{cid}" for cid in pods]
 
 
 def connect(config: Mapping[str, str], owner: str = "") -> Ovsdb | None:
@@ -188,9 +201,12 @@ def _ssl_files(config: Mapping[str, str], owner: str = "") -> tuple[str, str, st
 
 
 def _failure(err: Unreachable | TxnFailed) -> NetworkError:
+    """The refusal for an NB failure: its message names the remotes and a reason of
+    :data:`podnet.ovn.ovsdb.REASONS` (503) or the refused operation (500); what the tool or
+    the server said is only its ``detail`` (the server's log)."""
     if isinstance(err, Unreachable):
-        return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, UNREACHABLE)
-    return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, 500)
+        return NetworkError(err.msg, UNREACHABLE, detail=err.details)
+    return NetworkError(err.msg, 500, detail=err.details)
 
 
 def _driver(kind: str) -> ClusterDriver:

@@ -29,7 +29,7 @@ from podnet.drivers import bridge_uplink
 from podnet.errors import CNIError
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
-from podnet.networks.errors import NetworkError
+from podnet.networks.errors import NetworkError, in_use
 from podnet.networks.model import Forward, ForwardPort, Network, clean
 from podnet.store import Store, open_store
 from podnet.store.networks import ForwardRow, NetworkRow
@@ -393,8 +393,9 @@ class Manager:
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
             driver = _driver(row.type)
-            if driver.users(store, row, any_owner=True):
-                raise NetworkError("The network is currently in use")
+            users = driver.users(store, row, any_owner=True)
+            if users:
+                raise in_use(users)
             remove = driver.delete(name, self.owner, self.warn)
             with store.write():
                 store.networks.delete(row.id)

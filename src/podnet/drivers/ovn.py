@@ -22,7 +22,7 @@ from podnet import checked, proc
 from podnet.drivers.cluster import ClusterDriver, Context
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
-from podnet.networks.errors import NetworkError
+from podnet.networks.errors import NetworkError, in_use
 from podnet.ovn import nb as nbmod
 
 TYPE_CHECKING = False
@@ -326,8 +326,8 @@ class OvnDriver(ClusterDriver):
             and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
             and SPARE not in pymap(p["external_ids"])  # the nodes' spare ports
         ]
-        if pods:
-            raise NetworkError("The network is currently in use")
+        if pods:  # named by their containers (a port podnet did not make: by its name)
+            raise in_use(ctx.pods(name) or sorted(checked.show(p, 80) for p in pods))
         for where in ctx.registry.forwards:  # its forwards go with it (their LBs: delete_ops)
             if where[0] == name:
                 ctx.registry.forward_changes[where] = None

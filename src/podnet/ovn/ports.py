@@ -460,6 +460,31 @@ def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
     return [{"name": r["name"], "external_ids": pymap(r["external_ids"])} for r in rows]
 
 
+def pods_by_network(nb: Ovsdb) -> dict[str, list[str]]:
+    """The container IDs of every pod port podnet made, on any node, per network (spares and
+    the nodes' management ports are no pod's): ``{network: sorted IDs}``. A port whose
+    network tag or container ID is not one podnet could have written (CNI's container ID
+    syntax) is left out: NB text reaches the API's answers only parsed."""
+    from podnet.cni.env import valid_container_id
+    from podnet.networks.config import check_name
+    from podnet.networks.errors import NetworkError
+
+    rows = nb.select("Logical_Switch_Port", [], ["external_ids"])
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        ids = pymap(row["external_ids"])
+        network, cid = ids.get(TAG), ids.get("podnet-container")
+        if not isinstance(network, str) or not isinstance(cid, str) or ids.get(SPARE):
+            continue
+        try:
+            check_name(network)
+        except NetworkError:
+            continue
+        if valid_container_id(cid):
+            found.setdefault(network, set()).add(cid)
+    return {n: sorted(c) for n, c in found.items()}
+
+
 # -- forwards: load balancers -----------------------------------------------------------------
 
 
