@@ -482,7 +482,12 @@ class Bench:
             purelib = sh(
                 str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"
             ).strip()
-            Path(purelib, "podnet-bench-snapshot.pth").write_text(f"{src}\n")  # fmt: skip
+            # the snapshot first, then the work venv's site-packages: the tree's dependencies
+            # (jiter) as an install of it would have them, not the stdlib fallbacks
+            deps = sh(
+                str(VENV_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+            ).strip()
+            Path(purelib, "podnet-bench-snapshot.pth").write_text(f"{src}\n{deps}\n")
             self.podnet_source = f"commit {git_describe(self.args.commit)}"
         else:
             src, python = REPO / "src", VENV_PYTHON
