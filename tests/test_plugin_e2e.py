@@ -199,8 +199,9 @@ def test_del_starts_the_veth_deletion_before_the_hostport_modules(lab: Lab, tmp_
     """DEL's wall time is what it does before ``ip`` gets ``link del``: the deletion's RCU grace
     period then hides the rest (nft, the COMMIT). So the modules for the hostPort elements
     (``podnet.reconcile``, ``podnet.firewall.*``, ``podnet.values``) load only after the
-    deletion started, and ADD's own (``podnet.undo``, ``podnet.link.sysctl``) never; the DEL
-    still removes the veth, the row and the map element."""
+    deletion started, and what this DEL never uses (ADD's ``podnet.undo`` and
+    ``podnet.link.sysctl``, the store's networks without a ``network`` in the conflist) not at
+    all before it; the DEL still removes the veth, the row and the map element."""
     from podnet.runtime.installer import plugin_script
 
     data, log = tmp_path / "data", tmp_path / "feed.log"
@@ -222,7 +223,8 @@ def test_del_starts_the_veth_deletion_before_the_hostport_modules(lab: Lab, tmp_
     loaded = set(log.read_text().split())
     assert {"podnet.store.db", "podnet.link.veth"} <= loaded  # the probe saw the real feed
     early = sorted(m for m in loaded if m in ("podnet.reconcile", "podnet.values", "podnet.undo",
-                                              "podnet.link.sysctl") or m.startswith("podnet.firewall"))
+                                              "podnet.link.sysctl", "podnet.store.networks")
+                   or m.startswith("podnet.firewall"))
     assert early == [], f"loaded before the veth deletion started: {early}"
     assert host_veths(lab) == [] and db_rows(data, "pods") == []
     assert db_rows(data, "portmap_entries") == [] and "18090" not in map_elements(lab)

@@ -23,7 +23,6 @@ per component, ~2 µs each).
 
 from __future__ import annotations
 
-import errno
 import os
 
 TYPE_CHECKING = False
@@ -153,6 +152,8 @@ def resolve(
         if st.st_mode & _S_IFMT == _S_IFLNK:
             links += 1
             if links > MAX_LINKS:
+                import errno
+
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
             target = os.readlink(child)
             if target.startswith("/"):
