@@ -6,7 +6,7 @@ Run as root, like the benchmark it builds on (it reuses ``bench_add_del``'s node
 population and cleanup; only podnet's side is made)::
 
     .venv/bin/python bench/profile_del.py [--commit REV] [--pods 300] [--rounds 5] [--json]
-        [--modes strace,importtime,cprofile,callgrind,callgrind-marked,phases,add-strace]
+        [--modes strace,importtime,cprofile,callgrind,callgrind-marked,phases,add-strace,add-callgrind]
     .venv/bin/python bench/profile_del.py --compare .,REV [--pods 300] [--rounds 20]
 
 After the node is given ``--pods`` pods, the ``podnet`` file in CNI_PATH is replaced by a
@@ -26,7 +26,8 @@ the median over the DELs:
   cut around the data dir's trust walk, the store's open and the lock: the work without imports;
 * ``phases``: CLOCK_MONOTONIC marks (exec, imported, each tool started / fed / reaped, exit),
   median ms between them (wall clock: indicative on a busy machine);
-* ``add-strace``: what ADD writes to its tools (what the kernel holds for DEL to remove).
+* ``add-strace``: what ADD writes to its tools (what the kernel holds for DEL to remove);
+* ``add-callgrind``: the instructions of ADD's plugin process, whole (the DELs run plain).
 
 ``--compare A,B`` instead gives two builds (``.`` is the work tree) a node each and takes ADD and
 DEL of both in interleaved rounds: wall clock, and the CPU time and minor faults of the call's
@@ -62,6 +63,7 @@ MODES = (
     "callgrind-marked",
     "phases",
     "add-strace",
+    "add-callgrind",
 )
 
 #: ``callgrind-marked``: every module a DEL imports is imported first, then the DEL runs with a
@@ -147,6 +149,11 @@ mode=$(cat {modefile})
 if [ "$mode" = add-strace ] && [ "$CNI_COMMAND" = ADD ]; then
   exec strace -f -qq -s 400 -o {logdir}/$mode.$$ {interp} {real}
 fi
+if [ "$mode" = add-callgrind ] && [ "$CNI_COMMAND" = ADD ]; then
+  exec valgrind --tool=callgrind --callgrind-out-file={logdir}/$mode.$$ \
+    --log-file={logdir}/$mode.$$.log {interp} {real}
+fi
+if [ "$mode" = add-callgrind ]; then exec {interp} {real}; fi
 [ "$CNI_COMMAND" = DEL ] || exec {interp} {real}
 out={logdir}/$mode.$$
 case "$mode" in
@@ -285,7 +292,7 @@ def summarize(logdir: Path, mode: str) -> dict[str, Any]:
         last = runs_c[-1]["podnet"]
         top = sorted(last.items(), key=lambda kv: -kv[1][1])[:30]
         out["podnet_top_cumulative"] = [(k, n, round(ms, 2)) for k, (n, ms) in top]
-    elif mode in ("callgrind", "callgrind-marked"):
+    elif mode in ("callgrind", "callgrind-marked", "add-callgrind"):
         runs_g = [parse_callgrind(p) for p in files]
         out["instructions"] = statistics.median([sum(r) for r in runs_g])
         out["instructions_all"] = [sum(r) for r in runs_g]
@@ -448,7 +455,7 @@ def main(argv: list[str]) -> int:
             print(f"\nfunction calls (cProfile): {c['function_calls']}")
             for name, n, ms in c["podnet_top_cumulative"]:
                 print(f"  {ms:8.2f} ms {n:6}  {name}")
-        for key in ("callgrind", "callgrind-marked"):
+        for key in ("callgrind", "callgrind-marked", "add-callgrind"):
             if key not in report:
                 continue
             g = report[key]
