@@ -6,7 +6,7 @@ Run as root, like the benchmark it builds on (it reuses ``bench_add_del``'s node
 population and cleanup; only podnet's side is made)::
 
     .venv/bin/python bench/profile_del.py [--commit REV] [--pods 300] [--rounds 5] [--json]
-        [--modes strace,importtime,cprofile,callgrind,callgrind-marked,phases,add-strace,add-callgrind]
+        [--modes strace,importtime,cprofile,callgrind,callgrind-marked,phases,...]
     .venv/bin/python bench/profile_del.py --compare .,REV [--pods 300] [--rounds 20]
 
 After the node is given ``--pods`` pods, the ``podnet`` file in CNI_PATH is replaced by a
