@@ -13,7 +13,6 @@ from podnet.drivers.base import Driver, link_alias, open_store, refuse_existing,
 from podnet.errors import CNIError
 from podnet.link import names
 from podnet.proc import ToolTimeout
-from podnet.undo import Undo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from podnet.reconcile import Pending
     from podnet.store import Store
     from podnet.store.pods import Pod
+    from podnet.undo import Undo
     from podnet.values import PortMapping
 
 
@@ -40,6 +40,7 @@ def attach(driver: Driver, call: Call, conf: PodnetConf) -> dict[str, Any]:
     driver's own. A failed ADD leaves no row, link or map element (its undo stack)."""
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
     from podnet.link import veth
+    from podnet.undo import Undo
 
     requested = {} if conf.ipam_type else parse_requested_ips(call.config, call.args)
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
@@ -310,8 +311,10 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
     the veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest, and the
     hostPort elements go before the rows commit (:mod:`podnet.reconcile`). The driver's
     :meth:`~podnet.drivers.base.Driver.release` starts once the row is gone and overlaps the
-    veth deletion; its error is this DEL's. A failed conntrack flush is only logged."""
-    from podnet import reconcile
+    veth deletion; its error is this DEL's. A failed conntrack flush is only logged.
+
+    Until the deletion starts, DEL runs on its critical path (the deletion's RCU grace period
+    then hides the rest): the modules for the hostPort elements are imported only after it."""
     from podnet.link import veth
 
     host_if = names.host_ifname(call.container_id, call.ifname)
@@ -324,6 +327,8 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
             pod = store.pods.get(call.container_id)
             if pod is not None and names_this(pod, call, conf):
                 veth.start_delete_host(host_if, deleting)
+                from podnet import reconcile
+
                 rows = store.pods.portmaps(call.container_id)
                 entries = reconcile.renderable(rows, call.log.warn)
                 reconcile.delete(store, entries, call.container_id, call.log.warn)

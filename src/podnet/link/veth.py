@@ -14,7 +14,6 @@ from __future__ import annotations
 from podnet import proc
 from podnet.checked import WORD_CHARS
 from podnet.errors import InterfaceExists, InvalidEnv, KernelError
-from podnet.link import sysctl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -256,6 +255,8 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
 
     A link or route that is not this store's is never deleted or taken over (104, naming it).
     """
+    from podnet.link import sysctl  # ADD's only: DEL never loads it
+
     rc, _, err = spawned.wait()
     asked = spawned.asked_lines  # lines before the batch (ask_mtu)
     if rc != 0 and "File exists" in err:
@@ -328,6 +329,8 @@ def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
     with 3,034. ``nsenter --net`` only calls setns(2). Entering the netns in-process would
     need ctypes (~4 ms of import on 3.11). Collect with :func:`finish_configure_pod`.
     """
+    from podnet.link import sysctl
+
     families = {f for f, _, _ in link.addresses}
     writes = [f"printf 0 > {_quote(path)}" for path in sysctl.pod_side_paths(link.ifname, families)]
     if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
