@@ -360,7 +360,7 @@ def alias_of(name: str) -> str | None:
     entry (those follow the caller's netns) is answered None without a socket: every link has
     one but a link with an MTU under 68, which podnet never makes. KernelError (104) when the
     kernel refuses the question."""
-    from podnet.link import rtnl
+    from podnet.link import rtnl, sysctl
 
     if not rtnl.possible(name) or not sysctl.interface_exists(name):
         return None
