@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from api_helpers import map_elements
+from api_helpers import expected_maps, kernel_maps, map_elements
 from envgate import need
 from netns import CLIENT_ADDR4, CLIENT_ADDR6, NODE_ADDR4, NODE_ADDR6, TIMEOUT, VENV_BIN, Lab, sh
 
@@ -149,6 +149,9 @@ def test_ports_range_many_to_one_and_default_target_after_port_remove(net: Net, 
     net.ctl("forward", "create", "br0", "2001:db8:f::2")
     net.ctl("forward", "port", "add", "br0", "2001:db8:f::2", "tcp", "8080", b6, "81")
     try:
+        forwards = json.loads(net.ctl("forward", "list", "br0", "-f", "json").stdout)
+        assert kernel_maps(net.lab.node) == expected_maps(forwards)  # the drop set included
+        assert net.elements("fwd_drop_v6") == {"2001:db8:f::2"}
         assert net.talk(net.client, "tcp", L, 8080) == "b"
         assert net.talk(net.client, "tcp", L, 6000) == "b" and net.talk(net.client, "tcp", L, 6001) == "b"
         for port in (7000, 7001, 7002):
@@ -301,6 +304,10 @@ def test_32_parallel_changes_leave_kernel_equal_to_database(net: Net, pods: dict
     want = {f"{f['listen_address']} . tcp . {p['listen_port']} : {p['target_address']} . 80"
             for f in forwards for p in f["ports"]}
     assert net.elements("fwd_v4") == want
+    # every map and drop set (none of these forwards has a default target: each listen address
+    # is in fwd_drop_v4)
+    assert kernel_maps(net.lab.node) == expected_maps(forwards)
+    assert net.elements("fwd_drop_v4") >= set(listed)
     for f in forwards:
         net.ctl("forward", "delete", "br0", f["listen_address"])
-    assert net.elements("fwd_v4") == set()
+    assert kernel_maps(net.lab.node) == expected_maps([])
