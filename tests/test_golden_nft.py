@@ -49,7 +49,8 @@ def apply(ns: str, script: Path) -> None:
 def ruleset(ns: str) -> list[dict[str, Any]]:
     out = nft(ns, "-j", "list", "ruleset")
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["nftables"]
+    items: list[dict[str, Any]] = json.loads(out.stdout)["nftables"]
+    return items
 
 
 def _text(x: Any) -> str:
