@@ -10,11 +10,13 @@ and their (protocol, port) are the same or either takes every port."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from podnet.store import open_store
+from podnet.store import Store, open_store
 from podnet.values import FORWARD, HOSTPORT, Claim, Dnat, PortMapping
 
 ADDR = {4: {"any": "0.0.0.0", "A": "192.0.2.1", "B": "192.0.2.2"},
@@ -77,26 +79,45 @@ def _meet(held: str, held_at: str, asked: str, asked_at: str, same_port: bool) -
     return listens and ports
 
 
+class _Undo(Exception):
+    """Raised at the end of a case: its transaction is rolled back, the store stays empty."""
+
+
+@pytest.fixture(scope="module")
+def matrix_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """One store for the matrix (making a store's schema takes most of a case's time)."""
+    with open_store(str(tmp_path_factory.mktemp("matrix"))) as store:
+        yield store
+
+
+@pytest.fixture
+def store(matrix_store: Store) -> Iterator[Store]:
+    """The matrix's store inside one transaction that is rolled back after the case (a
+    failed assertion rolls it back too): every case starts from an empty store."""
+    with contextlib.suppress(_Undo), matrix_store.write():
+        yield matrix_store
+        raise _Undo
+
+
 @pytest.mark.parametrize(("held", "held_at", "asked", "asked_at", "family"), _cases())
-def test_conflict_matrix(tmp_path: Path, held: str, held_at: str, asked: str, asked_at: str,
+def test_conflict_matrix(store: Store, held: str, held_at: str, asked: str, asked_at: str,
                          family: int) -> None:  # fmt: skip
-    with open_store(str(tmp_path)) as store, store.write():
-        _hold(store, held, held_at, family)
-        holder = [HOLDER[held]]
-        for protocol, port, same in (("tcp", 80, True), ("tcp", 81, False), ("udp", 80, False)):
-            claim = _ask(asked, asked_at, family, protocol, port)
-            got = [(h.kind, h.name) for h in store.pods.claim_holders(claim)]
-            want = holder if _meet(held, held_at, asked, asked_at, same) else []
-            assert got == want, (protocol, port)
-        other = 6 if family == 4 else 4
-        claim = _ask(asked, "any" if asked == "hostport" else "A", other, "tcp", 80)
-        assert store.pods.claim_holders(claim) == [], "another family never meets"
+    _hold(store, held, held_at, family)
+    holder = [HOLDER[held]]
+    for protocol, port, same in (("tcp", 80, True), ("tcp", 81, False), ("udp", 80, False)):
+        claim = _ask(asked, asked_at, family, protocol, port)
+        got = [(h.kind, h.name) for h in store.pods.claim_holders(claim)]
+        want = holder if _meet(held, held_at, asked, asked_at, same) else []
+        assert got == want, (protocol, port)
+    other = 6 if family == 4 else 4
+    claim = _ask(asked, "any" if asked == "hostport" else "A", other, "tcp", 80)
+    assert store.pods.claim_holders(claim) == [], "another family never meets"
 
 
 def test_holders_come_forwards_first_then_hostports_in_order(tmp_path: Path) -> None:
     """Several holders at once: every one that meets, forwards first, then podnet's hostPorts,
     then podnet-portmap's; the choice of kinds leaves the others out."""
-    with open_store(str(tmp_path)) as store, store.write():
+    with open_store(str(tmp_path)) as store, store.write():  # a store of its own
         _hold(store, "portmap", "A", 4)
         _hold(store, "hostport", "any", 4)
         _hold(store, "forward_whole", "A", 4)
