@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import subprocess
 
-from test_ovn_networks import (  # noqa: F401  (cluster: the module's OVN lab fixture)
-    UPLINK,
-    UPLINK6,
-    Cluster,
-    Echo,
-    cluster,
-    plugin,
-    release,
-    tcp,
-    udp,
-)
+import test_ovn_networks
+from test_ovn_networks import UPLINK, UPLINK6, Cluster, Echo, plugin, release, tcp, udp
+
+#: The OVN lab fixture of tests/test_ovn_networks.py: a lab of this module's own.
+cluster = test_ovn_networks.cluster
 
 SINK = "198.51.100.66"
 
