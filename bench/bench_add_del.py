@@ -44,6 +44,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -235,31 +236,44 @@ class Chain:
         """ADD through every plugin, chaining prevResult; returns timings in ms."""
         env = self._env("ADD", rt)
         prev: Any = None
+        cpu = _children_cpu()
         marks = [time.perf_counter_ns()]
         for plugin, path in zip(self.plugins, self.binaries, strict=True):
             out = self._exec(path, env, self._stdin(plugin, prev, rt))
             prev = json.loads(out)
             marks.append(time.perf_counter_ns())
         self.cache[rt["containerID"]] = (rt, prev)
-        return _timings(marks)
+        return _timings(marks, cpu)
 
     def delete(self, container_id: str) -> dict[str, Any]:
         """DEL through the plugins in reverse, each with the cached ADD result as prevResult."""
         rt, cached = self.cache.pop(container_id)
         env = self._env("DEL", rt)
         pairs = list(zip(self.plugins, self.binaries, strict=True))[::-1]
+        cpu = _children_cpu()
         marks = [time.perf_counter_ns()]
         for plugin, path in pairs:
             self._exec(path, env, self._stdin(plugin, cached, rt))
             marks.append(time.perf_counter_ns())
-        return _timings(marks)
+        return _timings(marks, cpu)
 
 
-def _timings(marks: list[int]) -> dict[str, Any]:
+def _children_cpu() -> tuple[float, int]:
+    """User + system seconds and minor page faults of every finished descendant so far (the
+    plugins and the tools they spawned and reaped: ``RUSAGE_CHILDREN``)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime, ru.ru_minflt
+
+
+def _timings(marks: list[int], cpu_before: tuple[float, int]) -> dict[str, Any]:
+    cpu_after = _children_cpu()
     return {
         "ms": (marks[-1] - marks[0]) / 1e6,
         "plugins_ms": [(b - a) / 1e6 for a, b in zip(marks, marks[1:], strict=False)],
         "marks_ns": marks,  # CLOCK_MONOTONIC, for lining up with traces of the plugins
+        # the CPU the call's processes used (less moved by other load than the wall clock)
+        "cpu_ms": (cpu_after[0] - cpu_before[0]) * 1e3,
+        "minflt": cpu_after[1] - cpu_before[1],
     }
 
 
@@ -468,7 +482,12 @@ class Bench:
             purelib = sh(
                 str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"
             ).strip()
-            Path(purelib, "podnet-bench-snapshot.pth").write_text(f"{src}\n")  # fmt: skip
+            # the snapshot first, then the work venv's site-packages: the tree's dependencies
+            # (jiter) as an install of it would have them, not the stdlib fallbacks
+            deps = sh(
+                str(VENV_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+            ).strip()
+            Path(purelib, "podnet-bench-snapshot.pth").write_text(f"{src}\n{deps}\n")
             self.podnet_source = f"commit {git_describe(self.args.commit)}"
         else:
             src, python = REPO / "src", VENV_PYTHON
@@ -580,6 +599,9 @@ class Bench:
                 "side": side, "verb": verb, "pods": level, "n": len(ms),
                 "p50_ms": round(percentile(ms, 50), 2), "p90_ms": round(percentile(ms, 90), 2),
                 "min_ms": round(min(ms), 2), "max_ms": round(max(ms), 2),
+                # CPU time of the call's processes (plugins and their tools): less moved by
+                # the machine's other load than the wall clock
+                "cpu_p50_ms": round(percentile([t["cpu_ms"] for t in timings], 50), 2),
                 "plugins_p50_ms": {name: round(percentile(list(v), 50), 2)
                                    for name, v in zip(names, per_plugin, strict=True)},
                 "plugins_p90_ms": {name: round(percentile(list(v), 90), 2)

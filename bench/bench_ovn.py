@@ -179,13 +179,15 @@ class Run:
         for node in (n1, n2):
             nb = self.lab.nb_unix if node is n1 else self.lab.nb_tcp
             self.ctl(node, "config", "set", "network.ovn.northbound_connection", nb, "--init")
+        self.ctl(n1, "network", "create", UPLINK, "--type=physical",
+                 f"parent={UPLINK_KEYS['parent']}", "--target", n1.name)  # fmt: skip
         self.ctl(
             n1,
             "network",
             "create",
             UPLINK,
             "--type=physical",
-            *[f"{k}={v}" for k, v in UPLINK_KEYS.items()],
+            *[f"{k}={v}" for k, v in UPLINK_KEYS.items() if k != "parent"],
         )
         self.ctl(
             n1,
@@ -200,7 +202,9 @@ class Run:
         bin_dir = self.tmp / "bin"
         bin_dir.mkdir()
         self.plugin = bin_dir / "podnet"
-        self.plugin.write_text(plugin_script("podnet.plugins.podnet:main", None, [self.data["n2"]]))
+        # the node allows its store: in the environment the calls inherit (no node config here)
+        os.environ["PODNET_DATA_DIRS"] = str(self.data["n2"])
+        self.plugin.write_text(plugin_script("podnet.plugins.podnet:main", None))
         self.plugin.chmod(0o755)
         subprocess.run(
             [

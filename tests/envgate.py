@@ -76,7 +76,7 @@ _TOOLS = {
     "conntrack": "conntrack", "podman": "podman", "ctr": "containerd", "containerd": "containerd", "containerd-shim-runc-v2": "containerd",
     "runc": "runc", "lxc": "lxd-client", "strace": "strace", "openssl": "openssl",
     "setpriv": "util-linux", "unshare": "util-linux", "nsenter": "util-linux", "mount": "mount",
-    "sysctl": "procps", "curl": "curl", "setcap": "libcap2-bin",
+    "sysctl": "procps", "curl": "curl", "setcap": "libcap2-bin", "ovsdb-client": "openvswitch-common",
 }  # fmt: skip
 
 REQUIREMENTS: dict[str, Requirement] = {

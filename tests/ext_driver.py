@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from podnet import checked, errors
+from podnet.drivers.base import Driver
 from podnet.drivers.bridge import BridgeDriver
+from podnet.drivers.pods import VethDriver
 from podnet.networks.errors import NetworkError
 
 if TYPE_CHECKING:
@@ -58,3 +60,17 @@ class ExtBridgeDriver(BridgeDriver):
                     host_if: str) -> None:
         if not os.path.exists(f"/sys/class/net/{choice.bridge}/bridge"):
             raise errors.InvalidConfig(f"parent: bridge {choice.bridge} does not exist")
+
+
+class NoPodsDriver(Driver):
+    """A type whose networks hold no pods (like a ``physical`` uplink): every pod verb is the
+    base driver's default."""
+
+    type = "extnopods"
+
+
+class HalfDriver(VethDriver):
+    """A veth driver that never implemented :meth:`choose`: its ADD raises
+    NotImplementedError from inside the verb (after the undo stack is set up)."""
+
+    type = "exthalf"

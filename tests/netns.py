@@ -4,10 +4,13 @@ and a client namespace wired to the node ("another host"). Everything is torn do
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,13 @@ ECHO = str(Path(__file__).resolve().parent / "echo.py")
 #: ``env -i`` pass it themselves (:data:`PLUGIN_ENV`).
 DATA_DIRS = "/tmp/*"
 os.environ["PODNET_DATA_DIRS"] = DATA_DIRS
-PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS}
+#: The node config the tests' plugins and podnetctl read (``PODNET_CONF``): a file in a private
+#: directory of this process that does not exist (the defaults), so no test reads or writes the
+#: machine's /etc/podnet; a test that installs with ``--data-dir`` passes its own.
+NODE_CONF_DIR = tempfile.mkdtemp(prefix="podnet-nodeconf-")
+atexit.register(shutil.rmtree, NODE_CONF_DIR, True)
+os.environ["PODNET_CONF"] = NODE_CONF = os.path.join(NODE_CONF_DIR, "podnet.conf")
+PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS, "PODNET_CONF": NODE_CONF}
 
 #: The echo client's explicit failures (tests/echo.py), as :meth:`Lab.talk` returns them.
 TIMEOUT, REFUSED, UNREACHABLE = "<timeout>", "<refused>", "<unreachable>"

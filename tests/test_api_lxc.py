@@ -326,7 +326,7 @@ def test_08_delete(twin: Twin) -> None:
     twin.both("forward", "create", "br0", "198.51.100.3", f"target_address={B_IP}",
               stdout="Network forward 198.51.100.3 created\n")
     assert twin.talk("tcp", "198.51.100.3", 81) == "b"
-    twin.both("delete", "br0", error="The network is currently in use")
+    twin.both("delete", "br0", error="The network is currently in use by c-a, c-b")
     twin.del_pods()
     twin.both("delete", "br0", stdout="Network br0 deleted\n")  # its forwards go with it
     for node in (twin.lab.node, twin.node_b):

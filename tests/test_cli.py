@@ -167,7 +167,8 @@ def test_net_plugin_not_found(tmp_path: Path) -> None:
 # -- install ------------------------------------------------------------------------------------
 def install(tmp_path: Path, *args: str) -> Any:
     """``podnetctl install`` into ``tmp_path``'s ``bin`` and ``net.d``."""
-    return run("install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "net.d"), *args)
+    return run("install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "net.d"),
+               "--node-conf", str(tmp_path / "podnet.conf"), *args)
 
 
 def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
@@ -197,11 +198,12 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
         ],
     }
     files = [str(bin_dir / name) for name in PLUGINS] + [str(conf_dir / "10-podnet.conflist")]
+    files.append(str(tmp_path / "podnet.conf"))  # the node config: --data-dir is the node's store
     assert out.stdout.split() == [word for f in files for word in ("created", f)]
     again = install(tmp_path, *args)
     assert again.stdout.split()[::2] == ["unchanged"] * len(files)
     changed = install(tmp_path)
-    assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["updated"]
+    assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["updated", "unchanged"]
     assert json.loads((conf_dir / "10-podnet.conflist").read_text())["plugins"][0]["ranges"] == [
         "10.244.2.0/24"
     ]
@@ -326,7 +328,7 @@ def test_ranges_and_pods_json(data_dir: str) -> None:
 def test_state_views_read_only(tmp_path: Path) -> None:
     out = run("pods", "--data-dir", str(tmp_path / "none"))
     assert out.exit_code == 1
-    assert out.stderr.startswith("Error: no podnet state database in ")
+    assert out.stderr.startswith("Error: No podnet database in ")
     assert not (tmp_path / "none").exists()
 
 
@@ -345,6 +347,7 @@ class Node:
             "NETCONFPATH": str(tmp / "net.d"),
             "CNI_PATH": str(tmp / "bin"),
             "PODNETCTL_CACHE_DIR": str(tmp / "cache"),
+            "PODNET_CONF": str(tmp / "podnet.conf"),  # written by install --data-dir below
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         }
         subprocess.run(
@@ -361,6 +364,8 @@ class Node:
                 "fd00:9::/64",
                 "--data-dir",
                 str(tmp / "data"),
+                "--node-conf",
+                str(tmp / "podnet.conf"),
             ],
             check=True,
             capture_output=True,
@@ -451,7 +456,8 @@ def test_net_gc_keeps_cached_attachments_only(lab: Any, tmp_path: Path) -> None:
 
 def test_install_systemd_writes_and_enables_the_restore_unit(tmp_path: Path) -> None:
     args = ["install", "--bin-dir", str(tmp_path / "bin"), "--conf-dir", str(tmp_path / "conf"),
-            "--data-dir", str(tmp_path / "data"), "--systemd", "--unit-dir", str(tmp_path / "units")]
+            "--data-dir", str(tmp_path / "data"), "--systemd", "--unit-dir", str(tmp_path / "units"),
+            "--node-conf", str(tmp_path / "podnet.conf")]
     first = CliRunner().invoke(cli, args)
     assert first.exit_code == 0, first.output
     unit = tmp_path / "units" / "podnet-restore.service"
@@ -463,4 +469,4 @@ def test_install_systemd_writes_and_enables_the_restore_unit(tmp_path: Path) -> 
     link = tmp_path / "units" / "multi-user.target.wants" / "podnet-restore.service"
     assert os.readlink(link) == str(unit)
     again = CliRunner().invoke(cli, args)  # idempotent
-    assert again.exit_code == 0 and "unchanged" in again.output and "created" not in again.output
+    assert again.exit_code == 0 and "unchanged" in again.output and "created" not in again.output, again.output

@@ -11,6 +11,7 @@ import pytest
 
 from podnet.cni import netconf
 from podnet.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CNIError, InvalidConfig
+from podnet.values import PortMappingArg
 
 
 def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:
@@ -20,8 +21,8 @@ def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:
 
 
 def test_port_mapping_arg_repr() -> None:
-    assert repr(netconf.PortMappingArg(8080, 80, "tcp", None)) == "*:8080/tcp->80"
-    assert repr(netconf.PortMappingArg(53, 5353, "udp", ip_address("fd00::1"))) == "fd00::1:53/udp->5353"
+    assert repr(PortMappingArg(8080, 80, "tcp", None)) == "*:8080/tcp->80"
+    assert repr(PortMappingArg(53, 5353, "udp", ip_address("fd00::1"))) == "fd00::1:53/udp->5353"
 
 
 def test_require_version() -> None:

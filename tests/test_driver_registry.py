@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,53 @@ def test_registry_refuses_what_is_not_a_driver(monkeypatch: pytest.MonkeyPatch, 
         drivers.get("x")
     assert err.value.code == 7 and reason in err.value.msg, err.value.msg
     assert drivers.get("ptp").type == "ptp"  # the built-in types are not affected
+
+
+NO_POD_ENV = {"PODNET_DRIVERS": "extnopods=ext_driver:NoPodsDriver,exthalf=ext_driver:HalfDriver",
+              "PYTHONPATH": TESTS}
+OVS_DIRS = ("OVS_RUNDIR", "OVS_DBDIR", "OVN_RUNDIR")
+#: network name → (type, config) of the rows a node's store holds for a conflist naming it
+#: (an uplink and an OVN network as the NB's mirror writes them; the node has no NB here).
+ROWS = {"up9": ("physical", {"parent": "eth9"}),
+        "ov9": ("ovn", {"network": "up9", "ipv4.address": "10.61.0.1/24", "ipv6.address": "none"}),
+        "np9": ("extnopods", {}), "hf9": ("exthalf", {})}
+
+
+@pytest.mark.root
+def test_no_pod_verb_answers_999_for_a_type(lab: Lab, tmp_path: Path) -> None:
+    """A conflist naming a network whose type holds no pods (``physical``, a registered driver
+    that keeps the base defaults), one that needs what the node lacks (``ovn`` without OVS or
+    an NB) or a driver whose verb raises NotImplementedError: ADD, CHECK and STATUS answer 7
+    naming the type (11 naming OVS for ``ovn``), DEL (twice) and GC answer 0 (a runtime
+    retries a failed DEL for ever), nothing answers 999 and nothing is made in the pod."""
+    with open_store(str(tmp_path)) as store, store.write():
+        for name, (k, c) in ROWS.items():
+            store.networks.insert(name, k, "", c)
+    # OVS tools pointed at an empty directory: never this machine's Open vSwitch
+    env = {**NO_POD_ENV, **{k: str(tmp_path / "no-ovs") for k in OVS_DIRS}}
+    for network, (kind, _) in sorted(ROWS.items()):
+        conf = {"cniVersion": "1.1.0", "name": "n", "type": "podnet", "network": network,
+                "dataDir": str(tmp_path)}
+        pod = lab.pod()
+        answers: dict[str, list[tuple[int, Any]]] = {}
+        for verb, extra in (("ADD", {}), ("CHECK", {"prevResult": {"cniVersion": "1.1.0"}}),
+                            ("STATUS", {}), ("DEL", {}), ("DEL", {}),
+                            ("GC", {"cni.dev/valid-attachments": []})):  # fmt: skip
+            rc, out = lab.cni(verb, {**conf, **extra}, container_id=f"c-{network}", netns=pod,
+                              env=env)  # fmt: skip
+            answers.setdefault(verb, []).append((rc, out))
+            assert not (out and out.get("code") == 999), (network, verb, out)
+        add_rc, add = answers["ADD"][0]
+        what = {"physical": "'up9' is of type physical, which holds no pods",
+                "extnopods": "'np9' is of type extnopods, which holds no pods",
+                "exthalf": "type 'exthalf' does not implement ADD",
+                "ovn": "database unreachable"}[kind]  # fmt: skip
+        code = 11 if kind == "ovn" else 7
+        assert add_rc == 1 and add["code"] == code and what in add["msg"], (network, add)
+        assert answers["DEL"] == [(0, None), (0, None)], (network, answers["DEL"])
+        if kind in ("physical", "extnopods"):
+            for verb in ("CHECK", "STATUS"):
+                rc, out = answers[verb][0]
+                assert rc == 1 and out["code"] == 7 and what in out["msg"], (network, verb, out)
+            assert answers["GC"] == [(0, None)], (network, answers["GC"])
+        assert "eth0" not in lab.exec(pod, "ip", "-o", "link", "show").stdout  # nothing made

@@ -157,7 +157,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         lab.outside(lab.nodes[0])
         c = Cluster(lab, tmp_path_factory.mktemp("ovnfaults"))
         n1 = lab.nodes[0]
-        c.ok(n1, "network", "create", "upf", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        c.ok(n1, "network", "create", "upf", "--type=physical", f"parent={UPLINK['parent']}", "--target", "n1")
+        c.ok(n1, "network", "create", "upf", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])
         c.ok(n1, "network", "create", NET, "--type=ovn", "network=upf", "ipv6.address=none")
         yield c
     finally:

@@ -11,6 +11,7 @@ inside the node's namespace with the node's OVS (``OVS_RUNDIR``).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -64,6 +65,14 @@ class Cluster:
     def networks(self, node: Node) -> dict[str, Any]:
         return {n["name"]: n for n in json.loads(self.ok(node, "network", "list", "-f", "json"))}
 
+    def uplink(self, node: Node, name: str, keys: dict[str, str], member: str = "n1") -> None:
+        """Physical network ``name`` made from ``node`` as in an LXD cluster: ``keys``'
+        ``parent`` recorded for ``member`` (``--target``), then the network with the others."""
+        self.ok(node, "network", "create", name, "--type=physical", f"parent={keys['parent']}",
+                "--target", member)  # fmt: skip
+        self.ok(node, "network", "create", name, "--type=physical",
+                *[f"{k}={v}" for k, v in keys.items() if k != "parent"])  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -97,8 +106,7 @@ def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None
     port on the uplink, the HA chassis group of n1, the only chassis mapping the uplink); n1's
     OVS maps the uplink to a bridge holding ext0. Delete removes all of it."""
     n1, n2, n3 = cluster.lab.nodes
-    pairs = [f"{k}={v}" for k, v in UPLINK.items()]
-    cluster.ok(n1, "network", "create", "up0", "--type=physical", *pairs)
+    cluster.uplink(n1, "up0", UPLINK)
     mappings = cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids:ovn-bridge-mappings")
     assert mappings.strip('"').startswith("up0:pnu"), mappings
     bridge = mappings.strip('"').split(":")[1]
@@ -140,7 +148,7 @@ def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> Non
     """Two nodes set different keys of one OVN network at the same time, 10 rounds: every key
     is there afterwards; an If-Match ETag read before another node's change gets 412."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up1", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up1", UPLINK)
     cluster.ok(n1, "network", "create", "ovn1", "--type=ovn", "network=up1", "ipv6.address=none")
     try:
         errors: list[str] = []
@@ -191,7 +199,7 @@ def _etag(network: dict[str, Any]) -> str:
 def test_ovn_network_config_is_checked(cluster: Cluster, extra: list[str], message: str | None) -> None:
     """LXD's rules and messages; a refused create leaves no record and no NB object."""
     n1 = cluster.lab.nodes[0]
-    cluster.ok(n1, "network", "create", "up2", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up2", UPLINK)
     try:
         before = nbctl(cluster, "show")
         out = cluster.ctl(n1, "network", "create", "bad", "--type=ovn", "network=up2", "ipv6.address=none", *extra)
@@ -213,7 +221,7 @@ def test_ovn_network_config_is_checked(cluster: Cluster, extra: list[str], messa
 def test_nat_address_needs_a_routed_uplink(cluster: Cluster) -> None:
     n1 = cluster.lab.nodes[0]
     l2 = {**UPLINK, "ovn.ingress_mode": "l2proxy"}
-    cluster.ok(n1, "network", "create", "up3", "--type=physical", *[f"{k}={v}" for k, v in l2.items()])
+    cluster.uplink(n1, "up3", l2)
     try:
         out = cluster.ctl(n1, "network", "create", "nat3", "--type=ovn", "network=up3",
                           "ipv6.address=none", "ipv4.nat.address=198.51.100.9")  # fmt: skip
@@ -234,7 +242,8 @@ def test_unreachable_northbound_is_a_clean_error(cluster: Cluster) -> None:
             out = cluster.ctl(node, "network", "list")
             assert out.returncode == 1 and conn in out.stderr and "unreachable" in out.stderr, out.stderr
             assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-            out = cluster.ctl(node, "network", "create", "up9", "--type=physical", "parent=ext0")
+            out = cluster.ctl(node, "network", "create", "up9", "--type=physical", "parent=ext0",
+                              "--target", "n1")  # fmt: skip
             assert out.returncode == 1 and conn in out.stderr, out.stderr
     finally:
         cluster.lab.start_nb()
@@ -281,6 +290,9 @@ def test_ssl_northbound_with_a_real_ca(cluster: Cluster, tmp_path: Path) -> None
         while cluster.ctl(n3, "network", "list").returncode != 0 and time.monotonic() < deadline:
             time.sleep(0.2)
         made = cluster.ctl(n3, "network", "create", "up13", "--type=physical", "parent=nosuch0",
+                           "--target", "n1")  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        made = cluster.ctl(n3, "network", "create", "up13", "--type=physical",
                            *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
         assert made.returncode == 0, made.stderr
         assert cluster.networks(n1)["up13"]["config"] == cluster.networks(n3)["up13"]["config"]
@@ -289,7 +301,8 @@ def test_ssl_northbound_with_a_real_ca(cluster: Cluster, tmp_path: Path) -> None
             use(key, cert, ca)
             out = cluster.ctl(n3, "network", "list")
             assert out.returncode == 1 and ssl in out.stderr and len(out.stderr.strip().splitlines()) == 1, (who, out.stderr)
-            out = cluster.ctl(n3, "network", "create", "up14", "--type=physical", "parent=nosuch1")
+            out = cluster.ctl(n3, "network", "create", "up14", "--type=physical", "parent=nosuch1",
+                              "--target", "n1")  # fmt: skip
             assert out.returncode == 1 and ssl in out.stderr, (who, out.stderr)
         assert "up14" not in cluster.networks(n1)
     finally:
@@ -367,7 +380,7 @@ def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
     the outside is seen from the SNAT address (the router's uplink address). CHECK names an
     OVS port that went; restore puts it back. DEL removes ports, veths and rows on each node."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up5", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up5", UPLINK)
     cluster.ok(n1, "network", "create", "ovn5", "--type=ovn", "network=up5", "ipv6.address=none")
     pods = {"a": (n1, f"{cluster.lab.prefix}-pa"), "b": (n2, f"{cluster.lab.prefix}-pb"),
             "c": (n3, f"{cluster.lab.prefix}-pd")}  # fmt: skip
@@ -420,6 +433,40 @@ def test_pods_on_three_nodes_share_one_ovn_network(cluster: Cluster) -> None:
         cluster.ctl(n1, "network", "delete", "up5")
 
 
+def test_used_by_and_delete_name_the_pods_of_every_node(cluster: Cluster) -> None:
+    """An OVN network's ``used_by`` lists its pods on every node (``/1.0/instances/<container
+    ID>``, as a bridge's), alike from each node, and ``network list`` counts them (USED BY);
+    delete is refused naming them; after their DEL ``used_by`` is empty and delete goes. The
+    uplink's ``used_by`` is its OVN network only."""
+    n1, n2, n3 = cluster.lab.nodes
+    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
+    pods = {"ua": (n1, f"{cluster.lab.prefix}-ua"), "ub": (n2, f"{cluster.lab.prefix}-ub")}
+    try:
+        for k, (node, ns) in pods.items():
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            plugin(cluster, node, "ADD", f"c-{k}", ns, "ovn6")
+        for node in (n1, n2, n3):
+            nets = cluster.networks(node)
+            assert nets["ovn6"]["used_by"] == ["/1.0/instances/c-ua", "/1.0/instances/c-ub"], node.name
+            assert nets["up6"]["used_by"] == ["/1.0/networks/ovn6"], node.name
+        rows = [r.split(",") for r in cluster.ok(n3, "network", "list", "-f", "csv").splitlines()]
+        assert [r[6] for r in rows if r[0] == "ovn6"] == ["2"], rows
+        refused = cluster.ctl(n3, "network", "delete", "ovn6")
+        assert (refused.returncode, refused.stderr) == (
+            1, "Error: The network is currently in use by c-ua, c-ub\n"), refused
+        for k, (node, ns) in pods.items():
+            plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn6")
+        assert cluster.networks(n2)["ovn6"]["used_by"] == []
+        cluster.ok(n3, "network", "delete", "ovn6")
+    finally:
+        for k, (node, ns) in pods.items():
+            run_plugin(cluster, node, "DEL", f"c-{k}", ns, "ovn6")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        cluster.ctl(n1, "network", "delete", "ovn6")
+        cluster.ctl(n1, "network", "delete", "up6")
+
+
 def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
     """``ipv4.nat.address`` (seed 004's OVN feature): pods on n2 and n3 reaching an outside
     server over TCP and UDP are seen from that address, not the router's. It can be changed in
@@ -428,7 +475,7 @@ def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
     the SNAT rule."""
     n1, n2, n3 = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
-    cluster.ok(n1, "network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up9", UPLINK)
     cluster.ok(n2, "network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none",
                "ipv4.nat.address=198.51.100.77")  # fmt: skip
     router = cluster.networks(n3)["ovn9"]["config"]["volatile.network.ipv4.address"]
@@ -477,7 +524,7 @@ def test_add_trusts_the_mirror_only_while_the_nb_holds_it(cluster: Cluster) -> N
     n1, n2, _ = cluster.lab.nodes
     nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
     ns = f"{cluster.lab.prefix}-mi"
-    cluster.ok(n1, "network", "create", "up11", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up11", UPLINK)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         cluster.ok(n1, "network", "create", "ovm", "--type=ovn", "network=up11", "ipv4.address=10.201.1.1/24",
@@ -528,7 +575,7 @@ def test_del_with_the_nb_down_then_gc(cluster: Cluster) -> None:
     from podnet.ovn.ports import delete_spares
 
     n1 = cluster.lab.nodes[0]
-    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up6", UPLINK)
     cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
     ns = f"{cluster.lab.prefix}-pc"
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -591,7 +638,7 @@ def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
     Deleting the network removes its forwards and load balancers."""
     n1, n2, n3 = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
-    cluster.ok(n1, "network", "create", "up7", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up7", UPLINK)
     cluster.ok(n1, "network", "create", "ovn7", "--type=ovn", "network=up7", "ipv6.address=none")
     router = cluster.networks(n1)["ovn7"]["config"]["volatile.network.ipv4.address"]
     subprocess.run(["ip", "-n", out, "route", "replace", "198.51.100.0/24", "via", router], check=True)
@@ -666,7 +713,7 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
     n1, n2, n3 = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
     subprocess.run(["ip", "-n", out, "addr", "add", "2001:db8:ff::254/64", "dev", "gw0", "nodad"], check=True)
-    cluster.ok(n1, "network", "create", "up10", "--type=physical", *[f"{k}={v}" for k, v in UPLINK6.items()])
+    cluster.uplink(n1, "up10", UPLINK6)
     cluster.ok(n1, "network", "create", "ovn10", "--type=ovn", "network=up10")
     router6 = cluster.networks(n2)["ovn10"]["config"]["volatile.network.ipv6.address"]
     assert router6.startswith("2001:db8:ff::1"), router6
@@ -738,7 +785,7 @@ def test_l2proxy_ingress_answers_for_forwards_on_the_uplink(cluster: Cluster) ->
                 "whole v6": tcp(out, "2001:db8:e5::7", 8080), "port v6": tcp(out, "2001:db8:e5::8", 80)}  # fmt: skip
 
     try:
-        cluster.ok(n1, "network", "create", "up15", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
+        cluster.uplink(n1, "up15", keys)
         cluster.ok(n1, "network", "create", "ovn15", "--type=ovn", "network=up15")
         ip: dict[str, dict[int, str]] = {}
         for k, (node, ns) in pods.items():
@@ -808,7 +855,7 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
         assert bad.returncode == 1 and "in use (OVN network ovb)" in bad.stderr, bad.stderr
         assert f"brup:{bridge_name('brup')}" in cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
         assert cluster.networks(n2)["ovb"]["config"]["volatile.network.ipv4.address"] == "100.64.10.10"
-        cluster.ok(n1, "network", "create", "up7", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        cluster.uplink(n1, "up7", UPLINK)
         try:
             bad = cluster.ctl(n2, "network", "create", "up7", "ipv4.address=100.64.12.1/24", "ipv6.address=none",
                               "ipv4.ovn.ranges=100.64.12.10-100.64.12.19")  # fmt: skip
@@ -867,7 +914,7 @@ def test_every_node_adds_at_once_dual_stack(cluster: Cluster) -> None:
     for the whole cluster); a pod on n1 reaches one on n2 over IPv6 TCP. All DELs leave no
     port."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up8", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up8", UPLINK)
     cluster.ok(n1, "network", "create", "ovn8", "--type=ovn", "network=up8")
     pods = [(node, f"{cluster.lab.prefix}-d{node.name}{i}", f"d-{node.name}-{i}")
             for node in (n1, n2) for i in range(8)]  # fmt: skip
@@ -940,8 +987,18 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return lxc(server.data, conf, *args)
 
-        out = run("network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        out = run("network", "create", "up9", "--type=physical", "parent=ext0", "--target", "n1")
+        assert out.returncode == 0 and "Network up9 pending on member n1" in out.stdout, out.stderr
+        out = run("network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])
         assert out.returncode == 0 and "Network up9 created" in out.stdout, out.stderr
+        out = run("network", "get", "up9", "parent", "--target", "n1")
+        assert out.returncode == 0 and out.stdout.strip() == "ext0", (out.stdout, out.stderr)
+        out = run("network", "set", "up9", "parent=ext0", "user.k=v", "--target", "n1")
+        assert out.returncode == 1 and 'Config key "user.k" may not be used as member-specific key' in out.stderr
+        out = run("network", "set", "up9", "parent=ext0", "--target", "n1")  # GET and PUT ?target=, If-Match
+        assert out.returncode == 0, out.stderr
+        shown = yaml_load(run("network", "show", "up9").stdout)
+        assert "parent" not in shown["config"] and shown["locations"] == ["n1"], shown
         out = run("network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none")
         assert out.returncode == 0, out.stderr
         out = run("network", "forward", "create", "ovn9", "198.51.100.40", "target_address=10.1.1.1")
@@ -985,7 +1042,7 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
     from podnet.ovn.ovsdb import Ovsdb, omap
 
     n1, n2, _ = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up11", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up11", UPLINK)
     cluster.ok(n1, "network", "create", "ovn11", "--type=ovn", "network=up11", "ipv6.address=none")
     nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
     pad = "x" * 1000
@@ -1022,7 +1079,7 @@ def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
     from podnet.link.names import host_ifname
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up12", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up12", UPLINK)
     cluster.ok(n1, "network", "create", "ovn12", "--type=ovn", "network=up12", "ipv6.address=none")
     subnet = cluster.networks(n2)["ovn12"]["config"]["ipv4.address"].rsplit(".", 1)[0] + "."
     ns = {k: f"{cluster.lab.prefix}-h{k}" for k in "ab"}
@@ -1086,7 +1143,7 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         out = run_plugin(cluster, n2, "ADD", "ev-1", ns, "evb")
         assert out.returncode == 1 and '"code": 7' in out.stdout, out.stdout
         assert "evb" not in subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
-        cluster.ok(n1, "network", "create", "upx", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+        cluster.uplink(n1, "upx", UPLINK)
         bad = cluster.ctl(n1, "network", "create", "xy", "--type=ovn", "network=upx", "ipv6.address=none")
         assert bad.returncode == 1 and "pn-xy-lr" in bad.stderr and "not made by podnet" in bad.stderr, bad.stderr
         assert "xy" not in cluster.networks(n1)
@@ -1104,8 +1161,7 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings},adm:br-int"')
         cluster.lab.run(n1.netns, "ip", "link", "add", "vadm0", "type", "veth", "peer", "name", "vadm1")
         try:  # a free parent (ext0 is upx's), so that the mapping is what refuses
-            keys = {**UPLINK, "parent": "vadm0"}
-            bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", *[f"{k}={v}" for k, v in keys.items()])
+            bad = cluster.ctl(n1, "network", "create", "adm", "--type=physical", "parent=vadm0", "--target", "n1")
             assert bad.returncode == 1 and "already mapped to bridge br-int" in bad.stderr, bad.stderr
             assert "vadm0" not in cluster.lab.vsctl(n1, "list-ports", "br-int")
             assert "adm:br-int" in cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings")
@@ -1113,7 +1169,7 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
             cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings}"')
             cluster.lab.run(n1.netns, "ip", "link", "del", "vadm0", check=False)
         bad = cluster.ctl(n2, "network", "set", "upx", "parent=eth0")
-        assert bad.returncode == 1 and 'Changing "parent"' in bad.stderr, bad.stderr
+        assert bad.returncode == 1 and 'Config key "parent" is cluster member specific' in bad.stderr, bad.stderr
         made = cluster.ctl(n2, "network", "forward", "create", "ovx", "0.0.0.0")
         assert made.returncode == 0, made.stderr
     finally:
@@ -1177,7 +1233,7 @@ def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
 
         routes = routes_now()
         for parent, why in cases.items():
-            out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", f"parent={parent}")
+            out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", f"parent={parent}", "--target", "n1")
             assert out.returncode == 1 and f'Parent interface "{parent}" {why}' in out.stderr, (parent, out.stderr)
             assert "upx" not in cluster.networks(n1)
             assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
@@ -1212,7 +1268,7 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
     from podnet.ovn.ports import SPARES, port_name
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up16", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up16", UPLINK)
     cluster.ok(n1, "network", "create", "ovsp", "--type=ovn", "network=up16", "ipv4.address=10.202.1.1/29",
                "ipv6.address=none")  # fmt: skip
     names = [f"{cluster.lab.prefix}-s{i}" for i in range(7)]
@@ -1313,7 +1369,7 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
 
     n1, n2, n3 = cluster.lab.nodes
     lab = cluster.lab
-    cluster.ok(n1, "network", "create", "up17", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up17", UPLINK)
     cluster.ok(n1, "network", "create", "ovgc", "--type=ovn", "network=up17", "ipv6.address=none")
     names = [f"{lab.prefix}-g{i}" for i in range(3)]
     stopped: list[Node] = []
@@ -1414,7 +1470,7 @@ def test_a_full_subnet_takes_the_spares_addresses_for_the_management_port(cluste
     from podnet.ovn.ports import SPARES
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up17", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up17", UPLINK)
     cluster.ok(n1, "network", "create", "ovsq", "--type=ovn", "network=up17", "ipv4.address=10.202.2.1/29",
                "ipv6.address=none")  # fmt: skip
     names = [f"{cluster.lab.prefix}-q{i}" for i in range(4)]
@@ -1460,7 +1516,7 @@ def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster)
     from podnet.ovn.ports import SPARES
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up18", "--type=physical", *[f"{k}={v}" for k, v in UPLINK6.items()])
+    cluster.uplink(n1, "up18", UPLINK6)
     made: list[tuple[Node, str, str, str]] = []
     spaces: list[str] = []
 
@@ -1540,3 +1596,244 @@ def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster)
         for network in ("ovsw", "ovsx", "ovsy"):
             cluster.ctl(n1, "network", "delete", network)
         cluster.ctl(n1, "network", "delete", "up18")
+
+
+# -- a physical network's parent is each member's own (LXD's clustered network creation) ------
+
+
+def _mapping(cluster: Cluster, node: Node, network: str) -> str | None:
+    """The OVS bridge ``node`` maps OVN physical network ``network`` to (None: unmapped)."""
+    ids = cluster.lab.vsctl(node, "get", "Open_vSwitch", ".", "external_ids")
+    found = re.search(r'ovn-bridge-mappings="?([^",}]*(?:,[^",}]*)*)"?', ids)
+    for item in (found.group(1).split(",") if found else []):
+        physnet, _, bridge = item.partition(":")
+        if physnet == network:
+            return bridge
+    return None
+
+
+def _link(cluster: Cluster, node: Node, ifname: str) -> dict[str, Any]:
+    """``ip -j link show dev ifname`` in ``node``'s namespace."""
+    out = cluster.lab.run(node.netns, "ip", "-j", "-d", "link", "show", "dev", ifname).stdout
+    return dict(json.loads(out)[0])
+
+
+def _in_ovs(cluster: Cluster, node: Node, ifname: str) -> str:
+    """The OVS bridge holding port ``ifname`` on ``node`` ("" none)."""
+    out = cluster.lab.run(node.netns, "ovs-vsctl", "--timeout=10", "port-to-br", ifname,
+                          env=node.env, check=False)  # fmt: skip
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _dummies(cluster: Cluster, node: Node, *names: str) -> None:
+    """Free interfaces ``names`` on ``node``: no address, no route, up (what a NIC is before
+    networking configures it, or one it leaves alone): veths with peers ``<name>p``, up too."""
+    for name in names:
+        cluster.lab.run(node.netns, "ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p")
+        cluster.lab.run(node.netns, "ip", "link", "set", f"{name}p", "up")
+        cluster.lab.run(node.netns, "ip", "link", "set", name, "up")
+
+
+def test_physical_network_is_pending_until_created_without_target(cluster: Cluster) -> None:
+    """LXD's clustered creation, its messages and statuses: a physical network without a
+    member's parent is refused ("Network not pending on any node (use --target <node>
+    first)"); ``--target`` takes only a member's own keys, of a member OVN knows, once per
+    member; the network is Pending (listed, not attached anywhere, not usable as an uplink,
+    its global config not settable) until it is created without ``--target``, which refuses
+    ``parent``; then it is Created, with the members that have a parent as its locations."""
+    n1, n2, n3 = cluster.lab.nodes
+    keys = [f"{k}={v}" for k, v in UPLINK.items() if k != "parent"]
+
+    def refused(node: Node, *args: str) -> str:
+        out = cluster.ctl(node, "network", *args)
+        assert out.returncode == 1, (args, out.stdout)
+        return out.stderr.strip()
+
+    try:
+        assert refused(n1, "create", "upp", "--type=physical", *keys) == \
+            "Error: Network not pending on any node (use --target <node> first)"
+        assert refused(n1, "create", "upp", "--type=physical", "parent=ext0", "ipv4.gateway=203.0.113.254/24",
+                       "--target", "n1") == 'Error: Config key "ipv4.gateway" may not be used as member-specific key'
+        assert refused(n1, "create", "upp", "--type=physical", "parent=ext0", "--target", "nosuch") == \
+            'Error: Member "nosuch" not found'
+        assert refused(n1, "create", "upo", "--type=ovn", "network=up0", "--target", "n1") == \
+            'Error: Network type "ovn" does not support member specific config'
+        assert refused(n1, "create", "upp", "--type=physical", "parent=nosuch0", "--target", "n1") == \
+            'Error: Parent interface "nosuch0" not found on member "n1"'
+        assert "upp" not in cluster.networks(n2)
+        out = cluster.ok(n1, "network", "create", "upp", "--type=physical", "parent=ext0", "--target", "n1")
+        assert out.strip() == "Network upp pending on member n1"
+        assert refused(n2, "create", "upp", "--type=physical", "parent=ext0", "--target", "n1") == \
+            'Error: The network is already defined on member "n1"'
+        cluster.ok(n2, "network", "create", "upp", "--type=physical", "parent=eth7", "--target", "n3")
+        listed = cluster.networks(n2)["upp"]
+        assert (listed["status"], listed["locations"], listed["config"]) == ("Pending", ["n1", "n3"], {}), listed
+        assert "upp,physical,YES,,,,0,PENDING" in cluster.ok(n3, "network", "list", "-f", "csv")
+        assert _mapping(cluster, n1, "upp") is None and _in_ovs(cluster, n1, "ext0") == ""
+        assert refused(n1, "set", "upp", "user.a=b") == \
+            "Error: Cannot update network global config when not in created state"
+        assert "not found" in refused(n1, "create", "ovp", "--type=ovn", "network=upp", "ipv6.address=none")
+        assert refused(n1, "create", "upp", "--type=physical", "parent=ext0", *keys) == \
+            'Error: Config key "parent" is cluster member specific'
+        assert refused(n1, "create", "upp", "--type=ovn", "network=up0") == \
+            'Error: Requested network type "ovn" does not match type in existing database record "physical"'
+        assert "upp" not in cluster.ok(n2, "network", "restore")  # pending: nothing anywhere
+        assert cluster.ok(n1, "network", "create", "upp", "--type=physical", *keys).strip() == "Network upp created"
+        shown = yaml_load(cluster.ok(n2, "network", "show", "upp"))
+        assert shown["status"] == "Created" and shown["locations"] == ["n1", "n3"], shown
+        assert "parent" not in shown["config"] and shown["config"]["ipv4.gateway"] == "203.0.113.254/24", shown
+        assert yaml_load(cluster.ok(n2, "network", "show", "upp", "--target", "n3"))["config"]["parent"] == "eth7"
+        assert cluster.ok(n3, "network", "get", "upp", "parent", "--target", "n1").strip() == "ext0"
+        assert _mapping(cluster, n1, "upp") is not None and _in_ovs(cluster, n1, "ext0") == _mapping(cluster, n1, "upp")
+        assert refused(n1, "create", "upp", "--type=physical", "parent=ext1", "--target", "n2") == \
+            "Error: Network is not in pending state"
+        assert refused(n2, "set", "upp", "parent=ext1") == 'Error: Config key "parent" is cluster member specific'
+        assert refused(n2, "set", "upp", "user.a=b", "--target", "n2") == \
+            'Error: Config key "user.a" may not be used as member-specific key'
+    finally:
+        cluster.ctl(n1, "network", "delete", "upp")
+    assert _mapping(cluster, n1, "upp") is None and _in_ovs(cluster, n1, "ext0") == ""
+
+
+def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
+    """n1's parent is ext0, n2's is upl2; n2 and n3 also have a free interface named ext0 (no
+    address, no route, up: a NIC at boot), and n3 has no parent recorded. Restore on n2 puts
+    only upl2 into the uplink's bridge, and on n3 nothing (no bridge, no mapping): no ext0 but
+    n1's is touched. ``network show --target`` shows each member's parent and status.
+    ``network set … parent=X --target`` changes one member's parent: from the node itself at
+    once, from another node at that node's next restore (the old parent leaves the bridge);
+    ``unset`` leaves the member without a parent and its node detaches. A parent recorded for
+    a node that lacks it is named by that node's restore (exit 1) and by ``show --target``
+    (Unavailable), and is refused when the node sets it for itself."""
+    n1, n2, n3 = cluster.lab.nodes
+    _dummies(cluster, n2, "ext0", "upl2", "upl3")
+    _dummies(cluster, n3, "ext0", "upl2")
+    try:
+        cluster.ok(n2, "network", "create", "upq", "--type=physical", "parent=upl2", "--target", "n2")
+        cluster.uplink(n1, "upq", UPLINK)
+        bridge1 = _mapping(cluster, n1, "upq")
+        assert bridge1 and _in_ovs(cluster, n1, "ext0") == bridge1
+        assert _mapping(cluster, n2, "upq") is None  # n2 attaches at its restore
+        assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
+        done = cluster.ok(n2, "network", "restore")
+        bridge2 = _mapping(cluster, n2, "upq")
+        assert bridge2 and f"uplink upq: upl2 in OVS bridge {bridge2}, mapped for OVN" in done, done
+        assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl2"]
+        cluster.ok(n3, "network", "restore")
+        assert _mapping(cluster, n3, "upq") is None and "pnu" not in cluster.lab.vsctl(n3, "list-br")
+        for node in (n2, n3):  # a free NIC that is another node's parent's namesake: untouched
+            link = _link(cluster, node, "ext0")
+            assert _in_ovs(cluster, node, "ext0") == "" and "master" not in link, (node.name, link)
+        assert _in_ovs(cluster, n3, "upl2") == ""
+        seen = {m: yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", m)) for m in ("n1", "n2", "n3")}
+        assert [seen[m]["config"].get("parent") for m in ("n1", "n2", "n3")] == ["ext0", "upl2", None]
+        assert [seen[m]["status"] for m in ("n1", "n2", "n3")] == ["Created", "Created", "Unavailable"], seen
+        assert yaml_load(cluster.ok(n2, "network", "show", "upq"))["locations"] == ["n1", "n2"]
+        # n2's parent changed from n1: n2 applies it at its next restore
+        shown = cluster.ctl(n1, "network", "show", "upq", "--target", "n2")
+        cluster.ok(n1, "network", "set", "upq", "parent=upl3", "--target", "n2")
+        assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
+        assert shown.returncode == 0
+        cluster.ok(n2, "network", "restore")
+        assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl3"]
+        assert _in_ovs(cluster, n2, "upl2") == ""
+        # from n2 itself: at once, and unset detaches
+        cluster.ok(n2, "network", "set", "upq", "parent=upl2", "--target", "n2")
+        assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl2"]
+        cluster.ok(n2, "network", "unset", "upq", "parent", "--target", "n2")
+        assert _mapping(cluster, n2, "upq") is None and _in_ovs(cluster, n2, "upl2") == ""
+        assert yaml_load(cluster.ok(n1, "network", "show", "upq"))["locations"] == ["n1"]
+        # a parent the node lacks: refused by the node itself, named by its restore and show
+        bad = cluster.ctl(n3, "network", "set", "upq", "parent=nosuch3", "--target", "n3")
+        assert bad.returncode == 1 and 'Parent interface "nosuch3" not found on member "n3"' in bad.stderr, bad.stderr
+        cluster.ok(n1, "network", "set", "upq", "parent=nosuch3", "--target", "n3")
+        out = cluster.ctl(n3, "network", "restore")
+        assert out.returncode == 1, out.stdout
+        assert 'network upq: Parent interface "nosuch3" recorded for member "n3" does not exist on this node' \
+            in out.stderr, out.stderr
+        assert yaml_load(cluster.ok(n3, "network", "show", "upq", "--target", "n3"))["status"] == "Unavailable"
+        assert _mapping(cluster, n3, "upq") is None
+        cluster.ok(n1, "network", "unset", "upq", "parent", "--target", "n3")
+        cluster.ok(n3, "network", "restore")
+        assert _in_ovs(cluster, n1, "ext0") == bridge1  # n1's side never moved
+    finally:
+        cluster.ctl(n1, "network", "delete", "upq")
+        for node in (n2, n3):
+            cluster.ctl(node, "network", "restore")
+        for node, names in ((n2, ("ext0", "upl2", "upl3")), (n3, ("ext0", "upl2"))):
+            for name in names:
+                cluster.lab.run(node.netns, "ip", "link", "del", name, check=False)
+    assert _mapping(cluster, n2, "upq") is None and _mapping(cluster, n1, "upq") is None
+
+
+def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> None:
+    """At boot a NIC is down until networking brings it up (and may give it addresses then):
+    ``network restore`` does not attach a parent that is administratively down, nor one that
+    is up without a carrier (operational state LOWERLAYERDOWN): it exits 1 naming the parent
+    and its state, and attaches nothing; run again once the parent is up, it attaches it. A
+    parent already in the uplink's bridge stays there whatever its state."""
+    n1, n2, _ = cluster.lab.nodes
+    lab = cluster.lab
+    lab.run(n2.netns, "ip", "link", "add", "upd0", "type", "veth", "peer", "name", "upd1")
+    try:
+        cluster.ok(n1, "network", "create", "upr", "--type=physical", "parent=upd0", "--target", "n2")
+        cluster.ok(n1, "network", "create", "upr", "--type=physical",
+                   *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+        out = cluster.ctl(n2, "network", "restore")
+        assert out.returncode == 1 and 'Parent interface "upd0" is not up yet (administratively down): ' \
+            'not attached; run "podnetctl network restore" again once it is up' in out.stderr, out.stderr
+        assert _in_ovs(cluster, n2, "upd0") == "" and _mapping(cluster, n2, "upr") is None
+        assert "UP" not in _link(cluster, n2, "upd0")["flags"]  # restore did not bring it up either
+        lab.run(n2.netns, "ip", "link", "set", "upd0", "up")  # its peer is down: no carrier
+        out = cluster.ctl(n2, "network", "restore")
+        assert out.returncode == 1 and '"upd0" is not up yet (operational state LOWERLAYERDOWN)' in out.stderr, out.stderr
+        assert _in_ovs(cluster, n2, "upd0") == ""
+        lab.run(n2.netns, "ip", "link", "set", "upd1", "up")
+        done = cluster.ok(n2, "network", "restore")
+        bridge = _mapping(cluster, n2, "upr")
+        assert bridge and _in_ovs(cluster, n2, "upd0") == bridge, done
+        lab.run(n2.netns, "ip", "link", "set", "upd1", "down")  # attached: kept, not re-judged
+        cluster.ok(n2, "network", "restore")
+        assert _in_ovs(cluster, n2, "upd0") == bridge
+    finally:
+        cluster.ctl(n1, "network", "delete", "upr")
+        cluster.ctl(n2, "network", "restore")
+        lab.run(n2.netns, "ip", "link", "del", "upd0", check=False)
+    assert _mapping(cluster, n2, "upr") is None
+
+
+def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None:
+    """A record with one ``parent`` for the whole cluster (as an earlier podnet wrote it, or
+    any NB writer): restore on a node with a free NIC of that name (no address, no route, up:
+    every NIC at boot) leaves it alone and says so, on every node; the first ``network set
+    parent=… --target`` replaces it with that member's own, which only that node attaches."""
+    from podnet.ovn import nb as nbmod
+    from podnet.ovn.ovsdb import Ovsdb, omap
+
+    n1, n2, _ = cluster.lab.nodes
+    nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+    record = nbmod.Record("physical", "", {**UPLINK, "parent": "ext0"})
+    key = f"{nbmod.PREFIX}upl"
+    _dummies(cluster, n2, "ext0")
+    nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                  "mutations": [["external_ids", "insert", omap({key: record.dumps()})]]}])  # fmt: skip
+    try:
+        for node in (n2, n1):
+            done = cluster.ok(node, "network", "restore")
+            assert f'uplink upl: "parent" is recorded for every node, not per member: nothing changed here; ' \
+                f"record this node's with: network set upl parent=<interface> --target {node.name}" in done, done
+            assert _in_ovs(cluster, node, "ext0") == "" and _mapping(cluster, node, "upl") is None, node.name
+        assert "master" not in _link(cluster, n2, "ext0")
+        cluster.ok(n1, "network", "set", "upl", "parent=ext0", "--target", "n1")
+        assert _in_ovs(cluster, n1, "ext0") == _mapping(cluster, n1, "upl") != None  # noqa: E711
+        shown = yaml_load(cluster.ok(n2, "network", "show", "upl"))
+        assert shown["locations"] == ["n1"] and "parent" not in shown["config"], shown
+        assert "uplink upl:" not in cluster.ok(n2, "network", "restore")
+        assert _in_ovs(cluster, n2, "ext0") == "" and _mapping(cluster, n2, "upl") is None
+    finally:
+        cluster.ctl(n1, "network", "delete", "upl")
+        nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
+                      "mutations": [["external_ids", "delete", ["set", [key]]]]}])  # fmt: skip
+        for node in (n1, n2):
+            cluster.ctl(node, "network", "restore")
+        cluster.lab.run(n2.netns, "ip", "link", "del", "ext0", check=False)

@@ -178,3 +178,53 @@ def test_default_mtu_is_the_default_route_links(lab: Lab, tmp_path: Path, uplink
     assert f" mtu {uplink_mtu} " in shown, shown
     rc, _ = lab.cni("DEL", netconf(tmp_path, "1.1.0", RANGES["v4"]), container_id="mtu", netns=pod)
     assert rc == 0
+
+
+#: Prepended to the plugin's own ``main()`` line: the podnet modules loaded when DEL gives ``ip``
+#: its ``link del`` are written to the file named by PODNET_TEST_FEED_LOG.
+_FEED_PROBE = """import os as _os
+from podnet import proc as _proc
+_feed = _proc.Spawned.feed
+def _probe(self, data):
+    if data.startswith(b"link del "):
+        loaded = sorted(m for m in sys.modules if m == "podnet" or m.startswith("podnet."))
+        with open(_os.environ["PODNET_TEST_FEED_LOG"], "w") as f:
+            f.write("\\n".join(loaded))
+    _feed(self, data)
+_proc.Spawned.feed = _probe
+"""
+
+
+def test_del_starts_the_veth_deletion_before_the_hostport_modules(lab: Lab, tmp_path: Path) -> None:
+    """DEL's wall time is what it does before ``ip`` gets ``link del``: the deletion's RCU grace
+    period then hides the rest (nft, the COMMIT). So the modules for the hostPort elements
+    (``podnet.reconcile``, ``podnet.firewall.*``, ``podnet.values``) load only after the
+    deletion started, and what this DEL never uses (ADD's ``podnet.undo`` and
+    ``podnet.link.sysctl``, the store's networks without a ``network`` in the conflist) not at
+    all before it; the DEL still removes the veth, the row and the map element."""
+    from podnet.runtime.installer import plugin_script
+
+    data, log = tmp_path / "data", tmp_path / "feed.log"
+    text = plugin_script("podnet.plugins.podnet:main")  # as podnetctl install writes it
+    head, main_line = text.rsplit("from podnet.plugins.podnet import main", 1)
+    probed = tmp_path / "podnet-probed"
+    probed.write_text(head + _FEED_PROBE + "from podnet.plugins.podnet import main" + main_line)
+    probed.chmod(0o755)
+    pod = lab.pod()
+    conf = netconf(data, ranges=RANGES["v4"],
+                   mappings=[{"hostPort": 18090, "containerPort": 80, "protocol": "tcp"}])
+    rc, res = lab.cni("ADD", conf, container_id="pod-probe", netns=pod)
+    assert rc == 0, res
+    assert host_veths(lab) and "18090" in map_elements(lab)
+
+    rc, out = lab.cni("DEL", conf, container_id="pod-probe", netns=pod, plugin=str(probed),
+                      env={"PODNET_TEST_FEED_LOG": str(log)})
+    assert rc == 0 and out is None, out
+    loaded = set(log.read_text().split())
+    assert {"podnet.store.db", "podnet.link.veth"} <= loaded  # the probe saw the real feed
+    early = sorted(m for m in loaded if m in ("podnet.reconcile", "podnet.values", "podnet.undo",
+                                              "podnet.link.sysctl", "podnet.store.networks")
+                   or m.startswith("podnet.firewall"))
+    assert early == [], f"loaded before the veth deletion started: {early}"
+    assert host_veths(lab) == [] and db_rows(data, "pods") == []
+    assert db_rows(data, "portmap_entries") == [] and "18090" not in map_elements(lab)

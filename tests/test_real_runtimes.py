@@ -17,6 +17,7 @@ prints the calls it observed (``pytest -rP`` shows them). Skips only when a bina
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -31,11 +32,14 @@ from envgate import need
 from netns import NODE_ADDR4, Lab
 from runtimes import (
     IMAGE_NAME,
+    PODNETCTL,
+    VENV_PYTHON,
     CniSetup,
     Containerd,
     Podman,
     assert_clean,
     fetch,
+    in_netns,
     kill_pids,
     leftover_state,
     oci_image_tar,
@@ -291,8 +295,9 @@ def test_containerd_ctr_run_cni(lab: Lab, containerd: Containerd, workdir: Path)
 def test_containerd_detached_sends_no_del(lab: Lab, containerd: Containerd) -> None:
     """``ctr run -d --cni``: ADD, reachable; task kill + task rm + container rm send no DEL
     (containerd 1.6's ctr never does for -d). The kernel removes the veth with the pod's netns,
-    but the address stays allocated until a DEL — sent here as ctr's foreground path would
-    (empty CNI_NETNS, the cached result as prevResult), after the netns is gone."""
+    but the address stays allocated until a DEL — sent here as the README says, with
+    ``podnetctl net del <network> --container-id <id>`` (empty CNI_NETNS, the cached result as
+    prevResult), after the netns is gone."""
     cni, node = containerd.cni, lab.node
     cid = "webd"
     containerd.ctr("run", "--cni", "-d", *ctr_run_opts(containerd), IMAGE_NAME, cid, *HTTPD,
@@ -320,26 +325,152 @@ def test_containerd_detached_sends_no_del(lab: Lab, containerd: Containerd) -> N
     left = leftover_state(node, cni.data_dir)
     assert [row[0] for row in left["pods"]] == [add["env"]["CNI_CONTAINERID"]], left
 
-    # The DEL ctr's foreground path sends, from the cached attachment (FIELD-NOTES §4).
-    cached = json.loads(cache.read_text())
-    conf = dict(
-        cni.conflist["plugins"][0],
-        cniVersion=cni.conflist["cniVersion"],
-        name=cni.network,
-        prevResult=cached["result"],
-    )
-    rc, out = lab.cni(
-        "DEL",
-        conf,
-        container_id=add["env"]["CNI_CONTAINERID"],
-        netns=None,
-        plugin=str(cni.bin_dir / "podnet"),
-        env={"CNI_PATH": "/opt/cni/bin:/usr/lib/cni", "CNI_ARGS": ""},
-    )
-    assert rc == 0 and out is None, (
-        f"DEL after the netns was gone: exit {rc}, {out}\n{cni.describe_calls()}"
-    )
+    # The README's clean-up: podnetctl net del --container-id, as ctr sees the node (its conf
+    # dir, bin dir and result cache: the mount namespace ctr runs in), from the cached result.
+    argv = containerd.argv("net", "del", cni.network, "--container-id",
+                           add["env"]["CNI_CONTAINERID"], "--cni-path", "/usr/lib/cni", cni=True)
+    ctr_at = argv.index("ctr")
+    argv[ctr_at:ctr_at + 5] = [PODNETCTL]  # the same wrapper around podnetctl instead of ctr
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{done.stderr}\n{cni.describe_calls()}"
+    dels = cni.calls("DEL")
+    assert len(dels) == 1 and dels[0]["env"]["CNI_NETNS"] == "", cni.describe_calls()
+    assert json.loads(dels[0]["stdin"])["prevResult"], dels[0]["stdin"]
     assert_clean(node, cni.data_dir, cni.describe_calls)
-    cache.unlink()
+    assert not cache.exists(), "podnetctl net del leaves the cached result behind"
     assert_all_calls_ok(cni)
     print(cni.describe_calls())
+
+
+# -- podman with the node's store set up by ``podnetctl install --data-dir`` ------------------------
+NODE_ETC = """#!/bin/sh
+# A private mount namespace whose /etc is the machine's with a writable layer of its own on a
+# tmpfs (overlayfs): podnetctl install writes /etc/podnet/podnet.conf there, the real default
+# path, and the machine's /etc never sees it. Then it only holds the namespace open.
+set -e
+mount -t tmpfs -o mode=0755,size=4m podnet-test {layer}
+mkdir -m 0755 {layer}/upper {layer}/work
+mount -t overlay podnet-test -o lowerdir=/etc,upperdir={layer}/upper,workdir={layer}/work /etc
+echo ready > {ready}
+exec sleep 3600
+"""
+
+#: Records each call (verb, exit status, answer, the PODNET_* variables it was given) and runs
+#: the installed plugin with the caller's environment unchanged.
+PASS_THROUGH = '''#!{python} -I
+import json, os, subprocess, sys
+stdin = sys.stdin.buffer.read()
+proc = subprocess.run([{target!r}], input=stdin, capture_output=True)
+record = {{"verb": os.environ.get("CNI_COMMAND", ""), "rc": proc.returncode,
+          "env": {{k: v for k, v in os.environ.items() if k.startswith("CNI_")}},
+          "stdout": proc.stdout.decode(errors="replace"),
+          "podnet_env": sorted(k for k in os.environ if k.startswith("PODNET"))}}
+with open({log!r}, "a") as f:
+    f.write(json.dumps(record) + "\\n")
+sys.stdout.buffer.write(proc.stdout)
+sys.exit(proc.returncode)
+'''
+
+
+class InstalledCni:
+    """What :class:`Podman` needs of a CNI setup, made the README's way: ``podnetctl install
+    --data-dir`` (plugins, conflist, node config at /etc/podnet/podnet.conf) run in ``mount_ns``,
+    with no PODNET_* variable in any environment. ``bin_dir`` holds a pass-through recorder."""
+
+    def __init__(self, root: Path, network: str, enter: list[str]) -> None:
+        self.network, self.root = network, root
+        self.installed_bin, self.conf_dir = root / "cni-bin-installed", root / "cni-conf"
+        self.bin_dir, self.data_dir = root / "cni-bin", root / "podnet-store"
+        self.calls_log = root / "calls.jsonl"
+        self.bin_dir.mkdir()
+        out = subprocess.run(
+            [*enter, PODNETCTL, "install", "--bin-dir", str(self.installed_bin),
+             "--conf-dir", str(self.conf_dir), "--data-dir", str(self.data_dir),
+             "--range", POD_RANGE, "--name", network],
+            capture_output=True, text=True, timeout=60, env=clean_env(),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        recorder = self.bin_dir / "podnet"
+        recorder.write_text(PASS_THROUGH.format(python=VENV_PYTHON, log=str(self.calls_log),
+                                                target=str(self.installed_bin / "podnet")))  # fmt: skip
+        recorder.chmod(0o755)
+
+    def calls(self, verb: str | None = None) -> list[dict[str, Any]]:
+        if not self.calls_log.exists():
+            return []
+        out = [json.loads(line) for line in self.calls_log.read_text().splitlines() if line]
+        return [c for c in out if verb is None or c["verb"] == verb]
+
+    def describe_calls(self) -> str:
+        return "\n".join(f"{c['verb']} rc={c['rc']} {c['stdout'].strip()[:300]}"
+                         for c in self.calls())  # fmt: skip
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any PODNET_* variable (the tests' own set some)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PODNET")}
+
+
+@pytest.fixture
+def node_etc(workdir: Path) -> Iterator[list[str]]:
+    """argv prefix entering a private mount namespace whose /etc has a private writable layer
+    (:data:`NODE_ETC`); the namespace goes when its holder and everything started in it end."""
+    require("unshare", "nsenter")
+    layer, ready = workdir / "etc-layer", workdir / "etc-ready"
+    layer.mkdir()
+    script = workdir / "node-etc.sh"
+    script.write_text(NODE_ETC.format(layer=layer, ready=ready))
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh",
+                               str(script)], stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for("the private /etc", lambda: ready.exists() or holder.poll() is not None)
+        assert holder.poll() is None, "the mount namespace with a private /etc did not start"
+        yield ["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "--"]
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_podman_restart_and_rm_with_the_installed_store(lab: Lab, workdir: Path,
+                                                        busybox_layer: Path,
+                                                        node_etc: list[str]) -> None:  # fmt: skip
+    """A non-default dataDir set up as the README says (``podnetctl install --data-dir``), and
+    no environment variable anywhere: podman's cleanup process (conmon's exit command, which
+    does not carry the environment of ``podman run``) sends the DELs of ``restart`` and ``rm
+    -f``; they must find the store allowed, so restart works and nothing leaks. ``podnetctl
+    pods`` without --data-dir lists the pod from the installed store."""
+    require("podman", "runc", "nsenter")
+    machine_conf = os.path.exists("/etc/podnet/podnet.conf")
+    network = f"pns-{lab.tag}"
+    cni = InstalledCni(workdir, network, node_etc)
+    conf = subprocess.run([*node_etc, "cat", "/etc/podnet/podnet.conf"], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    assert f"data_dir = {cni.data_dir}" in conf, conf
+    assert os.path.exists("/etc/podnet/podnet.conf") == machine_conf  # the machine's /etc: untouched
+    pm = Podman(lab.node, workdir, cni)  # type: ignore[arg-type]
+    pm.env = {k: v for k, v in pm.env.items() if not k.startswith("PODNET")}
+    pm.base = node_etc[:-1] + [f"--net=/run/netns/{lab.node}", "--"] + pm.base[len(in_netns(lab.node)):]
+    name = f"web-{lab.tag}"
+    try:
+        pm("import", str(busybox_layer), IMAGE_NAME)
+        pm("run", "-d", "--name", name, "--network", network, "-p", f"{HOST_PORT}:80",
+           "--cgroup-parent", pm.cgroup_parent, IMAGE_NAME, *HTTPD)  # fmt: skip
+        fetch(lab.node, f"http://127.0.0.1:{HOST_PORT}/")
+        pods = subprocess.run([*node_etc, PODNETCTL, "pods", "-o", "json"], capture_output=True,
+                              text=True, timeout=60, env=clean_env())  # fmt: skip
+        assert pods.returncode == 0, pods.stderr
+        assert len(json.loads(pods.stdout)) == 1, pods.stdout
+
+        pm("restart", "--time", "0", name)  # the DEL comes from the cleanup process
+        fetch(lab.node, f"http://127.0.0.1:{HOST_PORT}/")
+        assert [c["verb"] for c in cni.calls() if c["verb"] != "VERSION"][:3] == \
+            ["ADD", "DEL", "ADD"], cni.describe_calls()  # fmt: skip
+
+        pm("rm", "--force", "--time", "0", name)
+        assert_clean(lab.node, cni.data_dir, cni.describe_calls)
+        calls = cni.calls()
+        assert calls and all(c["rc"] == 0 for c in calls), cni.describe_calls()
+        assert not any(c["podnet_env"] for c in calls), [c["podnet_env"] for c in calls]
+        print(cni.describe_calls())
+    finally:
+        pm.close()

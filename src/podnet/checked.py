@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     Iface = IPv4Interface | IPv6Interface
 
 __all__ = ["FAMILIES", "PATH_CHARS", "WORD_CHARS", "BadValue", "Family", "ScopedAddress",
-           "batch_line", "family", "interface", "ip", "name", "network", "one_line", "path",
+           "batch_line", "family", "interface", "ip", "mac", "name", "network", "one_line", "path",
            "pod_range_problem", "printable", "show", "text"]  # fmt: skip
 
 
@@ -310,3 +310,25 @@ def batch_line(line: str) -> str:
     if _BATCH_FORBIDDEN.intersection(line):
         raise ValueError(f"refusing to give ip the batch line {show(line)}")
     return line
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def mac(value: object) -> str:
+    """A unicast Ethernet address as six colon-separated pairs of hex digits, returned in
+    lower case (``"00:16:3e:12:ab:cd"``): what a link's ``address`` and an OVN port's
+    ``addresses`` carry (IEEE 802 section 8.2: bit 0 of the first octet set means a group
+    address). BadValue for anything else: another notation, a group (multicast or broadcast)
+    address, all zeros, surrounding whitespace."""
+    if not isinstance(value, str):
+        raise BadValue(f"must be a string, got {show(value)}")
+    text = value.lower()
+    pairs = text.split(":")
+    if len(pairs) != 6 or not all(len(p) == 2 and _HEX.issuperset(p) for p in pairs):
+        raise BadValue(f"{show(value)} is not a MAC address (six hex pairs split by ':')")
+    if int(pairs[0], 16) & 1:
+        raise BadValue(f"{show(value)} is a group (multicast or broadcast) MAC address")
+    if text == "00:00:00:00:00:00":
+        raise BadValue(f"{show(value)} is the all-zero MAC address")
+    return text

@@ -23,7 +23,6 @@ per component, ~2 µs each).
 
 from __future__ import annotations
 
-import errno
 import os
 
 TYPE_CHECKING = False
@@ -35,13 +34,16 @@ __all__ = ["acl_fault", "fault", "resolve", "through_fault"]
 _S_IFMT, _S_IFLNK, _S_IFDIR, _S_ISVTX = 0o170000, 0o120000, 0o040000, 0o1000
 #: Symlinks followed in one walk before it gives up (the kernel's limit).
 MAX_LINKS = 40
+#: The trusted owners: root and this process's effective user, asked once (podnet never
+#: changes its user), not once per inode on every walk.
+_TRUSTED_UIDS = (0, os.geteuid())
 
 
 def fault(st: os.stat_result, path: str | None = None) -> str | None:
     """Why someone other than root (or this process's user) can change the inode, or None.
     With ``path``, a POSIX access ACL on it counts too (:func:`acl_fault`): with one, the mode's
     group bits are only the ACL's mask."""
-    if st.st_uid not in (0, os.geteuid()):
+    if st.st_uid not in _TRUSTED_UIDS:
         return f"is owned by uid {st.st_uid}"
     if st.st_mode & 0o002:
         return "is world-writable"
@@ -88,11 +90,10 @@ def _acl_writer(path: str, xattr: str, st: os.stat_result, *, masked: bool) -> s
 
     entries = [struct.unpack_from("<HHI", raw, i) for i in range(4, len(raw), 8)]
     mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 7) if masked else 7
-    trusted_uids = (0, os.geteuid())
     for tag, perm, ident in entries:
         if not perm & mask & _ACL_WRITE:
             continue
-        if tag == _ACL_USER and ident not in trusted_uids:
+        if tag == _ACL_USER and ident not in _TRUSTED_UIDS:
             return f"has {kind} ACL letting uid {ident} write"
         if tag == _ACL_GROUP and ident != 0:
             return f"has {kind} ACL letting gid {ident} write"
@@ -109,10 +110,10 @@ def through_fault(parent: os.stat_result, child: os.stat_result,
     why = fault(parent, parent_path)
     if why is None:
         return None
-    if parent.st_uid in (0, os.geteuid()) and parent.st_mode & _S_ISVTX:
+    if parent.st_uid in _TRUSTED_UIDS and parent.st_mode & _S_ISVTX:
         # only the entry's owner may rename or remove it there; its mode is its own business
         # (a symlink's means nothing; a directory's is checked when the walk passes through it)
-        if child.st_uid in (0, os.geteuid()):
+        if child.st_uid in _TRUSTED_UIDS:
             return None
         return (False, f"is owned by uid {child.st_uid}")
     return (True, why)
@@ -151,6 +152,8 @@ def resolve(
         if st.st_mode & _S_IFMT == _S_IFLNK:
             links += 1
             if links > MAX_LINKS:
+                import errno
+
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
             target = os.readlink(child)
             if target.startswith("/"):

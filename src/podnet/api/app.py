@@ -10,6 +10,11 @@ stored value and refused (400 ``Read-only field "<name>" cannot be changed``) wh
 LXD decodes the body into its ``NetworkPut``/``NetworkForwardPut`` and ignores them silently, so
 it has no message of its own; a field LXD does not define at all is still 400 ``Unknown field``.
 
+``POST /1.0/certificates`` is LXD's: an untrusted TLS client redeems a trust token
+(:mod:`podnet.api.tokens`), a trusted one adds a certificate. OVSDB failures answer the remote
+and a reason of a fixed set (:mod:`podnet.ovn.ovsdb`), all OVSDB transactions of one request
+sharing :data:`OVSDB_SECONDS`.
+
 Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
 (``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
 and exception types go to the server's log only. Envelopes: :mod:`podnet.api.envelopes`; what
@@ -36,7 +41,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from podnet import __version__
 from podnet.api.envelopes import error, sync
@@ -46,13 +51,16 @@ from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import ForwardPort, canonical_address
+from podnet.ovn.ovsdb import Unreachable, shared_deadline
 from podnet.reconcile import TableOwned
 
 __all__ = ["API_EXTENSIONS", "create_app"]
 
 #: The API extensions podnet implements (the ``lxc`` client checks ``network``,
-#: ``network_forward`` and, on its first run, ``projects``).
-API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects"]
+#: ``network_forward`` and, on its first run, ``projects``; with ``explicit_trust_token`` pylxd
+#: and later ``lxc`` send a trust token as ``trust_token`` rather than ``password``).
+API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects",
+                  "explicit_trust_token"]
 
 log = logging.getLogger("podnet.api")
 
@@ -64,6 +72,25 @@ SERVER_SIDE = {
     TRY_AGAIN_LATER: "The state database is busy; try again later",
 }
 INTERNAL = "Internal server error; see the server log"
+#: Seconds all OVSDB transactions of one request share (the NB's remotes split them): a
+#: request never holds a worker thread for a timeout per remote and per read.
+OVSDB_SECONDS = 5.0
+
+
+class _OvsdbDeadline:
+    """ASGI middleware: each HTTP request's OVSDB transactions share :data:`OVSDB_SECONDS`
+    (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker thread runs in a copy of
+    this context)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with shared_deadline(OVSDB_SECONDS):
+            await self.app(scope, receive, send)
 
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -138,6 +165,21 @@ class NetworksPost(NetworkWritable):
 
     name: str
     type: str | None = None
+
+
+class CertificatesPost(_Strict):
+    """``CertificatesPost`` (LXD shared/api/certificate.go): an untrusted client sends a trust
+    token as ``password`` (lxc 5.0) or ``trust_token`` (later LXD); a trusted one may send a
+    ``certificate`` (base64 DER) to trust, as ``lxc config trust add FILE`` does."""
+
+    name: str = ""
+    type: str = "client"
+    restricted: bool = False
+    projects: list[str] | None = None
+    certificate: str = ""
+    password: str = ""
+    token: bool = False
+    trust_token: str = ""
 
 
 class Envelope(BaseModel):
@@ -248,11 +290,14 @@ NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by"
 FORWARD_READ_ONLY = ("listen_address", "location")
 
 
-def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None) -> FastAPI:
+def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None,
+               trust_changed: Callable[[], None] | None = None) -> FastAPI:  # fmt: skip
     """The application for ``manager``'s store. ``authorize(scope)``: whether the request may
     go on (the TLS listener's trust check; None: every request is trusted, the unix socket's
     case); refused requests get 403 and the connection is closed (``GET /1.0`` answers the
-    untrusted document), see :class:`podnet.api.guard.Guard`."""
+    untrusted document, ``POST /1.0/certificates`` takes a trust token), see
+    :class:`podnet.api.guard.Guard`. ``trust_changed()``: called once a certificate was
+    trusted here, so that the listener knows it before its next request."""
     app = FastAPI(
         title="podnet",
         version=__version__,
@@ -261,11 +306,16 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         redoc_url=None,
     )
 
+    app.add_middleware(_OvsdbDeadline)
     app.add_middleware(Guard, authorize=authorize, routes=app.router.routes,
-                       untrusted=lambda: server_document(False, manager.data_dir))  # fmt: skip
+                       untrusted=lambda: server_document(False, manager.data_dir),
+                       open_to_untrusted=[("POST", "/1.0/certificates")])  # fmt: skip
 
     @app.exception_handler(NetworkError)
     async def network_error(request: Request, err: NetworkError) -> JSONResponse:
+        if err.detail:  # what a tool or a remote said: the log's, never the client's
+            log.warning("%s %s failed: %s\n%s", request.method, request.url.path, err,
+                        err.detail)  # fmt: skip
         return error(err.status, str(err))
 
     @app.exception_handler(CNIError)
@@ -276,6 +326,8 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
                 request.method, request.url.path, type(err).__name__, err.code, err.msg,
                 f"\n{err.details}" if err.details else "",
                 exc_info=None if busy else err)  # fmt: skip
+        if isinstance(err, Unreachable):  # msg: the remotes and a reason of a fixed set
+            return error(503, err.msg)
         if isinstance(err, TableOwned):  # this server's data dir is not the node's store
             return error(409, "Table inet podnet of this node belongs to another podnet store; "
                          "see the server log")  # fmt: skip
@@ -322,6 +374,51 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     def patch_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
         return _update_server(body, True, if_match)
 
+    @app.post("/1.0/certificates", status_code=201, response_model=Envelope, responses=ERRORS,
+              summary="Trust the client's certificate (a trust token) or a given one")
+    def add_certificate(body: CertificatesPost, request: Request) -> JSONResponse:
+        return _add_certificate(manager, body, request.scope,
+                                authorize is None or authorize(request.scope),
+                                trust_changed)  # fmt: skip
+
+    def _certificates() -> list[dict[str, Any]]:
+        with manager.store() as store:
+            return [{"name": name, "type": "client", "restricted": False, "projects": [],
+                     "certificate": pem, "fingerprint": fp}
+                    for fp, name, pem in store.trust.all()]  # fmt: skip
+
+    @app.get("/1.0/certificates", response_model=Envelope, responses=ERRORS,
+             summary="The trusted certificates")  # fmt: skip
+    def list_certificates(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+        found = _certificates()
+        if recursion:
+            return sync(found)
+        return sync([f"/1.0/certificates/{c['fingerprint']}" for c in found])
+
+    @app.get("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
+             summary="One trusted certificate (by fingerprint)")  # fmt: skip
+    def get_certificate(fingerprint: str) -> JSONResponse:
+        found = [c for c in _certificates() if c["fingerprint"] == fingerprint.lower()]
+        if not found:
+            return error(404, "Certificate not found")
+        return sync(found[0])
+
+    @app.delete("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
+                summary="Stop trusting a certificate (by fingerprint)")  # fmt: skip
+    def delete_certificate(fingerprint: str) -> JSONResponse:
+        prefix = fingerprint.lower()
+        if not 12 <= len(prefix) <= 64 or any(c not in "0123456789abcdef" for c in prefix):
+            return error(404, "Certificate not found")  # a prefix, as LXD takes, of 12 at least
+        with manager.store() as store, store.write():
+            removed = store.trust.remove(prefix)
+        if not removed:
+            return error(404, "Certificate not found")
+        if len(removed) > 1:
+            return error(400, "More than one certificate matches: give more of the fingerprint")
+        if trust_changed is not None:
+            trust_changed()
+        return sync({})
+
     @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
              summary="Projects (only 'default')")  # fmt: skip
     def projects(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
@@ -347,38 +444,39 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     @app.post("/1.0/networks", status_code=201, response_model=Envelope, responses=ERRORS,
               summary="Create a bridge network")  # fmt: skip
     def create_network(body: NetworksPost, target: str | None = None) -> JSONResponse:
-        check_target(target)
         manager.create_network(body.name, type=body.type or "bridge",
-                               description=body.description or "", config=body.config or {})
+                               description=body.description or "", config=body.config or {},
+                               target=target)  # fmt: skip
         location = f"/1.0/networks/{quote(body.name, safe='')}"
         return sync(None, 201, {"Location": location})
 
     @app.get("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
              summary="One network (with its ETag)")  # fmt: skip
-    def get_network(name: str) -> JSONResponse:
-        net = manager.get_network(name)
+    def get_network(name: str, target: str | None = None) -> JSONResponse:
+        net = manager.get_network(name, target)
         return sync(net.to_api(), headers={"ETag": f'"{net.etag()}"'})
 
-    def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None) -> Any:
+    def _update_network(name: str, body: NetworkPut, patch: bool, if_match: str | None,
+                        target: str | None) -> Any:  # fmt: skip
         if any(getattr(body, f) is not None for f in NETWORK_READ_ONLY):
             # name, type, managed, status and locations never change; used_by may, but it is
             # only compared, never applied, so a check outside the write lock suffices
-            check_read_only(body, manager.get_network(name).to_api(), NETWORK_READ_ONLY)
+            check_read_only(body, manager.get_network(name, target).to_api(), NETWORK_READ_ONLY)
         manager.update_network(name, description=body.description, config=body.config,
-                               patch=patch, etag=if_match or None)  # fmt: skip
+                               patch=patch, etag=if_match or None, target=target)  # fmt: skip
         return sync({})
 
     @app.put("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
              summary="Replace a network's description and config")  # fmt: skip
-    def put_network(name: str, body: NetworkPut,
-                    if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_network(name, body, False, if_match)  # type: ignore[no-any-return]
+    def put_network(name: str, body: NetworkPut, if_match: str | None = Header(None),
+                    target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, False, if_match, target)  # type: ignore[no-any-return]
 
     @app.patch("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
                summary="Merge into a network's config")  # fmt: skip
-    def patch_network(name: str, body: NetworkPut,
-                      if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_network(name, body, True, if_match)  # type: ignore[no-any-return]
+    def patch_network(name: str, body: NetworkPut, if_match: str | None = Header(None),
+                      target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_network(name, body, True, if_match, target)  # type: ignore[no-any-return]
 
     @app.delete("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
                 summary="Delete a network with its forwards")  # fmt: skip
@@ -452,6 +550,73 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         return JSONResponse(app.openapi())
 
     return app
+
+
+def _client_certificate(scope: Scope) -> str | None:
+    """The PEM certificate the request's TLS connection presented, None without one."""
+    chain = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or []
+    return str(chain[0]) if chain else None
+
+
+def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, trusted: bool,
+                     trust_changed: Callable[[], None] | None) -> JSONResponse:  # fmt: skip
+    """``POST /1.0/certificates`` as lxd/certificates.go ``certificatesPost`` answers it for
+    what podnet supports: an untrusted client redeeming a trust token gets its connection's
+    certificate trusted (403 ``not authorized`` for no token or an unknown one, ``Token has
+    expired``); a trusted client adds a ``certificate`` (400 ``Client is already trusted``
+    without one). Tokens are issued by ``podnetctl trust add-token`` (400 for ``token``)."""
+    import base64
+    import binascii
+    import ssl
+
+    from podnet.api import tokens
+    from podnet.api.guard import describe_client
+    from podnet.api.listener import fingerprint
+    from podnet.checked import one_line, show
+
+    if body.type not in ("", "client"):  # "": the token's type (lxc 5.0 sends none)
+        return error(400, f"Only client certificates are supported, not {show(body.type, 40)}")
+    if trusted:
+        if body.token:
+            return error(400, "Tokens are issued on the node: podnetctl trust add-token NAME")
+        if not body.certificate:
+            return error(400, "Client is already trusted")
+        try:
+            der = base64.b64decode(body.certificate, validate=True)
+        except (binascii.Error, ValueError):
+            return error(400, "Invalid certificate material: not base64")
+        if not der.startswith(b"\x30"):  # a DER SEQUENCE, as every X.509 certificate
+            return error(400, "Invalid certificate material: not a DER certificate")
+        name = body.name or "client"
+        if one_line(name) != name or len(name) > 255:
+            return error(400, "Invalid certificate name: one line of at most 255 characters")
+    else:
+        presented = body.trust_token or body.password
+        pem = _client_certificate(scope)
+        if not presented:
+            log.warning("refused POST /1.0/certificates of untrusted client %s: no trust "
+                        "token", describe_client(scope))  # fmt: skip
+            return error(403, "not authorized", close=True)
+        if pem is None:
+            return error(400, "No client certificate provided", close=True)
+        try:
+            with manager.store() as store:
+                name = tokens.redeem(store, presented)
+        except tokens.Refused as err:
+            log.warning("refused a trust token from untrusted client %s: %s",
+                        describe_client(scope), err)  # fmt: skip
+            return error(403, str(err), close=True)
+        der = ssl.PEM_cert_to_DER_cert(pem)
+    fp = fingerprint(der)
+    with manager.store() as store, store.write():
+        added = store.trust.add(fp, name, ssl.DER_cert_to_PEM_cert(der))
+    if not added:
+        return error(409, "Certificate already in trust store")
+    log.info("trusted certificate %s as %r (%s)", fp, name,
+             "trust token" if not trusted else "added by a trusted client")  # fmt: skip
+    if trust_changed is not None:
+        trust_changed()
+    return sync(None, 201, {"Location": f"/1.0/certificates/{fp}"})
 
 
 def _default_project() -> dict[str, Any]:

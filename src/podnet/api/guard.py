@@ -2,9 +2,13 @@
 ASGI middleware (no per-request task or copy of the response), in this order:
 
 1. **Trust** — ``authorize(scope)`` (the TLS listener's check of the connection's own client
-   certificate, see :mod:`podnet.api.listener`): a refused request gets 403 ``not authorized``
-   (``GET /1.0``: the untrusted server document, as LXD answers it), always with
-   ``Connection: close``, so an untrusted client is answered once and never kept.
+   certificate, see :mod:`podnet.api.listener`): a request of an untrusted client gets 403
+   ``not authorized``, always with ``Connection: close``, so it is answered once and never
+   kept — except what LXD answers such a client: ``GET /1.0`` (the untrusted server document,
+   so that ``lxc remote add`` shows the server and asks for a token) and the routes in
+   ``open_to_untrusted`` (``POST /1.0/certificates``, redeeming a trust token), which go on to
+   the application, still with ``Connection: close``. Each refusal is logged (the client's
+   address and certificate fingerprint).
 2. **Content type** — POST, PUT and PATCH need ``Content-Type: application/json`` (parameters
    allowed, a ``charset`` must be UTF-8, the only encoding of JSON, RFC 8259 §8.1): 415 naming
    the header and what was sent. LXD and its clients (``lxc``, pylxd) send exactly that. A
@@ -18,6 +22,9 @@ The body is read here (at most ``MAX_BODY`` bytes held per request) and handed o
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,6 +32,8 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from podnet.api.envelopes import error, sync
+
+log = logging.getLogger("podnet.api")
 
 __all__ = ["MAX_BODY", "Guard"]
 
@@ -64,18 +73,44 @@ def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
+def describe_client(scope: Scope) -> str:
+    """``ADDR:PORT`` of the request's client and its certificate's fingerprint (``no
+    certificate``), for the log."""
+    client = scope.get("client") or ("?", 0)
+    chain = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or []
+    fp = hashlib.sha256(ssl.PEM_cert_to_DER_cert(chain[0])).hexdigest() if chain else None
+    return f"{client[0]}:{client[1]} ({f'certificate {fp}' if fp else 'no certificate'})"
+
+
+def _closing(send: Send) -> Send:
+    """``send`` adding ``Connection: close`` to the response's head: an untrusted client's
+    connection ends with its answer."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing
+
+
 class Guard:
     """The guard around ``app``. ``authorize(scope) -> bool``: may this request go on (None:
     every request may, the unix socket's case); ``untrusted() -> dict``: the server document
-    an untrusted ``GET /1.0`` gets; ``routes``: the application's (a write matching none is
-    not checked for its content type); ``max_body``: bytes."""
+    an untrusted ``GET /1.0`` gets; ``open_to_untrusted``: ``(method, path)`` pairs an
+    untrusted client's request goes on to the application for (which then checks what it
+    carries); ``routes``: the application's (a write matching none is not checked for its
+    content type); ``max_body``: bytes."""
 
     def __init__(self, app: ASGIApp, *, authorize: Callable[[Scope], bool] | None = None,
                  untrusted: Callable[[], Any] | None = None,
+                 open_to_untrusted: Iterable[tuple[str, str]] = (),
                  routes: Iterable[BaseRoute] = (), max_body: int = MAX_BODY) -> None:  # fmt: skip
         self.app = app
         self.authorize = authorize
         self.untrusted = untrusted
+        self.open_to_untrusted = frozenset(open_to_untrusted)
         self.routes = routes
         self.max_body = max_body
 
@@ -87,13 +122,17 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if self.authorize is not None and not self.authorize(scope):
-            if scope["method"] == "GET" and scope["path"].rstrip("/") == "/1.0" and \
-                    self.untrusted is not None:  # fmt: skip
-                refusal = sync(self.untrusted(), headers={"Connection": "close"})
-            else:
-                refusal = error(403, "not authorized", close=True)
-            await refusal(scope, receive, send)
-            return
+            method, path = scope["method"], scope["path"].rstrip("/")
+            if method == "GET" and path == "/1.0" and self.untrusted is not None:
+                await sync(self.untrusted(), headers={"Connection": "close"})(scope, receive,
+                                                                              send)  # fmt: skip
+                return
+            if (method, path) not in self.open_to_untrusted:
+                log.warning("refused %s %s of untrusted client %s", method, path[:200],
+                            describe_client(scope))  # fmt: skip
+                await error(403, "not authorized", close=True)(scope, receive, send)
+                return
+            send = _closing(send)
         headers = scope["headers"]
         if scope["method"] in WRITES and self._routed(scope):
             problem = content_type_problem(headers)

@@ -133,6 +133,7 @@ class Connection:
     evicted: bool = False
     released: bool = False
     accepted: float = field(default_factory=time.monotonic)
+    peer: Any = None  # the client's address, as accept gave it
 
     def hang_up(self) -> None:
         """End a connection still in its handshake. Not by closing the socket or cancelling
@@ -169,6 +170,8 @@ class Listener:
         self._accepting: asyncio.Task[None] | None = None
         self._opening: set[asyncio.Task[None]] = set()
         self._warned = 0.0
+        self._refused = 0  # TLS handshakes refused since the last line about them
+        self._refused_said = -WARN_EVERY_SECONDS
 
     def start(self) -> None:
         self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
@@ -199,7 +202,7 @@ class Listener:
                 self._freed.clear()  # everyone is serving a request: accept once one ends
                 await self._freed.wait()
             try:
-                sock, _ = await loop.sock_accept(self.sock)
+                sock, peer = await loop.sock_accept(self.sock)
             except OSError as err:
                 if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     log.error("%s: cannot accept (%s); retrying in %.0f s", self.name,
@@ -211,7 +214,7 @@ class Listener:
                 if victim is None:  # became busy meanwhile: keep this one anyway (closing it
                     break  # would reset a client that waited its turn); the cap is
                 self._evict(victim)  # overshot by one at most until the next accept
-            conn = Connection(sock)
+            conn = Connection(sock, peer=peer)
             self.connections[conn] = None
             self.live += 1
             task = loop.create_task(self._open(conn))
@@ -232,6 +235,8 @@ class Listener:
             await loop.connect_accepted_socket(lambda: self.factory(conn, self), conn.sock, **tls)
         except (OSError, ssl.SSLError) as err:
             log.debug("%s: connection not set up: %s", self.name, err)
+            if isinstance(err, ssl.SSLError):
+                self._handshake_refused(conn, err)
             self.release(conn)
             # the traceback holds asyncio's frames, their future holds this exception: a
             # cycle keeping the transport and its 256 KiB buffer until a full collection
@@ -243,6 +248,21 @@ class Listener:
         except Exception:  # noqa: BLE001 - one connection must never stop the listener
             log.exception("%s: cannot set up a connection", self.name)
             self.release(conn)
+
+    def _handshake_refused(self, conn: Connection, err: ssl.SSLError) -> None:
+        """Log a refused TLS handshake (not TLS, no common version or cipher, a certificate
+        refused where :mod:`podnet.api.anycert` could not be used): the first at once, then
+        one line per :data:`WARN_EVERY_SECONDS` counting the others, so a flood is no log
+        flood."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_said < WARN_EVERY_SECONDS:
+            return
+        peer = conn.peer if isinstance(conn.peer, tuple) else ("?", 0)
+        log.warning("%s: TLS handshake refused for %s:%s: %s (%d refused since the last such "
+                    "line)", self.name, peer[0], peer[1], err.reason or err,
+                    self._refused)  # fmt: skip
+        self._refused, self._refused_said = 0, now
 
     def release(self, conn: Connection) -> None:
         """``conn`` is closed: its slot is free (idempotent)."""

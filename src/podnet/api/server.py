@@ -8,13 +8,15 @@
   ``--group``. Its clients are trusted.
 - **TCP** (``--listen ADDR:PORT``) with TLS (``--tls-cert``, ``--tls-key``): a client is let in
   only with a certificate whose SHA-256 fingerprint is in the trust store (``podnetctl trust
-  add``, kept in the store). Python's ``ssl`` cannot request a client certificate without
-  verifying it, so the trusted certificates are the verification store (re-read from the store
-  every second): an untrusted certificate fails the TLS handshake; a connection without one
-  gets 403 and is closed; a certificate removed from the trust store gets 403 (checked on every
-  request). Identity is the connection's own certificate, handed to the application by the
-  connection's protocol (:mod:`podnet.api.listener`); proxy headers are off, so
-  ``X-Forwarded-For`` and the like are headers like any other.
+  add``, or a trust token redeemed, kept in the store; re-read every second). As LXD, the TLS
+  handshake takes any client certificate (:mod:`podnet.api.anycert`) and trust is checked on
+  every request: an untrusted client, or one without a certificate, gets LXD's untrusted
+  ``GET /1.0`` and may redeem a trust token (``POST /1.0/certificates``,
+  :mod:`podnet.api.tokens`); anything else is 403 and the connection is closed. Identity is
+  the connection's own certificate, handed to the application by the connection's protocol
+  (:mod:`podnet.api.listener`); proxy headers are off, so ``X-Forwarded-For`` and the like are
+  headers like any other. The listen address and the server certificate's fingerprint are
+  recorded in the store (``podnetctl trust add-token`` puts them into a token).
 - **Limits**: connections per listener are capped below RLIMIT_NOFILE, worker threads too
   (:func:`podnet.api.listener.budget`); at the cap idle and untrusted connections are closed
   for new ones; a TLS handshake gets 10 s, a request's head 10 s, its body 30 s, an idle
@@ -38,6 +40,7 @@ import signal
 import socket
 import ssl
 import stat
+import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -190,25 +193,30 @@ def tcp_socket(listen: str) -> socket.socket:
 
 
 class Trust:
-    """The trust store as the TLS listener sees it: re-read from the store, loaded into the
-    SSL context (so trusted certificates pass the handshake), checked per request."""
+    """The trust store as the TLS listener sees it: re-read from the store (every second, and
+    at once when a token was redeemed), checked per request, and loaded into the SSL context
+    as its verification store (what lets trusted certificates through the handshake where
+    :func:`podnet.api.anycert.accept_any` cannot let all through)."""
 
     def __init__(self, manager: Manager, context: ssl.SSLContext) -> None:
         self.manager = manager
         self.context = context
         self.fingerprints: set[str] = set()
         self.loaded: set[str] = set()
+        self._lock = threading.Lock()  # the timer (event loop) and a request's worker thread
 
     def refresh(self) -> None:
         from podnet.store import open_store
 
-        with open_store(self.manager.data_dir, busy_timeout=self.manager.busy_timeout) as store:
-            rows = store.trust.all()
-        self.fingerprints = {fp for fp, _, _ in rows}
-        for fp, _, pem in rows:
-            if fp not in self.loaded:
-                self.context.load_verify_locations(cadata=pem)
-                self.loaded.add(fp)
+        with self._lock:
+            with open_store(self.manager.data_dir,
+                            busy_timeout=self.manager.busy_timeout) as store:  # fmt: skip
+                rows = store.trust.all()
+            self.fingerprints = {fp for fp, _, _ in rows}
+            for fp, _, pem in rows:
+                if fp not in self.loaded:
+                    self.context.load_verify_locations(cadata=pem)
+                    self.loaded.add(fp)
 
     def trusted(self, fp: str | None) -> bool:
         return fp is not None and fp in self.fingerprints
@@ -230,13 +238,30 @@ class Trust:
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
-    """A server context asking for (not requiring) a client certificate."""
+    """A server context asking for (not requiring) a client certificate and taking any
+    (:func:`podnet.api.anycert.accept_any`; where that cannot be done, only the trusted
+    ones, which :class:`Trust` loads as its verification store)."""
+    from podnet.api.anycert import accept_any
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
     context.verify_mode = ssl.CERT_OPTIONAL
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # self-signed client certificates
+    accept_any(context)
     return context
+
+
+#: ``podnet_state`` keys: the TLS listener's ``ADDR:PORT`` and its certificate's fingerprint.
+LISTEN_STATE, CERT_STATE = "api.listen", "api.certificate"
+
+
+def server_fingerprint(cert: str) -> str:
+    """The SHA-256 fingerprint of the first certificate in the PEM file ``cert``."""
+    with open(cert) as f:
+        text = f.read()
+    end = "-----END CERTIFICATE-----"
+    return fingerprint(ssl.PEM_cert_to_DER_cert(text[: text.index(end) + len(end)]))
 
 
 def _config(app: Any, log_level: str, log_config: dict[str, Any]) -> uvicorn.Config:
@@ -291,7 +316,12 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
         context = tls_context(tls_cert, tls_key)
         trust = Trust(manager, context)
         trust.refresh()
-        remote_app = create_app(manager, authorize=trust.authorize)
+        with open_store(manager.data_dir, busy_timeout=manager.busy_timeout) as store, \
+                store.write():  # fmt: skip
+            store.set_state(LISTEN_STATE, listen)
+            store.set_state(CERT_STATE, server_fingerprint(tls_cert))
+        remote_app = create_app(manager, authorize=trust.authorize,
+                                trust_changed=trust.refresh)
         servers.append((_Server(_config(remote_app, log_level, log_config), cap=shares.tcp,
                                 limits=limits, context=context, trusted=trust.trusted),
                         [tcp_socket(listen)]))  # fmt: skip

@@ -9,16 +9,16 @@ import click
 from podnet.checked import printable
 from podnet.cli.lxcfmt import dump_yaml
 from podnet.cli.network import _add_store_options, _config_args, _manager
+from podnet.cli.node import SHOWN, default_data_dir
 from podnet.drivers import server_config
-from podnet.drivers.conf import DEFAULT_DATA_DIR
 
 
 @click.group()
 @click.option(
     "--data-dir",
     envvar="PODNET_DATA_DIR",
-    default=DEFAULT_DATA_DIR,
-    show_default=True,
+    default=default_data_dir,
+    show_default=SHOWN,
     show_envvar=True,
     help="podnet's state directory (podnet.db).",
 )

@@ -28,6 +28,7 @@ LAZY_COMMANDS = {
     "ranges": "podnet.cli.state:ranges",
     "serve": "podnet.cli.serve:serve",
     "trust": "podnet.cli.serve:trust",
+    "uninstall": "podnet.cli.install:uninstall",
 }
 
 
@@ -63,12 +64,21 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from podnet.networks.errors import NetworkError
 
+        obj = ctx.ensure_object(dict)  # shared with the subcommands' contexts
         try:
             return super().invoke(ctx)
-        except NetworkError as err:  # lxc's wording: the message alone
-            raise click.ClickException(str(err)) from err
-        except (CNIError, OSError) as err:
-            raise click.ClickException(error_line(err)) from err
+        except BaseException as err:
+            # a store the failed command made (--init) and left empty goes again
+            manager = obj.get("manager")
+            ok = (isinstance(err, SystemExit) and not err.code) or (
+                isinstance(err, click.exceptions.Exit) and not err.exit_code)
+            if manager is not None and not ok:
+                manager.discard_unused()
+            if isinstance(err, NetworkError):  # lxc's wording: the message alone
+                raise click.ClickException(str(err)) from err
+            if isinstance(err, (CNIError, OSError)):
+                raise click.ClickException(error_line(err)) from err
+            raise
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,7 +13,7 @@ import click
 
 from podnet.checked import printable
 from podnet.cli.lxcfmt import FORMATS, dump_yaml, load_yaml, render_list
-from podnet.drivers.conf import DEFAULT_DATA_DIR
+from podnet.cli.node import SHOWN, default_data_dir
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import FORWARD_KEYS, PORT_KEYS, Forward, ForwardPort
 
@@ -57,6 +57,10 @@ NETWORK_TEMPLATE = """### This is a YAML representation of the network.
 
 target_option = click.option("--target", "target", metavar="MEMBER",
                              help="Cluster member name (must be this node).")  # fmt: skip
+member_option = click.option(
+    "--target", "target", metavar="MEMBER",
+    help="Cluster member name: this node for its own networks; for a cluster network any "
+    "member (its OVN chassis name), whose own keys (a physical network's parent) are meant.")
 format_option = click.option("--format", "-f", "fmt", default="table", show_default=True,
                              help=f"Format ({'|'.join(FORMATS)}).")  # fmt: skip
 network_argument = click.argument("network_name", metavar="NETWORK")
@@ -176,7 +180,7 @@ def _edit(text: str, template: str, apply: Any) -> None:
 
 
 @click.group()
-@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
               show_envvar=True, help="podnet's state directory (podnet.db).")
 @click.option("--busy-timeout", type=float, default=5.0, show_default=True,
               help="Seconds to wait for the store's write lock.")
@@ -204,42 +208,62 @@ def network_list(ctx: click.Context, fmt: str) -> None:
              n.status.upper()] for n in nets]  # fmt: skip
     headers = ["NAME", "TYPE", "MANAGED", "IPV4", "IPV6", "DESCRIPTION", "USED BY", "STATE"]
     click.echo(render_list(headers, rows, fmt, [n.to_api() for n in nets]), nl=False)
+    _hint_unavailable(nets)
+
+
+def _hint_unavailable(nets: Any) -> None:
+    """On stderr, for each network that is ``Unavailable`` on this node: how to bring it back."""
+    for n in nets:
+        if n.status == "Unavailable":
+            click.echo(f"network {n.name} is unavailable on this node: 'podnetctl network "
+                       "restore' brings back what it can and names what it cannot",
+                       err=True)  # fmt: skip
 
 
 @network.command("show")
-@one_network
+@click.argument("name")
+@member_option
+@click.pass_context
 def network_show(ctx: click.Context, name: str, target: str | None) -> None:
-    """Show network configurations."""
-    click.echo(dump_yaml(_checked_manager(ctx, target).get_network(name).to_api()), nl=False)
+    """Show network configurations (with --target: that member's own keys and status)."""
+    shown = _manager(ctx).get_network(name, target)
+    click.echo(dump_yaml(shown.to_api()), nl=False)
+    _hint_unavailable([shown])
 
 
 @network.command("create")
 @click.argument("name")
 @click.argument("config", nargs=-1)
 @click.option("--type", "-t", "type_", default="bridge", show_default=True,
-              help="Network type (bridge).")
+              help="Network type (bridge, physical, ovn).")
 @click.option("--description", default="", help="Network description.")
-@target_option
+@member_option
 @click.pass_context
 def network_create(ctx: click.Context, name: str, config: tuple[str, ...], type_: str,
                    description: str, target: str | None) -> None:  # fmt: skip
     """Create new networks: a Linux bridge NAME with its gateway addresses and NAT.
 
     Keys: ipv4.address, ipv6.address (CIDR, auto, none), ipv4.nat, ipv6.nat, ipv4.nat.address,
-    ipv6.nat.address, bridge.mtu, user.*."""
-    manager = _checked_manager(ctx, target)
+    ipv6.nat.address, bridge.mtu, user.*.
+
+    A physical network is made as in an LXD cluster: first each member's parent
+    (parent=IFACE --target MEMBER: the network is pending), then the network itself, without
+    --target."""
+    manager = _manager(ctx)
     manager.create_network(name, type=type_, description=description,
-                           config=_pairs(config, "Bad key/value pair"))  # fmt: skip
-    click.echo(f"Network {name} created")
+                           config=_pairs(config, "Bad key/value pair"), target=target)  # fmt: skip
+    click.echo(f"Network {name} pending on member {target}" if target else
+               f"Network {name} created")  # fmt: skip
 
 
 @network.command("get")
 @click.argument("name")
 @click.argument("key")
+@member_option
 @click.pass_context
-def network_get(ctx: click.Context, name: str, key: str) -> None:
+def network_get(ctx: click.Context, name: str, key: str, target: str | None) -> None:
     """Get values for network configuration keys (a key that is not set prints nothing)."""
-    value = _manager(ctx).get_network(name).config.get(key)
+    value = _manager(ctx).get_network(name, target).config.get(key)
     if value is not None:
         click.echo(printable(value))
 
@@ -247,32 +271,33 @@ def network_get(ctx: click.Context, name: str, key: str) -> None:
 @network.command("set")
 @click.argument("name")
 @click.argument("config", nargs=-1, required=True)
-@target_option
+@member_option
 @click.pass_context
 def network_set(ctx: click.Context, name: str, config: tuple[str, ...],
                 target: str | None) -> None:  # fmt: skip
-    """Set network configuration keys (KEY=VALUE…, or KEY VALUE)."""
-    manager = _checked_manager(ctx, target)
-    manager.update_network(name, config=_config_args(config), patch=True)
+    """Set network configuration keys (KEY=VALUE…, or KEY VALUE; a member's own, such as a
+    physical network's parent, with --target)."""
+    _manager(ctx).update_network(name, config=_config_args(config), patch=True, target=target)
 
 
 @network.command("unset")
 @click.argument("name")
 @click.argument("key")
-@target_option
+@member_option
 @click.pass_context
 def network_unset(ctx: click.Context, name: str, key: str, target: str | None) -> None:
     """Unset network configuration keys."""
-    manager = _checked_manager(ctx, target)
-    manager.update_network(name, config={key: ""}, patch=True)
+    _manager(ctx).update_network(name, config={key: ""}, patch=True, target=target)
 
 
 @network.command("edit")
-@one_network
+@click.argument("name")
+@member_option
+@click.pass_context
 def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
     """Edit network configurations as YAML (stdin when it is not a terminal, else $EDITOR)."""
-    manager = _checked_manager(ctx, target)
-    current = manager.get_network(name)
+    manager = _manager(ctx)
+    current = manager.get_network(name, target)
 
     def apply(text: str) -> None:
         allowed = ("config", "description", "name", "type", "used_by", "managed", "status",
@@ -282,7 +307,8 @@ def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
         if not isinstance(config, dict):
             raise NetworkError("yaml: config must be a mapping")
         manager.update_network(name, description=str(data.get("description") or ""),
-                               config={str(k): _text(v) for k, v in config.items()})  # fmt: skip
+                               config={str(k): _text(v) for k, v in config.items()},
+                               target=target)  # fmt: skip
 
     _edit(dump_yaml(current.to_api()), NETWORK_TEMPLATE, apply)
 
@@ -299,9 +325,12 @@ def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
 @network.command("restore")
 @click.pass_context
 def network_restore(ctx: click.Context) -> None:
-    """Bring bridges, their pods' ports and table inet podnet back from the store (at boot)."""
+    """Bring bridges, their pods' ports and table inet podnet back from the store (at boot).
+
+    One line per bridge, port, uplink and the table: what was changed, or that it was already
+    as the store has it."""
     for line in _manager(ctx).restore():
-        click.echo(f"restored {line}")
+        click.echo(line)
 
 
 def _text(value: Any) -> str:

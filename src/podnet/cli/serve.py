@@ -1,5 +1,5 @@
-"""``podnetctl serve`` (the LXD-compatible REST API) and ``podnetctl trust add|list|remove``
-(the client certificates the API's TLS listener lets in)."""
+"""``podnetctl serve`` (the LXD-compatible REST API) and ``podnetctl trust
+add|add-token|list|remove`` (the client certificates the API's TLS listener lets in)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import TextIO
 
 import click
 
-from podnet.drivers.conf import DEFAULT_DATA_DIR
+from podnet.cli.node import SHOWN, default_data_dir
 
 data_dir_option = click.option(
-    "--data-dir", envvar="PODNET_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+    "--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
     show_envvar=True, help="podnet's state directory (podnet.db, unix.socket).",
 )  # fmt: skip
 
@@ -86,6 +86,61 @@ def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
     with _store(data_dir) as store, store.write():
         added = store.trust.add(fp, name or certificate.name, ssl.DER_cert_to_PEM_cert(der))
     click.echo(f"{'Added' if added else 'Already trusted'} {fp}")
+
+
+def _node_addresses() -> list[str]:
+    """This node's global addresses (``ip -j addr``), for a token of a wildcard listener."""
+    import json
+    import subprocess
+
+    out = subprocess.run(["ip", "-j", "addr", "show", "scope", "global"], capture_output=True,
+                         text=True, timeout=30, check=False)  # fmt: skip
+    if out.returncode != 0:
+        return []
+    return [a["local"] for link in json.loads(out.stdout or "[]")
+            for a in link.get("addr_info", []) if a.get("local")]  # fmt: skip
+
+
+@trust.command("add-token")
+@click.argument("name")
+@click.option("--expiry", default="1h", show_default=True,
+              help="How long the token stays valid (30s, 15m, 1h, 7d).")
+@click.option("--address", "addresses", multiple=True, metavar="ADDR:PORT",
+              help="Where clients reach the API (repeatable) [default: serve's --listen, or "
+                   "this node's addresses when it listens on all].")
+@data_dir_option
+def trust_add_token(name: str, expiry: str, addresses: tuple[str, ...], data_dir: str) -> None:
+    """Print a trust token for client NAME: `lxc remote add REMOTE TOKEN` (or the token as the
+    password `lxc remote add` asks for) then trusts that client's certificate. A token works
+    once, until it expires. Needs `podnetctl serve --listen` to have run on this data dir (the
+    token names its address and certificate)."""
+    from podnet.api import tokens
+    from podnet.api.server import CERT_STATE, LISTEN_STATE, parse_listen
+    from podnet.checked import one_line
+
+    if one_line(name) != name or not name.strip() or len(name) > 255:
+        raise click.UsageError("NAME must be one line of at most 255 characters")
+    try:
+        seconds = tokens.parse_expiry(expiry)
+    except ValueError as err:
+        raise click.UsageError(f"--expiry: {err}") from None
+    for address in addresses:
+        try:
+            parse_listen(address)
+        except ValueError as err:
+            raise click.UsageError(str(err).replace("--listen", "--address", 1)) from None
+    with _store(data_dir) as store:
+        listen, fingerprint = store.get_state(LISTEN_STATE), store.get_state(CERT_STATE)
+        if fingerprint is None or (listen is None and not addresses):
+            raise click.ClickException(
+                "the API has not listened on TCP with this data dir yet: run podnetctl serve "
+                "--listen ADDR:PORT --tls-cert … --tls-key … first")  # fmt: skip
+        found = list(addresses) or tokens.listen_addresses(str(listen), _node_addresses())
+        if not found:
+            raise click.ClickException(f"{listen} listens on every address and this node has "
+                                       "none: give --address ADDR:PORT")  # fmt: skip
+        token = tokens.issue(store, name, fingerprint, found, seconds)
+    click.echo(token.encode())
 
 
 @trust.command("list")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from podnet import checked
-from podnet.drivers.conf import DEFAULT_DATA_DIR
+from podnet.cli.node import SHOWN, default_data_dir
 
 if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net commands skip them)
     from rich.console import Console
@@ -161,9 +161,9 @@ def _open(data_dir: str) -> Store:
     try:
         return open_store(data_dir, create=False)
     except FileNotFoundError:
-        raise click.ClickException(
-            f"no podnet state database in {data_dir} (see --data-dir / the conflist's dataDir)"
-        ) from None
+        from podnet.drivers.nodeconf import no_store
+
+        raise click.ClickException(no_store(data_dir)) from None
 
 
 def _command(view: str, load: Callable[[Store], list[Record]], help_text: str) -> click.Command:
@@ -171,8 +171,8 @@ def _command(view: str, load: Callable[[Store], list[Record]], help_text: str) -
     @click.option(
         "--data-dir",
         envvar="PODNET_DATA_DIR",
-        default=DEFAULT_DATA_DIR,
-        show_default=True,
+        default=default_data_dir,
+        show_default=SHOWN,
         show_envvar=True,
         help="The plugin's dataDir.",
     )

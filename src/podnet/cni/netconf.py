@@ -9,11 +9,12 @@ from __future__ import annotations
 from podnet import checked
 from podnet.cni.version import SUPPORTED_VERSIONS
 from podnet.errors import IncompatibleVersion, InvalidConfig
-from podnet.values import PortMappingArg
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from podnet.values import PortMappingArg
 
 
 PROTOCOLS = ("tcp", "udp")
@@ -162,6 +163,8 @@ def parse_port_mappings(raw: dict[str, Any]) -> list[PortMappingArg]:
     items = runtime_config(raw).get("portMappings")
     if items is None:
         return []
+    from podnet.values import PortMappingArg  # not on DEL's path (it reads no portMappings)
+
     if not isinstance(items, list):
         raise InvalidConfig("runtimeConfig.portMappings: must be a list")
     out = []

@@ -159,23 +159,45 @@ class Driver:
         """Bring network ``row`` back after a reboot or a cleanup; what was done, one line each."""
         return []
 
+    def status(self, row: NetworkRow, owner: str) -> str:
+        """LXD's status of network ``row`` on this node (``Created``, or ``Unavailable`` when
+        what the node needs for it is missing: LXD's ``api.NetworkStatus*`` values). A
+        network with nothing of its own on the node is always ``Created``."""
+        return "Created"
+
     # -- pod side: the verbs (the plugin calls these) -------------------------------------
+    # The defaults are those of a type whose networks hold no pods (a ``physical`` uplink):
+    # ADD and CHECK are refused with 7 naming the type, DEL and GC have nothing to release.
+    def holds_pods(self) -> bool:
+        """Whether this type's networks take pods: False when :meth:`attach` is this class's
+        default (the runtime gets 7 for ADD, CHECK and STATUS, 0 for DEL and GC)."""
+        return type(self).attach is not Driver.attach
+
+    def no_pods(self, conf: PodnetConf) -> CNIError:
+        """InvalidConfig (7) naming the conflist's network and this type."""
+        return errors.InvalidConfig(
+            f"network: {conf.network!r} is of type {self.type}, which holds no pods (a "
+            "conflist names a network of a type that does: bridge, ovn)"
+        )
+
     def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
         """ADD: the pod's attachment; its 1.x result. :class:`podnet.drivers.pods.VethDriver`
-        implements it over the hooks below."""
-        raise NotImplementedError
+        implements it over the hooks below; the default refuses (7, :meth:`no_pods`)."""
+        raise self.no_pods(conf)
 
     def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
-        """DEL (``network``: the conflist's, when it names one); idempotent."""
-        raise NotImplementedError
+        """DEL (``network``: the conflist's, when it names one); idempotent. The default has
+        nothing to release: an ADD on such a network never succeeded (CNI SPEC "DEL": a DEL
+        of what does not exist succeeds)."""
 
     def check(self, call: Call, conf: PodnetConf) -> None:
-        """CHECK: code 103 naming the first difference."""
-        raise NotImplementedError
+        """CHECK: code 103 naming the first difference; the default refuses (7,
+        :meth:`no_pods`): no ADD on such a network succeeded."""
+        raise self.no_pods(conf)
 
     def gc(self, call: Call, conf: StoreConf) -> None:
-        """GC: every attachment of this network not in ``cni.dev/valid-attachments`` goes."""
-        raise NotImplementedError
+        """GC: every attachment of this network not in ``cni.dev/valid-attachments`` goes;
+        the default has none."""
 
     # -- pod side: hooks -----------------------------------------------------------------
     def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:
@@ -210,9 +232,12 @@ class Driver:
         """GC's last step; failures appended."""
 
     def status_also(self, call: Call, conf: PodnetConf) -> None:
-        """STATUS's last step."""
+        """STATUS's last step: 7 (:meth:`no_pods`) for a type that holds no pods, else the
+        conflist's ranges have a free address (50)."""
         from podnet.ipam.status import check_ranges
 
+        if not self.holds_pods():
+            raise self.no_pods(conf)
         check_ranges(conf.data_dir, conf.busy_timeout, conf.ranges)
 
     def prefixes(self, store: Store, pod: Pod) -> tuple[str, dict[int, int]]:

@@ -13,9 +13,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from podnet.checked import Net
+    from podnet.checked import Iface, Net
     from podnet.cni.skel import Call
     from podnet.drivers.conf import PodnetConf
+    from podnet.link.bridge import BridgeState
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
     from podnet.store.pods import Pod
@@ -67,12 +68,13 @@ class BridgeDriver(VethDriver):
 
     def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
         """Its pods; with ``any_owner`` (before a delete) also the OVN networks that use it as
-        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`)."""
+        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`), as ``OVN network
+        <name>``."""
         from podnet.drivers import bridge_uplink
 
         pods = [cid for cid, _, _ in store.networks.pods(row.id)]
         if any_owner and bridge_uplink.is_uplink(row.config):
-            pods += bridge_uplink.ovn_users(store, row.name)
+            pods += [f"OVN network {n}" for n in bridge_uplink.ovn_users(store, row.name)]
         return pods
 
     def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
@@ -148,21 +150,38 @@ class BridgeDriver(VethDriver):
         return remove
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
-        """The bridge with its addresses, and the host ends of its pods' veths back on it."""
+        """The bridge with its addresses, and the host ends of its pods' veths back on it.
+        One line for the bridge and one per port, each saying what was changed or that it was
+        already as the store has it; a pod whose host end is gone is named (a new ADD makes
+        it)."""
         from podnet.link import bridge
         from podnet.networks.config import addresses
 
+        want = list(addresses(row.config).values())
+        mtu = int(row.config.get("bridge.mtu", "0"))
         try:
-            bridge.create(row.name, list(addresses(row.config).values()),
-                          int(row.config.get("bridge.mtu", "0")), owner=owner)  # fmt: skip
+            before = bridge.state(row.name, owner)
+            bridge.create(row.name, want, mtu, owner=owner)
         except bridge.NotOurs as err:
             return [f"nothing for bridge {row.name}: {err.msg}"]
-        done = [f"bridge {row.name}"]
+        done = [f"bridge {row.name}: {_bridge_change(before, want, mtu)}"]
         for _, _, host_if in store.networks.pods(row.id):
-            if bridge.alias_of(host_if) == owner:
+            if bridge.alias_of(host_if) != owner:
+                done.append(f"  port {host_if}: gone (its pod needs a new ADD)")
+            elif bridge.port_of(host_if) == row.name:
+                done.append(f"  port {host_if}: already on it")
+            else:
                 bridge.attach(host_if, row.name, owner=owner)
-                done.append(f"  port {host_if}")
+                done.append(f"  port {host_if}: put back on it")
         return done + _uplink(row.name, {}, row.config, owner, restoring=True)  # pods first
+
+    def status(self, row: NetworkRow, owner: str) -> str:
+        """``Created`` while the network's bridge is on the node, this store's and up;
+        ``Unavailable`` (LXD's status for a network that cannot start on this server) when it
+        is missing, down, or a link of its name is not podnet's."""
+        from podnet.link import bridge
+
+        return "Created" if bridge.ours_and_up(row.name, owner) else "Unavailable"
 
     # -- pod side --------------------------------------------------------------------------
 
@@ -235,6 +254,23 @@ class BridgeDriver(VethDriver):
             return "", {}
         ifaces = addresses(net.config)
         return self.bridge_name(net), {f: i.network.prefixlen for f, i in ifaces.items()}
+
+
+def _bridge_change(before: BridgeState | None, want: Sequence[Iface], mtu: int) -> str:
+    """What ``network restore`` changed on a bridge that was ``before`` (None: missing) to give
+    it addresses ``want`` and ``mtu`` (0: any), as one phrase."""
+    shown = ", ".join(str(a) for a in want) or "no address"
+    if before is None:
+        return f"made again ({shown})"
+    changes = []
+    added = [str(a) for a in want if a not in before.addresses]
+    if added:
+        changes.append(f"added {', '.join(added)}")
+    if mtu and before.mtu != mtu:
+        changes.append(f"MTU {before.mtu} set to {mtu}")
+    if not before.up:
+        changes.append("set up")
+    return "; ".join(changes) if changes else f"already up with its addresses ({shown})"
 
 
 def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],

@@ -12,8 +12,10 @@ from podnet.link.netns import NetNS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
+    from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.store.pods import Pod
     from podnet.values import PortMapping
@@ -47,6 +49,22 @@ def _check_prev_result(call: Call, pod: Pod) -> None:
     for _, addr, _ in _families(pod):
         if addr not in got:
             raise CheckFailed(f"prevResult lacks the pod address {addr} of {call.ifname}")
+
+
+def _check_ranges(call: Call, pod: Pod, ranges: Sequence[Net]) -> None:
+    """Each of the pod's addresses must lie in one of ``ranges``, the subnets the NetConf
+    configures now (its ``ranges``, or its network's subnets): a pod left with an address
+    outside them (the ranges were changed since its ADD) is not as an ADD would make it."""
+    from podnet import checked
+
+    shown = ", ".join(str(n) for n in ranges)
+    for family, addr, _ in _families(pod):
+        ip = checked.ip(addr)
+        if not any(n.version == family and ip in n for n in ranges):
+            raise CheckFailed(
+                f"address {addr} of {call.ifname} is outside the configured ranges ({shown}): "
+                "DEL and ADD the pod again to give it an address of them"
+            )
 
 
 def _expected_link(call: Call, pod: Pod) -> tuple[str | None, int | None]:
@@ -129,11 +147,16 @@ def _check_hostports(entries: list[PortMapping]) -> None:
 
 
 def check(call: Call, pod: Pod, entries: list[PortMapping], bridge: str = "",
-          prefixes: dict[int, int] | None = None) -> None:  # fmt: skip
-    """Verify prevResult, pod interface/addresses/routes, host veth/route (or its bridge port),
-    hostPort elements. ``bridge``/``prefixes``: the bridge network the pod joined and its
-    subnets' prefix lengths (empty: podnet's point-to-point layout)."""
+          prefixes: dict[int, int] | None = None, *,
+          ranges: Sequence[Net] | None = None) -> None:  # fmt: skip
+    """Verify prevResult, the pod's addresses against ``ranges`` (the subnets the NetConf
+    configures; None: an IPAM plugin chose them, not compared), pod interface/addresses/routes,
+    host veth/route (or its bridge port), hostPort elements. ``bridge``/``prefixes``: the bridge
+    network the pod joined and its subnets' prefix lengths (empty: podnet's point-to-point
+    layout). :class:`~podnet.errors.CheckFailed` (103) naming the first difference."""
     _check_prev_result(call, pod)
+    if ranges is not None:
+        _check_ranges(call, pod, ranges)
     _check_pod_side(call, pod, prefixes or {})
     _check_host_side(pod, bridge)
     _check_hostports(entries)

@@ -43,6 +43,16 @@ class Context:
     registry: nbmod.Registry
     owner: str
     warn: Callable[[str], None] | None = None
+    _pods: dict[str, list[str]] | None = None
+
+    def pods(self, network: str) -> list[str]:
+        """The container IDs of ``network``'s pods on every node (the NB's pod ports, read
+        once per context: :func:`podnet.ovn.ports.pods_by_network`)."""
+        if self._pods is None:
+            from podnet.ovn.ports import pods_by_network
+
+            self._pods = pods_by_network(self.nb)
+        return self._pods.get(network, [])
 
     def sb(self) -> Ovsdb:
         """The SB database, from this node's OVS (``ovn-remote``)."""
@@ -66,6 +76,18 @@ class ClusterDriver(Driver):
     """A network type whose networks live in OVN's NB."""
 
     cluster = True
+    #: Config keys that are each member's own, set with a target (LXD's
+    #: ``db.NodeSpecificNetworkConfig``); none: the type has no member-specific config.
+    member_keys: tuple[str, ...] = ()
+
+    def check_member_keys(self, name: str, member: str, config: Mapping[str, str]) -> None:
+        """Check ``member``'s own keys before they are recorded (NetworkError 400)."""
+
+    def member_changed(self, ctx: Context, name: str, record: nbmod.Record,
+                       member: str) -> list[str]:  # fmt: skip
+        """After ``member``'s own keys of network ``name`` changed (``record``, as written):
+        this node's side when ``member`` is this node; what was done."""
+        return []
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
@@ -92,18 +114,25 @@ class ClusterDriver(Driver):
         """Bring this node's side back (``network restore``); what was done."""
         return []
 
+    def member_status(self, ctx: Context, name: str, record: nbmod.Record, member: str) -> str:
+        """LXD's status of the network on ``member`` (``?target=``): the record's by default."""
+        return record.status
+
     def forget_node(self, ctx: Context) -> list[str]:
         """Remove this node's side of networks of this type that are no longer registered
         (deleted from another node); what was done."""
         return []
 
     def used_by(self, ctx: Context, name: str) -> list[str]:
-        """API URLs of what uses the network."""
-        return [
+        """API URLs of what uses the network: the networks on it (an uplink's), and its pods
+        on every node (``/1.0/instances/<container ID>``, as a bridge's)."""
+        networks = [
             f"/1.0/networks/{n}"
             for n, r in ctx.registry.records.items()
             if r.config.get("network") == name
         ]
+        pods = ctx.pods(name) if self.type == "ovn" else []  # an uplink holds no pod
+        return networks + [f"/1.0/instances/{cid}" for cid in pods]
 
 
 def connect(config: Mapping[str, str], owner: str = "") -> Ovsdb | None:
@@ -172,9 +201,12 @@ def _ssl_files(config: Mapping[str, str], owner: str = "") -> tuple[str, str, st
 
 
 def _failure(err: Unreachable | TxnFailed) -> NetworkError:
+    """The refusal for an NB failure: its message names the remotes and a reason of
+    :data:`podnet.ovn.ovsdb.REASONS` (503) or the refused operation (500); what the tool or
+    the server said is only its ``detail`` (the server's log)."""
     if isinstance(err, Unreachable):
-        return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, UNREACHABLE)
-    return NetworkError(f"{err.msg}: {err.details}" if err.details else err.msg, 500)
+        return NetworkError(err.msg, UNREACHABLE, detail=err.details)
+    return NetworkError(err.msg, 500, detail=err.details)
 
 
 def _driver(kind: str) -> ClusterDriver:
@@ -185,15 +217,27 @@ def _driver(kind: str) -> ClusterDriver:
     return found
 
 
-def as_network(ctx: Context, name: str, record: nbmod.Record) -> Network:
+def as_network(ctx: Context, name: str, record: nbmod.Record, target: str | None = None) -> Network:
+    """Cluster network ``name`` as the API shows it. Without ``target``: the cluster-wide
+    config (a member's own keys left out, as LXD does), the record's status, and as
+    ``locations`` the members that have their own keys (a ``physical`` network's members with
+    a ``parent``). With ``target``: that member's view — its own keys merged in, and its status
+    (:meth:`ClusterDriver.member_status`)."""
+    driver = _driver(record.type)
+    config = {k: v for k, v in record.config.items() if k not in driver.member_keys}
+    status = record.status
+    if target is not None:
+        config.update(record.members.get(target, {}))
+        status = driver.member_status(ctx, name, record, target)
     return Network(
         name,
         record.type,
         record.description,
-        dict(record.config),
-        _driver(record.type).used_by(ctx, name),
-        "Created",
+        config,
+        driver.used_by(ctx, name),
+        status,
         "",
+        sorted(record.members),
     )
 
 
@@ -205,6 +249,51 @@ def networks(nb: Ovsdb, owner: str) -> list[Network]:
         raise _failure(err) from None
     ctx = Context(nb, registry, owner)
     return [as_network(ctx, n, r) for n, r in sorted(registry.records.items())]
+
+
+def network(nb: Ovsdb, owner: str, name: str, target: str | None) -> Network | None:
+    """Cluster network ``name`` (None: no such network), as member ``target`` has it when
+    given (404 ``Member "x" not found`` for a member OVN does not know). 503 NB unreachable."""
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise _failure(err) from None
+    record = registry.records.get(name)
+    if record is None:
+        return None
+    ctx = Context(nb, registry, owner)
+    if target is not None:
+        check_member(ctx, target)
+    return as_network(ctx, name, record, target)
+
+
+def local_member() -> str:
+    """This node's name as a cluster member: its OVN chassis name (OVS's
+    ``external_ids:system-id``). InvalidConfig (7) when OVS is not set up for OVN."""
+    from podnet.ovn import vswitch
+
+    return vswitch.chassis().system_id
+
+
+def check_member(ctx: Context, member: str) -> None:
+    """``member`` names this node or a chassis in OVN's SB (the cluster's members);
+    NetworkError 404 ``Member "x" not found`` (LXD's words) otherwise, 400 for a name podnet
+    cannot record, 503 when the SB does not answer."""
+    from podnet.networks import ovnconfig
+
+    ovnconfig.check_member(member)
+    try:
+        if member == local_member():
+            return
+    except CNIError:
+        pass  # no OVN chassis here: the SB says who the members are
+    try:
+        rows = ctx.sb().select("Chassis", [["name", "==", member]], ["name"])
+    except (CNIError, Unreachable) as err:
+        raise NetworkError(f"Failed checking member {member!r}: {getattr(err, 'msg', err)}",
+                           UNREACHABLE) from None  # fmt: skip
+    if not rows:
+        raise NetworkError(f'Member "{member}" not found', 404)
 
 
 def _read_only(config: Mapping[str, str], current: Mapping[str, str]) -> None:
@@ -226,12 +315,25 @@ def create(
     warn: Callable[[str], None] | None,
     local_names: set[str],
     uplinks: Mapping[str, nbmod.Record] | None = None,
+    target: str | None = None,
 ) -> Network:
     """Create cluster network ``name``: 409 when any node's network has the name, 400 bad
     config, 503 NB unreachable. Then this node's side (an uplink's parent, say). ``uplinks``:
-    this node's bridge uplinks (:attr:`podnet.ovn.nb.Registry.local_uplinks`)."""
+    this node's bridge uplinks (:attr:`podnet.ovn.nb.Registry.local_uplinks`).
+
+    LXD's clustered creation (lxd/networks.go ``networksPost``): with ``target`` (a member,
+    :func:`check_member`) only that member's own keys are recorded and the network is
+    ``Pending``; without it a pending network is created for every member (``Created``), and
+    a type whose networks have member keys (``physical``) must be pending first ("Network not
+    pending on any node (use --target <node> first)")."""
+    if target is not None:
+        return _define_member(nb, owner, name, kind, config, local_names, target)
     driver = _driver(kind)
     _read_only(config, {})
+    if driver.member_keys:
+        for key in config:
+            if key in driver.member_keys:
+                raise NetworkError(f'Config key "{key}" is cluster member specific')
     valid = driver.validate(name, config)
     if name in local_names:
         raise NetworkError("The network already exists", 409)
@@ -240,13 +342,20 @@ def create(
     def apply(
         registry: nbmod.Registry,
     ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
-        if name in registry.records:
+        pending = registry.records.get(name)
+        if pending is not None and not pending.pending:
             raise NetworkError("The network already exists", 409)
+        if pending is not None and pending.type != kind:
+            raise NetworkError(f'Requested network type "{kind}" does not match type in '
+                               f'existing database record "{pending.type}"')  # fmt: skip
+        if pending is None and driver.member_keys:
+            raise NetworkError("Network not pending on any node (use --target <node> first)")
         registry.local_uplinks = dict(uplinks or {})
         ctx = Context(nb, registry, owner, warn)
         filled, ops, then = driver.cluster_create(ctx, name, dict(valid))
         after[:] = [then]
-        return {name: nbmod.Record(kind, description, filled)}, ops
+        members = pending.members if pending is not None else {}
+        return {name: nbmod.Record(kind, description, filled, dict(members))}, ops
 
     try:
         registry = nbmod.change(nb, apply)
@@ -255,6 +364,50 @@ def create(
     for then in after:
         then()  # this node's side; the lines it returns are for `network restore`
     return as_network(Context(nb, registry, owner), name, registry.records[name])
+
+
+def _define_member(nb: Ovsdb, owner: str, name: str, kind: str, config: dict[str, str],
+                   local_names: set[str], target: str) -> Network:  # fmt: skip
+    """``create --target``: record member ``target``'s own keys of network ``name``, pending
+    (LXD's ``CreatePendingNetwork`` and its messages). On this node the parent is checked
+    first (it exists here, free, without addresses): 400 otherwise."""
+    from podnet.networks import ovnconfig
+
+    driver = _driver(kind)
+    if not driver.member_keys:
+        raise NetworkError(f'Network type "{kind}" does not support member specific config')
+    valid = ovnconfig.validate_member(name, target, config)
+    if name in local_names:
+        raise NetworkError("The network already exists", 409)
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise _failure(err) from None
+    check_member(Context(nb, registry, owner), target)
+    driver.check_member_keys(name, target, valid)
+
+    def apply(
+        registry: nbmod.Registry,
+    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+        record = registry.records.get(name)
+        if record is None:
+            return {name: nbmod.Record(kind, "", {}, {target: valid}, "Pending")}, []
+        if not record.pending:
+            raise NetworkError("Network is not in pending state")
+        if record.type != kind:
+            raise NetworkError("Requested network type does not match type in existing "
+                               "database record")  # fmt: skip
+        if target in record.members:
+            raise NetworkError(f'The network is already defined on member "{target}"')
+        members = {**record.members, target: valid}
+        return {name: nbmod.Record(kind, record.description, record.config, members,
+                                   "Pending")}, []  # fmt: skip
+
+    try:
+        registry = nbmod.change(nb, apply)
+    except (Unreachable, TxnFailed) as err:
+        raise _failure(err) from None
+    return as_network(Context(nb, registry, owner), name, registry.records[name], target)
 
 
 def update(
@@ -266,9 +419,15 @@ def update(
     patch: bool,
     etag: str | None,
     uplinks: Mapping[str, nbmod.Record] | None = None,
+    target: str | None = None,
 ) -> Network:
     """PUT/PATCH a cluster network (LXD's semantics, as for bridges); 412 stale ETag, 404.
-    ``uplinks``: as for :func:`create`."""
+    ``uplinks``: as for :func:`create`. With ``target`` only that member's own keys change
+    (``Config key "k" may not be used as member-specific key``), pending or not; without it a
+    member's key is refused (``Config key "k" is cluster member specific``), as is any change
+    of a pending network (lxd/networks.go ``networkPut``)."""
+    if target is not None:
+        return _update_member(nb, owner, name, config or {}, patch, etag, target)
 
     def apply(
         registry: nbmod.Registry,
@@ -284,6 +443,11 @@ def update(
                 f"ETag doesn't match: {current.etag()} vs {etag.strip(chr(34))}", 412
             )
         driver = _driver(record.type)
+        if record.pending:
+            raise NetworkError("Cannot update network global config when not in created state")
+        for key in config or {}:
+            if key in driver.member_keys:
+                raise NetworkError(f'Config key "{key}" is cluster member specific')
         _read_only(config or {}, record.config)
         merged = dict(record.config) if patch else {}
         merged.update(config or {})
@@ -294,13 +458,70 @@ def update(
         new_description = (
             record.description if (patch and description is None) else (description or "")
         )
-        return {name: nbmod.Record(record.type, new_description, valid)}, ops
+        return {name: nbmod.Record(record.type, new_description, valid, dict(record.members),
+                                   record.status)}, ops  # fmt: skip
 
     try:
         registry = nbmod.change(nb, apply)
     except (Unreachable, TxnFailed) as err:
         raise _failure(err) from None
     return as_network(Context(nb, registry, owner), name, registry.records[name])
+
+
+def _update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], patch: bool,
+                   etag: str | None, target: str) -> Network:  # fmt: skip
+    """PUT/PATCH ``?target=member``: member ``target``'s own keys of network ``name`` (an
+    empty value, or a PUT without them, removes that member's entry: it has no parent then).
+    The ETag is the member's view's (GET with the same target). A ``parent`` an earlier podnet
+    recorded for every node is dropped: the members' own ones replace it. On this node the
+    new keys are checked before (:meth:`ClusterDriver.check_member_keys`) and applied after."""
+    from podnet.networks import ovnconfig
+
+    try:
+        registry = nbmod.read(nb)
+    except Unreachable as err:
+        raise _failure(err) from None
+    check_member(Context(nb, registry, owner), target)
+    checked_keys: list[dict[str, str]] = []
+
+    def apply(
+        registry: nbmod.Registry,
+    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+        record = registry.records.get(name)
+        if record is None:
+            raise NetworkError("Network not found", 404)
+        ctx = Context(nb, registry, owner)
+        current = as_network(ctx, name, record, target)
+        if etag is not None and etag.strip('"') != current.etag():
+            raise NetworkError(
+                f"ETag doesn't match: {current.etag()} vs {etag.strip(chr(34))}", 412
+            )
+        driver = _driver(record.type)
+        for key, value in config.items():
+            if key not in driver.member_keys and current.config.get(key, "") != value:
+                raise NetworkError(f'Config key "{key}" may not be used as member-specific key')
+        keys = dict(record.members.get(target, {})) if patch else {}
+        keys.update({k: v for k, v in config.items() if k in driver.member_keys})
+        keys = {k: v for k, v in keys.items() if v}
+        members = {m: c for m, c in record.members.items() if m != target}
+        if keys:
+            members[target] = ovnconfig.validate_member(name, target, keys)
+            if keys not in checked_keys:  # once per value, not per retry of the transaction
+                driver.check_member_keys(name, target, members[target])
+                checked_keys.append(keys)
+        config_after = {k: v for k, v in record.config.items() if k not in driver.member_keys}
+        return {name: nbmod.Record(record.type, record.description, config_after, members,
+                                   record.status)}, []  # fmt: skip
+
+    try:
+        registry = nbmod.change(nb, apply)
+    except (Unreachable, TxnFailed) as err:
+        raise _failure(err) from None
+    ctx = Context(nb, registry, owner)
+    record = registry.records[name]
+    if not record.pending:
+        _driver(record.type).member_changed(ctx, name, record, target)
+    return as_network(ctx, name, record, target)
 
 
 def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None) -> None:
@@ -349,6 +570,8 @@ def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = 
         except (CNIError, NetworkError) as err:
             failed.append(f"{kind} networks deleted elsewhere: {getattr(err, 'msg', None) or err}")
     for name, record in sorted(registry.records.items()):
+        if record.pending:  # defined on members only: nothing made anywhere yet
+            continue
         try:  # one network that cannot be restored here does not stop the others
             done += _driver(record.type).restore_node(ctx, name, record.config)
         except (CNIError, NetworkError) as err:

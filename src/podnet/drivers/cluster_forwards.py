@@ -66,24 +66,32 @@ def _view(network: str, record: nbmod.Record) -> fwd.NetworkView:
     return fwd.NetworkView(network, "ovn", subnets)
 
 
-def _taken(registry: nbmod.Registry) -> Iterable[tuple[Any, str]]:
+#: A span of taken addresses: ``(family, first, last, holder)``, ``first``/``last`` the
+#: addresses as integers (both inside), ``holder`` what takes them, for messages.
+Span = tuple[int, int, int, str]
+
+
+def _taken(registry: nbmod.Registry) -> Iterable[Span]:
     """What a listen address may not lie in besides another forward (:func:`_forwards_at`):
-    (address or subnet, what holds it)."""
+    every network's subnet and gateway subnet, its NAT and router uplink addresses, and the
+    uplinks' ``ipvN.ovn.ranges``, as :data:`Span` (a range is one span, not its CIDR blocks)."""
     for name, record in [*registry.records.items(), *registry.local_uplinks.items()]:
         for key in ("ipv4.address", "ipv6.address", "ipv4.gateway", "ipv6.gateway"):
             value = record.config.get(key, "")
             if value not in ("", "none", "auto"):
-                yield checked.interface(value).network, f"network {name}"
+                net = checked.interface(value).network
+                yield (net.version, int(net.network_address), int(net.broadcast_address),
+                       f"network {name}")  # fmt: skip
         for key in ("ipv4.nat.address", "ipv6.nat.address", "volatile.network.ipv4.address",
                     "volatile.network.ipv6.address"):  # fmt: skip
             if record.config.get(key):
-                yield checked.ip(record.config[key]), f"network {name}"
+                ip = checked.ip(record.config[key])
+                yield ip.version, int(ip), int(ip), f"network {name}"
         if record.type in ("physical", "bridge"):
             for family in (4, 6):
                 text = record.config.get(f"ipv{family}.ovn.ranges", "")
                 for first, last in ovnconfig.ranges(text, family) if text else []:
-                    for net in ipaddress.summarize_address_range(first, last):
-                        yield net, f"the OVN ranges of uplink {name}"
+                    yield family, int(first), int(last), f"the OVN ranges of uplink {name}"
 
 
 def _forwards_at(registry: nbmod.Registry, skip: tuple[str, str] | None) -> dict[str, str]:
@@ -114,38 +122,78 @@ def _routes(registry: nbmod.Registry, record: nbmod.Record, family: int) -> list
     return ovnconfig.routes(text, family) if text else []
 
 
-def _overlaps(address: Addr, taken: Iterable[tuple[Any, str]],
-              forwards: Mapping[str, str]) -> str | None:  # fmt: skip
-    for held, holder in taken:
-        if held.version != address.version:
-            continue
-        if isinstance(held, ipaddress.IPv4Network | ipaddress.IPv6Network):
-            inside = address in held
-        else:
-            inside = address == held
-        if inside:
+def _overlaps(address: Addr, taken: Iterable[Span], forwards: Mapping[str, str]) -> str | None:
+    """What holds ``address``: the first span of ``taken`` it lies in, else the forward on it;
+    None when it is free."""
+    value = int(address)
+    for family, first, last, holder in taken:
+        if family == address.version and first <= value <= last:
             return holder
     return forwards.get(str(address))
 
 
-#: Addresses ``0.0.0.0``/``::`` may try before giving up (the first free one is taken).
+#: Candidate checks ``0.0.0.0``/``::`` may make before giving up (the first free address is
+#: taken; a run of taken addresses — a subnet, an OVN range — is passed over in one check).
 ALLOCATE_TRIES = 65536
 
 
-def _allocate(registry: nbmod.Registry, record: nbmod.Record, family: int) -> str:
-    taken, forwards = list(_taken(registry)), _forwards_at(registry, None)
-    tries = 0
+def _merged(spans: Iterable[Span], family: int) -> tuple[list[int], list[int]]:
+    """The spans of ``family`` sorted and merged where they overlap or touch: ``(firsts,
+    lasts)``, ascending and disjoint, for :func:`bisect.bisect_right` over ``firsts``."""
+    firsts: list[int] = []
+    lasts: list[int] = []
+    for first, last in sorted((a, b) for f, a, b, _ in spans if f == family):
+        if lasts and first <= lasts[-1] + 1:
+            lasts[-1] = max(lasts[-1], last)
+        else:
+            firsts.append(first)
+            lasts.append(last)
+    return firsts, lasts
+
+
+def _candidates(net: Any) -> tuple[int, int]:
+    """The first and last address of route ``net`` a forward may take, as integers: its hosts
+    (:meth:`ipaddress.IPv4Network.hosts`: an IPv4 subnet's network and broadcast addresses and
+    an IPv6 subnet's Subnet-Router anycast address, RFC 4291 2.6.1, left out), every address
+    of a /31, /32, /127 or /128."""
+    first, last = int(net.network_address), int(net.broadcast_address)
+    if net.num_addresses > 2:
+        first += 1
+        last -= 1 if net.version == 4 else 0
+    return first, last
+
+
+def _allocate(registry: nbmod.Registry, record: nbmod.Record, family: int,
+              tries: int = ALLOCATE_TRIES) -> str:  # fmt: skip
+    """The first free address of the uplink's ``ipvN.routes`` (canonical text), in the
+    routes' order: not in a span of :func:`_taken` nor a forward's listen address. Each
+    candidate costs one check — a bisection over the merged spans (a candidate inside one
+    jumps past its end) and a set lookup of the forwards — so the work is O(tries · log spans)
+    after one sort of the spans, whatever the number of ranges and forwards. NetworkError
+    (400) when no address is free, or none within ``tries`` checks."""
+    from bisect import bisect_right
+
+    firsts, lasts = _merged(_taken(registry), family)
+    forwards = _forwards_at(registry, None)
+    make = ipaddress.IPv4Address if family == 4 else ipaddress.IPv6Address
+    checks = 0
     for net in _routes(registry, record, family):
-        hosts = net.hosts() if net.num_addresses > 2 else iter(net)
-        for address in hosts:
-            if _overlaps(address, taken, forwards) is None:
-                return str(address)
-            tries += 1
-            if tries >= ALLOCATE_TRIES:  # a route covered by huge ranges: never loop for ever
+        candidate, last = _candidates(net)
+        while candidate <= last:
+            checks += 1
+            if checks > tries:  # a route covered by taken addresses: never loop for ever
                 raise NetworkError(
-                    f"No free address in the uplink's routes within {ALLOCATE_TRIES} tries: "
+                    f"No free address in the uplink's routes within {tries} tries: "
                     "give the listen address"
                 )
+            i = bisect_right(firsts, candidate) - 1
+            if i >= 0 and candidate <= lasts[i]:
+                candidate = lasts[i] + 1  # past the span: a range is one check, not its size
+                continue
+            text = str(make(candidate))
+            if text not in forwards:
+                return text
+            candidate += 1
     raise NetworkError("No free address in the uplink's routes")
 
 

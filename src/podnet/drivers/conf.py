@@ -3,7 +3,8 @@
 Keys: ``ranges`` (IPv4 and/or IPv6 CIDRs, several allowed, first with space wins; required
 unless ``ipam`` or ``network`` is given), ``network`` (a bridge network made by ``podnetctl
 network create``: the pod joins its bridge and gets an address of its subnet),
-``capabilities.portMappings``, and optional ``dataDir`` (default ``/var/lib/podnet``), ``mtu``
+``capabilities.portMappings``, and optional ``dataDir`` (default the node's store:
+:mod:`podnet.drivers.nodeconf`, ``/var/lib/podnet`` unless configured), ``mtu``
 (bytes, 0 = the default-route link's or the bridge's), ``ipMasq`` (default true), ``logFile``,
 ``busyTimeout`` (seconds the database lock is waited for, default 5), ``toolTimeout`` (seconds
 a spawned tool may run, default 10), ``ipam`` (an object with ``type``: the IPAM plugin in
@@ -14,47 +15,49 @@ CNI_PATH podnet delegates to instead of using ``ranges`` — host-local, static,
 from __future__ import annotations
 
 from podnet.cni import netconf
+from podnet.drivers.nodeconf import BELOW
+from podnet.drivers.nodeconf import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # re-exported
 from podnet.errors import InvalidConfig
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from podnet.drivers.nodeconf import NodeConf
     from podnet.ipam.allocator import Network
 
-DEFAULT_DATA_DIR = "/var/lib/podnet"
 #: Seconds: a runtime's own call timeout is shorter than this anyway (kubelet's CRI: 4 min).
 MAX_BUSY_TIMEOUT = 3600.0
 #: IPv6 needs 1280-byte links; IPv4 at least 68.
 MIN_MTU = {4: 68, 6: 1280}
 
 
-#: The variable of the runtime's environment (the node administrator's: containerd, CRI-O,
-#: the kubelet, podman pass theirs to plugins) that names the data dirs a NetConf may use
-#: besides :data:`DEFAULT_DATA_DIR`: ``:``-separated entries, each a directory allowing itself
-#: only, or ``<directory>/*`` allowing every directory below it (for test nodes: every store
-#: below may then claim the node's table first after a reboot).
+#: The variable of the runtime's environment that may add data dirs to those the node's
+#: configuration allows (:mod:`podnet.drivers.nodeconf`): ``:``-separated entries, each a
+#: directory allowing itself only, or ``<directory>/*`` allowing every directory below it.
 DATA_DIRS_ENV = "PODNET_DATA_DIRS"
-#: The suffix of an entry of :data:`DATA_DIRS_ENV` that allows what lies below it.
-BELOW = "/*"
 
 
-def allowed_data_dirs() -> list[tuple[str, bool]]:
-    """``(directory, below)`` for :data:`DEFAULT_DATA_DIR` (itself only: a NetConf must not
-    make a second store under it, which could take the node's table) and each entry of
-    :data:`DATA_DIRS_ENV` whose directory is a checked path (others are ignored); ``below``:
-    the entry ends in :data:`BELOW`."""
+def allowed_data_dirs(node: NodeConf | None = None) -> list[tuple[str, bool]]:
+    """``(directory, below)`` a NetConf's ``dataDir`` may be: those of the node's configuration
+    (``node``, default :func:`podnet.drivers.nodeconf.load`; :meth:`~podnet.drivers.nodeconf.
+    NodeConf.data_dirs`) and each entry of :data:`DATA_DIRS_ENV` whose directory is a checked
+    path (others are ignored); ``below``: the entry ends in :data:`BELOW`. NodeConfError (7)
+    naming the file when the node's configuration is malformed or untrusted."""
     import os
 
     from podnet import checked
+    from podnet.drivers import nodeconf
 
-    out = [(DEFAULT_DATA_DIR, False)]
+    out = (node or nodeconf.load()).data_dirs()
     for item in os.environ.get(DATA_DIRS_ENV, "").split(":"):
         below = item.endswith(BELOW)
         try:
-            out.append((checked.path(item.removesuffix(BELOW) if below else item), below))
+            entry = (checked.path(item.removesuffix(BELOW) if below else item), below)
         except checked.BadValue:
             continue
+        if entry not in out:
+            out.append(entry)
     return out
 
 
@@ -65,27 +68,32 @@ def data_dir_allowed(data_dir: str, allowed: list[tuple[str, bool]]) -> bool:
                for d, below in allowed)  # fmt: skip
 
 
-def store_keys(section: dict[str, Any], where: str = "") -> tuple[str, float]:
+def store_keys(section: dict[str, Any], where: str = "",
+               node: NodeConf | None = None) -> tuple[str, float]:  # fmt: skip
     """``(dataDir, busyTimeout)`` of ``section`` (the NetConf, or its ``ipam`` object with
-    ``where="ipam."``): an absolute, normal path of safe characters (default
-    :data:`DEFAULT_DATA_DIR`; :func:`podnet.checked.path` — it reaches ``ip`` in the host veths'
-    alias and nft in the table's comment) that the node's administrator allows
+    ``where="ipam."``): an absolute, normal path of safe characters (default the node's store,
+    ``data_dir`` of the node's configuration ``node`` — default :func:`podnet.drivers.nodeconf.
+    load` —, else :data:`DEFAULT_DATA_DIR`; :func:`podnet.checked.path` — it reaches ``ip`` in
+    the host veths' alias and nft in the table's comment) that the node's administrator allows
     (:func:`allowed_data_dirs`: a NetConf's author must not point root's store at a directory
     they can write, such as their container's rootfs) and seconds >= 0 (default 5). Code 7
-    naming ``<where>dataDir`` / ``<where>busyTimeout``."""
+    naming ``<where>dataDir`` / ``<where>busyTimeout``, or naming the node configuration's file
+    when that is malformed or untrusted."""
     from podnet import checked
+    from podnet.drivers import nodeconf
 
-    data_dir = section.get("dataDir", DEFAULT_DATA_DIR)
+    node = node or nodeconf.load()
+    data_dir = section.get("dataDir", node.data_dir)
     try:
         checked.path(data_dir)
     except checked.BadValue as err:
         raise InvalidConfig(f"{where}dataDir: {err}") from None
-    allowed = allowed_data_dirs()
+    allowed = allowed_data_dirs(node)
     if not data_dir_allowed(data_dir, allowed):
         shown = ":".join(d.rstrip("/") + BELOW if below else d for d, below in allowed)
         raise InvalidConfig(
             f"{where}dataDir: {data_dir} is not a data dir this node allows ({shown}; the "
-            f"administrator adds others in {DATA_DIRS_ENV} of the runtime's environment)"
+            f"administrator adds others to {node.path}: podnetctl install --data-dir)"
         )
     timeout = netconf.opt_seconds(section, "busyTimeout", 5, 0, MAX_BUSY_TIMEOUT, where=where)
     return data_dir, timeout
@@ -123,11 +131,11 @@ class StoreConf:
     __slots__ = ("raw", "cni_version", "name", "data_dir", "log_file", "busy_timeout",
                  "ipam_type")  # fmt: skip
 
-    def __init__(self, raw: dict[str, Any]) -> None:
+    def __init__(self, raw: dict[str, Any], node: NodeConf | None = None) -> None:
         self.raw = raw
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_name(raw)
-        self.data_dir, self.busy_timeout = store_keys(raw)
+        self.data_dir, self.busy_timeout = store_keys(raw, node=node)
         self.log_file = netconf.log_file(raw)
         self.ipam_type = ipam_type(raw)
 
@@ -138,8 +146,8 @@ class PodnetConf(StoreConf):
 
     __slots__ = ("ranges", "mtu", "ip_masq", "port_mappings", "network")
 
-    def __init__(self, raw: dict[str, Any]) -> None:
-        super().__init__(raw)
+    def __init__(self, raw: dict[str, Any], node: NodeConf | None = None) -> None:
+        super().__init__(raw, node)
         #: A bridge network (``podnetctl network create``) the pods join instead of ptp links.
         self.network = netconf.require_str(raw, "network", optional=True)
         if self.network:

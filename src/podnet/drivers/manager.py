@@ -29,7 +29,7 @@ from podnet.drivers import bridge_uplink
 from podnet.errors import CNIError
 from podnet.networks import config as netconfig
 from podnet.networks import forwards as fwd
-from podnet.networks.errors import NetworkError
+from podnet.networks.errors import NetworkError, in_use
 from podnet.networks.model import Forward, ForwardPort, Network, clean
 from podnet.store import Store, open_store
 from podnet.store.networks import ForwardRow, NetworkRow
@@ -42,6 +42,27 @@ if TYPE_CHECKING:
     from podnet.ovn.ovsdb import Ovsdb
 
 __all__ = ["Manager"]
+
+
+def _table_listing() -> list[str] | None:
+    """Table ``inet podnet`` as nft lists it (``nft -j``), without what a rebuild of the same
+    content changes (handles, the order of set and map elements), one JSON text per object;
+    None when there is no such table."""
+    from podnet.firewall import hostports, nft
+
+    items = nft.list_json("table", hostports.FAMILY, hostports.TABLE)
+    if items is None:
+        return None
+    out = []
+    for item in items:
+        for kind, body in item.items():
+            if kind == "metainfo" or not isinstance(body, dict):
+                continue
+            body = {k: v for k, v in body.items() if k != "handle"}
+            if isinstance(body.get("elem"), list):
+                body["elem"] = sorted(body["elem"], key=lambda e: json.dumps(e, sort_keys=True))
+            out.append(json.dumps({kind: body}, sort_keys=True))
+    return out
 
 
 def _forward_of(row: ForwardRow) -> Forward:
@@ -96,6 +117,8 @@ class Manager:
         self.node = node or socket.gethostname()
         self.warn = warn
         self.create = create
+        #: Set when this manager made the store: whether it made the data dir too.
+        self._made: bool | None = None
 
     @contextmanager
     def store(self) -> Iterator[Store]:
@@ -106,16 +129,36 @@ class Manager:
 
     @contextmanager
     def _store(self) -> Iterator[Store]:
+        """The store (remembering whether this opening made it: :meth:`discard_unused`)."""
+        from podnet.drivers.nodeconf import no_store
+        from podnet.store.db import DB_NAME
+
+        fresh = self.create and not os.path.exists(os.path.join(self.data_dir, DB_NAME))
+        made_dir = fresh and not os.path.isdir(self.data_dir)
         try:
             store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=self.create)
         except FileNotFoundError:
-            raise NetworkError(
-                f"No podnet database in {self.data_dir}: give the data dir of the node's store "
-                "(--data-dir, PODNET_DATA_DIR), or --init to create a new one there",
-                404,
-            ) from None
+            raise NetworkError(no_store(self.data_dir, "--init to create a new one there"),
+                               404) from None  # fmt: skip
+        if fresh:
+            self._made = made_dir
         with store:
             yield store
+
+    def discard_unused(self) -> bool:
+        """Remove the store this manager made (``create``) if it is still empty: for a command
+        that failed (:func:`podnet.store.db.discard_new`; a refused command leaves no empty
+        store behind). Returns whether it was removed; never raises."""
+        from podnet.store.db import discard_new
+
+        if self._made is None:
+            return False
+        made_dir, self._made = self._made, None
+        try:
+            store = open_store(self.data_dir, busy_timeout=self.busy_timeout, create=False)
+        except Exception:  # noqa: BLE001 - gone already, or unreadable: left as it is
+            return False
+        return discard_new(store, made_dir)
 
     # -- reading -----------------------------------------------------------------------------
     @staticmethod
@@ -135,8 +178,9 @@ class Manager:
         return [f"/1.0/instances/{cid}" for cid in _driver(row.type).users(store, row)]
 
     def _as_network(self, store: Store, row: NetworkRow) -> Network:
+        status = _driver(row.type).status(row, self.owner)
         return Network(row.name, row.type, row.description, dict(row.config),
-                       self._used_by(store, row), "Created", self.node)  # fmt: skip
+                       self._used_by(store, row), status, self.node)  # fmt: skip
 
     def _uplinks(self) -> dict[str, Record]:
         """This node's bridge uplinks (:func:`podnet.drivers.bridge_uplink.local_uplinks`)."""
@@ -163,20 +207,23 @@ class Manager:
         shared = cluster.networks(nb, self.owner) if nb is not None else []
         return sorted([*local, *shared], key=lambda n: n.name)
 
-    def get_network(self, name: str) -> Network:
-        """One network; 404 ``Network not found``."""
+    def get_network(self, name: str, target: str | None = None) -> Network:
+        """One network; 404 ``Network not found``. ``target``: a member (this node for the
+        node's own networks; for a cluster network any member, whose own keys and status are
+        shown: :func:`podnet.drivers.cluster.network`)."""
         from podnet.drivers import cluster
 
         with self._store() as store:
             row = self._local(store, name)
             if row is not None:
+                self.check_target(target)
                 return self._as_network(store, row)
             nb = self._nb(store)
-        shared = cluster.networks(nb, self.owner) if nb is not None else []
-        found = [n for n in shared if n.name == name]
-        if not found:
+        found = cluster.network(nb, self.owner, name, target) if nb is not None else None
+        if found is None:
+            self.check_target(target)
             raise NetworkError("Network not found", 404)
-        return found[0]
+        return found
 
     def _cluster_nb(self, store: Store, name: str) -> Ovsdb | None:
         """The NB when ``name`` is not a network of this node's store and the NB is set."""
@@ -235,12 +282,15 @@ class Manager:
         return out
 
     def create_network(self, name: str, *, type: str = "bridge", description: str = "",
-                       config: Mapping[str, str] | None = None) -> Network:  # fmt: skip
+                       config: Mapping[str, str] | None = None,
+                       target: str | None = None) -> Network:  # fmt: skip
         """Create a network of a creatable type (``bridge``, or one an administrator
         registered, :mod:`podnet.drivers`): validate (LXD's keys and messages), fill defaults
         (``auto`` addresses, NAT), record it and let its driver make it on the node, then NAT
         in table ``inet podnet``. 400 bad name/config/type, 409 existing name or a subnet
-        overlapping another network or range."""
+        overlapping another network or range. ``target``: this node for a node's network; for
+        a cluster network the member whose own keys are recorded (a pending network,
+        :func:`podnet.drivers.cluster.create`)."""
         from podnet import drivers
 
         netconfig.check_name(name)
@@ -266,7 +316,8 @@ class Manager:
                     f"{type} networks need OVN: set network.ovn.northbound_connection"
                 )
             return cluster.create(nb, self.owner, name, type, description, config, self.warn,
-                                  local, self._uplinks())  # fmt: skip
+                                  local, self._uplinks(), target)  # fmt: skip
+        self.check_target(target)
         valid = driver.validate(name, config)
         with self._store() as store, store.locked():
             if store.networks.get(name) is not None:
@@ -280,11 +331,12 @@ class Manager:
 
     def update_network(self, name: str, *, description: str | None = None,
                        config: Mapping[str, str] | None = None, patch: bool = False,
-                       etag: str | None = None) -> Network:  # fmt: skip
+                       etag: str | None = None, target: str | None = None) -> Network:  # fmt: skip
         """Change a network: PUT (``patch`` False) replaces description and config, PATCH
         merges config keys (an empty value removes one) and keeps an absent description.
         ``etag`` (If-Match) must be the current one (412). A new subnet is refused while pods
-        or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network."""
+        or forwards use the old one (400). 404 unknown, 400 bad config or a ptp network.
+        ``target``: as for :meth:`create_network` (a cluster member's own keys change)."""
         with self._store() as store:
             nb = self._cluster_nb(store, name)
         if nb is not None:
@@ -292,7 +344,9 @@ class Manager:
 
             text = None if description is None else clean(description)
             values = {clean(k): clean(v) for k, v in (config or {}).items()}
-            return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks())
+            return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks(),
+                                  target)  # fmt: skip
+        self.check_target(target)
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
@@ -339,8 +393,9 @@ class Manager:
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
             driver = _driver(row.type)
-            if driver.users(store, row, any_owner=True):
-                raise NetworkError("The network is currently in use")
+            users = driver.users(store, row, any_owner=True)
+            if users:
+                raise in_use(users)
             remove = driver.delete(name, self.owner, self.warn)
             with store.write():
                 store.networks.delete(row.id)
@@ -358,8 +413,12 @@ class Manager:
 
         with self._store() as store, store.locked():
             done, failed = restore_rows(store, self.owner, _driver)
+            before = _table_listing()
             sync.rebuild(store)
-            done.append("table inet podnet")
+            change = ("made again from the store" if before is None
+                      else "already as the store has it" if before == _table_listing()
+                      else "rebuilt from the store (it differed)")  # fmt: skip
+            done.append(f"table inet podnet: {change}")
             nb = self._nb(store)
         if nb is not None:
             from podnet.drivers import cluster

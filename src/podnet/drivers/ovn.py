@@ -22,7 +22,7 @@ from podnet import checked, proc
 from podnet.drivers.cluster import ClusterDriver, Context
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
-from podnet.networks.errors import NetworkError
+from podnet.networks.errors import NetworkError, in_use
 from podnet.ovn import nb as nbmod
 
 TYPE_CHECKING = False
@@ -57,6 +57,45 @@ def _underlay_mtu(encap_ip: str) -> tuple[int, int]:
         return 1500, family
 
 
+def _node_routes() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Every destination this node routes (default routes aside), both families."""
+    from podnet.link.local import routes_over
+
+    every = [checked.network("0.0.0.0/0"), checked.network("::/0")]
+    return [checked.network(dst, strict=False) for dst, _ in routes_over(every)]
+
+
+def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any]) -> None:
+    """The rules of a bridge's subnet, on the creating node: NetworkError 400 for a subnet that
+    is not a private range (:func:`podnet.checked.pod_range_problem`), 409 for one overlapping
+    a route of this node (:func:`podnet.link.local.routes_over`; one via the router's own
+    uplink address aside), naming it — a management port's address there would take the
+    route's traffic (the node's route to the NB, say). Every node checks again before it puts
+    anything of the network on itself (:func:`podnet.drivers.ovn_hostports.check_node`)."""
+    from podnet.drivers.ovn_hostports import mgmt_ifname
+    from podnet.link.local import routes_over
+
+    for iface in internal:
+        problem = checked.pod_range_problem(iface.network)
+        if problem:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{iface.version}.address": '
+                f"{problem}"
+            )
+    nets = [iface.network for iface in internal]
+    via = [config[k] for k in ("volatile.network.ipv4.address", "volatile.network.ipv6.address")
+           if config.get(k)]  # fmt: skip
+    clash = routes_over(nets, skip_dev=mgmt_ifname(name), skip_via=via) if nets else []
+    if clash:
+        dst, dev = clash[0]
+        mine = next(n for n in nets if n.overlaps(checked.network(dst, strict=False)))
+        raise NetworkError(
+            f'Invalid value for network "{name}" option "ipv{mine.version}.address": its subnet '
+            f"{mine} overlaps the route to {dst} (dev {dev}) of the node",
+            409,
+        )
+
+
 class OvnDriver(ClusterDriver):
     """OVN networks."""
 
@@ -81,10 +120,23 @@ class OvnDriver(ClusterDriver):
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """The OVS ports of this node's pods on the network (the node's view of it): each host
-        end that exists goes back into the integration bridge with its ``iface-id``."""
-        from podnet.drivers import ovn_pods
+        end that exists goes back into the integration bridge with its ``iface-id``; none when
+        the network's subnets fail :func:`podnet.drivers.ovn_hostports.check_node` here (7,
+        naming the route)."""
+        from podnet.drivers import ovn_hostports, ovn_pods
 
+        ovn_hostports.check_node(row.name, dict(row.config))
         return ovn_pods.restore(store, row, owner)
+
+    def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
+        """``network restore``: nothing to bring back for the network itself (its management
+        port comes with a hostPort's ADD), but a subnet that is not private or that overlaps a
+        route of this node is named (7, :func:`podnet.drivers.ovn_hostports.check_node`):
+        no pod or management port of it is put on this node."""
+        from podnet.drivers import ovn_hostports
+
+        ovn_hostports.check_node(name, dict(config))
+        return []
 
     def status_also(self, call: Call, conf: PodnetConf) -> None:
         """STATUS: the NB answers and has the network; this node's OVS is set up for OVN."""
@@ -167,11 +219,11 @@ class OvnDriver(ClusterDriver):
                 f"OVN already has {', '.join(clash)}, not made by podnet for this network", 409
             )
         taken = self._taken(ctx)
-        for family in (4, 6):
-            key = f"ipv{family}.address"
-            if config.get(key, "auto") == "auto":
-                config[key] = self._auto(family, taken)
-                config.setdefault(f"ipv{family}.nat", "true")
+        auto = [f for f in (4, 6) if config.get(f"ipv{f}.address", "auto") == "auto"]
+        near = _node_routes() if auto else []  # auto subnets also avoid this node's routes
+        for family in auto:
+            config[f"ipv{family}.address"] = self._auto(family, taken + near)
+            config.setdefault(f"ipv{family}.nat", "true")
         internal, uplink_ifaces, gateways = [], [], []
         for family in (4, 6):
             address = config[f"ipv{family}.address"]
@@ -192,6 +244,7 @@ class OvnDriver(ClusterDriver):
             gw = checked.interface(gateway)
             uplink_ifaces.append(checked.interface(f"{own}/{gw.network.prefixlen}"))
             gateways.append(gw.ip)
+        _check_subnets(name, config, internal)
         snat = self._snat(uplink, config)
         chassis = vswitch.chassis()
         if "bridge.mtu" not in config:
@@ -273,8 +326,8 @@ class OvnDriver(ClusterDriver):
             and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
             and SPARE not in pymap(p["external_ids"])  # the nodes' spare ports
         ]
-        if pods:
-            raise NetworkError("The network is currently in use")
+        if pods:  # named by their containers (a port podnet did not make: by its name)
+            raise in_use(ctx.pods(name) or sorted(checked.show(p, 80) for p in pods))
         for where in ctx.registry.forwards:  # its forwards go with it (their LBs: delete_ops)
             if where[0] == name:
                 ctx.registry.forward_changes[where] = None

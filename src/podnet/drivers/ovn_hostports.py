@@ -25,7 +25,6 @@ node forgets those of networks deleted elsewhere).
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from typing import Any
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 #: Links podnet makes as management ports; ``postrouting`` masquerades DNAT through them.
 MGMT_PREFIX = MGMT_LINKS.rstrip("*")
 MGMT_ID = "podnet-mgmt"
-_MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 
 
 def ovs(*args: str) -> None:
@@ -67,24 +65,89 @@ def wait_installed(host_if: str, port: str, deadline: float) -> None:
         )
 
 
-def allocation(
-    config: dict[str, str], found: list[str]
-) -> tuple[dict[int, tuple[str, str, Any]], dict[int, int]]:  # noqa: E501
-    """``{family: (address, gateway, subnet)}`` and the prefix lengths, from northd's
-    addresses and the network's router addresses."""
+def own(
+    config: dict[str, str], found: list[str], what: str
+) -> tuple[str, dict[int, tuple[str, str, Any]], dict[int, int]]:
+    """The port's own MAC and addresses from northd's ``dynamic_addresses`` split (``found``:
+    ``MAC IPv4 [IPv6]``), each parsed before it reaches a tool: ``(MAC, {family: (address,
+    gateway, subnet)}, {family: prefix length})``. One address per family the network has,
+    inside its subnet, neither the router's address nor the subnet's network or broadcast
+    address. InvalidConfig (7) naming ``what`` for anything else (an NB record another writer
+    made), NoFreeAddress (100) when no family has one."""
+    nets: dict[int, Any] = {}
+    for family in (4, 6):
+        router = config.get(f"ipv{family}.address", "none")
+        if router not in ("", "none", "auto"):
+            nets[family] = checked.interface(router)
+    try:
+        mac = checked.mac(found[0] if found else "")
+    except checked.BadValue as err:
+        raise errors.InvalidConfig(f"{what}: the NB's MAC address: {err}") from None
     alloc: dict[int, tuple[str, str, Any]] = {}
-    prefixes: dict[int, int] = {}
-    for text in found:
-        address = checked.ip(text)
-        router = config.get(f"ipv{address.version}.address", "none")
-        if router in ("", "none", "auto"):
-            continue
-        iface = checked.interface(router)
-        alloc[address.version] = (str(address), str(iface.ip), iface.network)
-        prefixes[address.version] = iface.network.prefixlen
+    for text in found[1:]:
+        try:
+            address = checked.ip(text)
+        except checked.BadValue as err:
+            raise errors.InvalidConfig(f"{what}: the NB's addresses: {err}") from None
+        router_if = nets.get(address.version)
+        bad = router_if is None or address.version in alloc
+        if router_if is not None:
+            net = router_if.network
+            edge = address.version == 4 and address == net.broadcast_address
+            bad = bad or edge or address not in net or address in (router_if.ip,
+                                                                  net.network_address)  # fmt: skip
+        if bad or router_if is None:
+            raise errors.InvalidConfig(
+                f"{what}: the NB lists {checked.show(text)}, not an address of the network's "
+                f"subnets for a port (one per family)", f"dynamic_addresses {found}"
+            )
+        alloc[address.version] = (str(address), str(router_if.ip), net)
     if not alloc:
         raise errors.NoFreeAddress("OVN assigned no address in the network's subnets", f"{found}")
-    return alloc, prefixes
+    return mac, alloc, {f: a[2].prefixlen for f, a in alloc.items()}
+
+
+def security(mac: str, alloc: dict[int, tuple[str, str, Any]]) -> str:
+    """A pod port's ``port_security`` (``"MAC IPv4 [IPv6]"``, ovn-nb(5)): OVN drops what the
+    pod sends from any other MAC or address (ARP and neighbour discovery included; the
+    link-local address derived from the MAC and ``::`` stay allowed) and what is sent to
+    others."""
+    return " ".join([mac, *(alloc[f][0] for f in sorted(alloc))])
+
+
+def subnets(config: dict[str, str]) -> list[Any]:
+    """An OVN network's subnets (``ipvN.address``), as networks."""
+    return [checked.interface(config[k]).network for k in ("ipv4.address", "ipv6.address")
+            if config.get(k, "none") not in ("", "none", "auto")]  # fmt: skip
+
+
+def check_node(network: str, config: dict[str, str], started: Any = None) -> None:
+    """Refuse (InvalidConfig, 7) to put anything of OVN network ``network`` on this node when
+    one of its subnets is not a private range (:func:`podnet.checked.pod_range_problem`) or
+    overlaps a route of this node (:func:`podnet.link.local.routes_over`) other than its
+    management port's own or one via its router's uplink address: the management port's
+    address would take that route's traffic into the network (the node's route to the NB,
+    say). The message names the route. ``started``: the routes being read already
+    (:func:`podnet.link.local.start_reading_routes`). KernelError (104) when the routes cannot
+    be read."""
+    from podnet.link.local import routes_over
+
+    nets = subnets(config)
+    for net in nets:
+        problem = checked.pod_range_problem(net)
+        if problem:
+            raise errors.InvalidConfig(f"network {network}: its subnet {problem}")
+    via = [config[k] for k in ("volatile.network.ipv4.address", "volatile.network.ipv6.address")
+           if config.get(k)]  # fmt: skip
+    clash = routes_over(nets, skip_dev=mgmt_ifname(network), skip_via=via,
+                        started=started) if nets else []  # fmt: skip
+    if clash:
+        dst, dev = clash[0]
+        mine = next(n for n in nets if n.overlaps(checked.network(dst, strict=False)))
+        raise errors.InvalidConfig(
+            f"network {network}: its subnet {mine} overlaps this node's route to {dst} (dev "
+            f"{dev}); refusing to take that route over"
+        )
 
 
 def fits(config: dict[str, str], found: list[str]) -> bool:
@@ -191,7 +254,10 @@ def ensure_mgmt(
     deadline: float,
 ) -> str:
     """The node's management port on ``network`` (see the module), made when missing and
-    checked otherwise; returns the link's name. Errors: 11 northd gave no address in time,
+    checked otherwise; returns the link's name. Errors: 7 a subnet of the network is not a
+    private range or overlaps a route of this node, named (:func:`check_node`, before anything
+    is made), or the NB gave the port a MAC or address that is not one (:func:`own`); 11 northd
+    gave no address in time,
     100 the subnet is full (after the spare ports gave theirs back, :func:`addresses`), 104
     OVS or the kernel refused, or ovn-controller did not wire it
     before ``deadline`` (monotonic seconds)."""
@@ -200,16 +266,14 @@ def ensure_mgmt(
 
     dev = mgmt_ifname(network)
     port = mgmt_port(network, chassis.system_id)
+    check_node(network, config)  # before anything is made: the port's address takes a route
     rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
     ids = {MGMT_ID: chassis.system_id}
     if not rows:
         ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
     found, _ = addresses(nb, network, port, config, chassis.system_id, ids, None, deadline,
                          f"management port {port}")  # fmt: skip
-    alloc, prefixes = allocation(config, found[1:])
-    mac = found[0].lower()
-    if not _MAC.fullmatch(mac):
-        raise errors.KernelError(f"management port {port}: {checked.show(mac)} is not a MAC")
+    mac, alloc, prefixes = own(config, found, f"management port {port}")
     existing = veth.alias_of(dev)
     if existing is not None and existing != owner:
         raise errors.KernelError(f"{dev} exists and is not this store's: refusing to use it")
@@ -225,6 +289,8 @@ def ensure_mgmt(
         ),
         f"link set dev {dev} up",
     ]
+    if existing is not None:  # only the port's own addresses stay on the link
+        lines[2:2] = [f"address del {a} dev {dev}" for a in _stale(dev, alloc, prefixes)]
     rc, _, err = proc.spawn(["ip", "-batch", "-"], veth.batch(lines)).wait()
     if rc != 0:
         raise errors.KernelError(f"failed to configure management port {dev}", err.strip())
@@ -236,6 +302,32 @@ def ensure_mgmt(
         proc.run(["ethtool", "-K", dev, "tx", "off"])
     wait_installed(dev, port, deadline)
     return dev
+
+
+def _stale(dev: str, alloc: dict[int, tuple[str, str, Any]], prefixes: dict[int, int]) -> list[str]:
+    """The addresses (``a/len``) on management link ``dev`` other than its port's own
+    (``alloc``), link-local ones aside: left from an earlier address of the port. [] when
+    ``dev`` does not exist yet."""
+    from podnet.cni.fastjson import loads
+
+    rc, out, _ = proc.spawn(["ip", "-j", "addr", "show", "dev", dev]).wait()
+    try:
+        links = loads(out) if rc == 0 and out.strip() else []
+    except ValueError:
+        return []
+    want = {f"{a[0]}/{prefixes[f]}" for f, a in alloc.items()}
+    found = []
+    for link in links if isinstance(links, list) else []:
+        for info in link.get("addr_info", []) if isinstance(link, dict) else []:
+            if not isinstance(info, dict) or info.get("scope") == "link":
+                continue
+            try:
+                iface = checked.interface(f"{info.get('local')}/{info.get('prefixlen')}")
+            except checked.BadValue:
+                continue
+            if str(iface) not in want:
+                found.append(str(iface))
+    return found
 
 
 def forget_mgmt(keep: set[str], owner: str) -> list[str]:

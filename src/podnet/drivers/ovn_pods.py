@@ -31,7 +31,6 @@ from typing import Any
 
 from podnet import errors, proc
 from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
-from podnet.drivers.ovn_hostports import allocation as _allocation
 from podnet.drivers.ovn_hostports import ovs as _ovs
 from podnet.drivers.ovn_hostports import wait_installed as _wait_installed
 from podnet.errors import CNIError
@@ -137,6 +136,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet.drivers.ovn_hostports import ensure_mgmt
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
+    from podnet.link.local import start_reading_routes
     from podnet.ovn import vswitch
     from podnet.undo import Undo
 
@@ -148,15 +148,17 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     host_if = names.host_ifname(call.container_id, call.ifname)
     network = str(conf.network)
     undo = Undo()
+    # the node's routes, read while the NB is asked (checked before the port is taken)
+    routes = start_reading_routes()
+    undo.push("reaping ip", routes.reap)
     with open_store(conf) as store:
         refuse_existing(store, call.container_id)
         nb = _nb(store)
         entries: list[PortMapping] = []
         try:
-            config, port, found = _port(store, nb, call, conf, chassis.system_id, requested,
-                                        undo, deadline)  # fmt: skip
-            pod_mac = found[0]
-            alloc, prefixes = _allocation(config, found[1:])
+            config, port, (pod_mac, alloc, prefixes) = _port(
+                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes
+            )
             entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
             if entries:  # refused early, before any link is made; checked again at the COMMIT
                 check_hostports(store, entries)
@@ -232,21 +234,27 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
 def _port(
     store: Store, nb: Ovsdb, call: Call, conf: PodnetConf, chassis: str, requested: str | None,
-    undo: Any, deadline: float,
-) -> tuple[dict[str, str], str, list[str]]:
+    undo: Any, deadline: float, routes: Any = None,
+) -> tuple[dict[str, str], str, tuple[str, dict[int, Any], dict[int, int]]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
     (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
     port made for the attachment (``pn-<network>-pod-<hash>``), after which the node's spares
     are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
-    mirrored network record, re-read when it changed. ``(network config, port name,
-    dynamic_addresses split: MAC, IPv4 [, IPv6])``. Errors: 11 the record kept changing or
-    northd assigned nothing in time, 100 no free address (after the spares gave theirs back,
-    :func:`podnet.drivers.ovn_hostports.addresses`), 102 another ADD or node holds a port for
-    this attachment."""
+    mirrored network record, re-read when it changed, and only once the network's subnets
+    passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
+    node's routes, being read since the ADD began). The port's
+    ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
+    them: :func:`podnet.ovn.ports.secure_port`). ``(network config, port name, (MAC,
+    {family: (address, gateway, subnet)}, {family: prefix}))``
+    (:func:`podnet.drivers.ovn_hostports.own`). Errors: 7 a subnet not private or over a route
+    of this node, or an address from the NB that is not one; 11 the record kept changing,
+    northd assigned nothing in time or changed the addresses meanwhile; 100 no free address
+    (after the spares gave theirs back, :func:`podnet.drivers.ovn_hostports.addresses`); 102
+    another ADD or node holds a port for this attachment."""
     import functools
     import random
 
-    from podnet.drivers.ovn_hostports import addresses, fits
+    from podnet.drivers.ovn_hostports import addresses, check_node, fits, own, security
     from podnet.ovn import ports
     from podnet.ovn.ovsdb import Conflict
 
@@ -257,20 +265,31 @@ def _port(
     known = mirrored(store, network)
     pool = [] if requested else ports.spares(nb, network, chassis)
     port = ports.port_name(network, call.container_id, call.ifname)
+    passed: dict[str, str] | None = None  # the config check_node passed (``routes``: read)
     for _ in range(ADD_TRIES):
         known = known or network_record(store, nb, network)
         config = known[0]
-        ready = [(name, text) for name, text in pool if fits(config, text.split())]
+        if config != passed:
+            check_node(network, config, routes)
+            passed, routes = config, None  # a changed record: the routes are read anew
+        ready = []
+        for name, text in pool:
+            try:  # a spare's addresses as they will reach the tools, parsed now
+                ready.append((name, text, own(config, text.split(), f"port {name}")))
+            except errors.CNIError:
+                continue  # not fitting (yet), or not podnet's shape: never claimed
+        ready = [r for r in ready if fits(config, r[1].split())]
         # a spare northd could not address (or not in every family) means a full subnet:
         # then no replacement takes an address a pod needs
         refill = 1 if len(ready) == len(pool) <= ports.SPARES else 0
         random.shuffle(ready)  # parallel ADDs on this node try different spares
         try:
-            for spare, dynamic in ready:
-                if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill):
+            for spare, dynamic, mine in ready:
+                if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill,
+                                    security(mine[0], mine[1])):  # fmt: skip
                     undo.push(f"deleting port {spare}",
                               functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
-                    return config, spare, dynamic.split()
+                    return config, spare, mine
             mac = requested or names.random_mac()
             ports.add_port(nb, network, port, mac, chassis, ids, known[1])
             break
@@ -283,9 +302,16 @@ def _port(
     undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
     found, gave_back = addresses(nb, network, port, config, chassis, ids, known[1], deadline,
                                  f"port {port}")  # fmt: skip
+    mine = own(config, found, f"port {port}")
+    try:
+        ports.secure_port(nb, network, port, " ".join(found), security(mine[0], mine[1]))
+    except Conflict:
+        raise errors.TryAgainLater(
+            f"northd changed the addresses of port {port} while this ADD secured them"
+        ) from None
     if not requested and not gave_back and len(pool) < ports.SPARES:
         ports.top_up(nb, network, chassis, ports.SPARES)
-    return config, port, found
+    return config, port, mine
 
 
 def _delete_rows(store: Store, call: Call, entries: list[PortMapping]) -> None:

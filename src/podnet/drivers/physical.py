@@ -1,11 +1,22 @@
-"""The ``physical`` network type: an uplink for OVN networks (issue 16, item 2; LXD's
-``physical`` driver, FIELD-NOTES §8a).
+"""The ``physical`` network type: an uplink for OVN networks (LXD's ``physical`` driver,
+lxd/network/driver_physical.go).
 
-Cluster-wide (its record is in OVN's NB, :mod:`podnet.ovn.nb`): every node sees it. On a node
-whose ``parent`` interface exists, ``network create`` and ``network restore`` attach it: an OVS
-bridge ``pnu<8 hex>`` (the integration bridge's datapath type) holding ``parent``, and the
-bridge mapping ``<network>:<bridge>`` — the node is then a gateway chassis of the routers on
-this uplink. ``parent`` must hold no IP address (LXD's rule: its addresses would be bypassed).
+Cluster-wide (its record is in OVN's NB, :mod:`podnet.ovn.nb`): every node sees it. Its
+``parent`` is each member's own, as in LXD's clustered creation: ``network create NAME
+--type=physical parent=eth1 --target <member>`` records one member's parent (the network is
+``Pending``), ``network create NAME --type=physical KEY=VALUE…`` without a target makes it
+(``Created``). A member is a node's OVN chassis name (:func:`podnet.drivers.cluster.local_member`).
+
+A node attaches only the parent recorded for its own chassis, never one recorded for another
+node: an OVS bridge ``pnu<8 hex>`` (the integration bridge's datapath type) holding the parent,
+and the bridge mapping ``<network>:<bridge>`` — the node is then a gateway chassis of the routers
+on this uplink. A node with no parent recorded attaches nothing (and drops the bridge it had).
+``parent`` must hold no IP address (LXD's rule: its addresses would be bypassed) and be free.
+
+``network restore`` (run at boot) attaches a parent for the first time only once the interface
+is up (``IFF_UP`` and an operational state ``UP`` or ``UNKNOWN``): before, networking may not
+have configured it yet, and taking it then would take an interface the node needs. It then
+fails naming the parent, to be run again; a parent already in the uplink's bridge is kept.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from typing import Any
 
 from podnet import proc
 from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.errors import CNIError
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
@@ -42,6 +54,25 @@ def _parent_addresses(parent: str) -> list[str] | None:
         for a in link.get("addr_info", [])
         if a.get("scope") != "link"
     ]
+
+
+def link_state(ifname: str) -> tuple[bool, str]:
+    """Whether ``ifname`` is up — administratively (``IFF_UP``) and operationally (``UP``, or
+    ``UNKNOWN`` for devices that report no carrier state, a dummy say) — and its state as
+    ``ip -j link`` gives it (``DOWN``, ``LOWERLAYERDOWN``, ``admin down``…); ``(False, "")``
+    when there is no such link. RFC 2863 operational states, as the kernel reports them."""
+    rc, out, _ = proc.spawn(["ip", "-j", "link", "show", "dev", ifname]).wait()
+    try:
+        links = json.loads(out or "[]") if rc == 0 else []
+    except ValueError:
+        links = []
+    if not links or not isinstance(links[0], dict):
+        return False, ""
+    flags = links[0].get("flags") or []
+    oper = str(links[0].get("operstate", "UNKNOWN"))
+    if "UP" not in flags:
+        return False, "administratively down"
+    return oper in ("UP", "UNKNOWN"), f"operational state {oper}"
 
 
 def _routes(parent: str) -> list[str]:
@@ -93,16 +124,19 @@ def _held(parent: str, ours: str) -> str:
       with ports, a bond with slaves);
     - routes through it (a CNI plugin's host veth carries a /32 route and no address);
     - the loopback device, an OVS bridge's own device, a link podnet made (its alias)."""
-    import os
+    from podnet.link import rtnl
 
-    from podnet.link.veth import alias_of
-
-    sysfs = f"/sys/class/net/{parent}"
-    master = ""
-    if os.path.exists(f"{sysfs}/master"):
-        master = os.path.basename(os.readlink(f"{sysfs}/master"))
     if parent in OVS_DEVICES:
         return "Open vSwitch's own datapath device"
+    try:  # the kernel's answer for this netns (/sys/class/net is the one sysfs was mounted in)
+        every = rtnl.links()
+    except OSError as err:
+        return f"not readable over netlink ({err.strerror})"
+    link = next((x for x in every if x.name == parent), None)
+    if link is None:
+        return "not a link of this network namespace"
+    names = {x.index: x.name for x in every}
+    master = names.get(link.master, "") if link.master else ""
     in_ovs = _ovs("port-to-br", parent)
     if in_ovs is not None and in_ovs != ours:
         return f"a port of OVS bridge {in_ovs}"
@@ -110,22 +144,21 @@ def _held(parent: str, ours: str) -> str:
         return "attached to ovs-system"
     if master and master != "ovs-system":
         return f"attached to {master}"
-    if (alias_of(parent) or "").startswith("podnet:"):
+    if link.alias.startswith("podnet:"):
         return "a link podnet made"
-    try:
-        entries = os.listdir(sysfs)
-        flags = int(open(f"{sysfs}/flags").read(), 16)
-        ports = os.listdir(f"{sysfs}/brif") if "brif" in entries else []
-        slaves = open(f"{sysfs}/bonding/slaves").read().split() if "bonding" in entries else []
-    except (OSError, ValueError):
-        return "not readable in /sys/class/net"
-    if flags & 0x8:  # IFF_LOOPBACK
+    if link.flags & rtnl.IFF_LOOPBACK:
         return "the loopback device"
-    uppers = sorted(e[6:] for e in entries if e.startswith("upper_") and e[6:] != master)
+    # stacked on it (a VLAN, a macvlan: sysfs's upper_*); a veth's IFLA_LINK is its peer
+    uppers = sorted(
+        x.name
+        for x in every
+        if x.lower == link.index and not x.lower_elsewhere and x.kind != "veth"
+    )
     if uppers:
         return f"the lower device of {', '.join(uppers)}"
-    if ports or slaves:
-        return f"a bridge or bond with ports ({', '.join(sorted(ports + slaves))})"
+    ports = sorted(x.name for x in every if x.master == link.index)  # a bridge's, a bond's
+    if ports:
+        return f"a bridge or bond with ports ({', '.join(ports)})"
     if _ovs("br-exists", parent) is not None:
         return "an OVS bridge"
     routes = _routes(parent)
@@ -149,11 +182,31 @@ def _check_mapping(name: str, ours: str | None = None) -> None:
         )
 
 
+def _ports(bridge: str) -> list[str] | None:
+    """The ports of OVS bridge ``bridge`` (None: no such bridge)."""
+    if _ovs("br-exists", bridge) is None:
+        return None
+    out = _ovs("list-ports", bridge)
+    return out.split() if out else []
+
+
+def _me() -> str | None:
+    """This node's member name (its OVN chassis name); None when its OVS is not set up for OVN
+    or does not answer (then no member is this node)."""
+    from podnet.drivers.cluster import local_member
+
+    try:
+        return local_member()
+    except CNIError:
+        return None
+
+
 class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
     type = "physical"
     creatable = True
+    member_keys = ("parent",)
 
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         return ovnconfig.validate_physical(name, config)
@@ -178,15 +231,57 @@ class PhysicalDriver(ClusterDriver):
         _check_mapping(name)
         return True
 
-    def attach_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
-        """Attach uplink ``name`` on this node when its ``parent`` exists here; what was done."""
+    def check_member_keys(self, name: str, member: str, config: Mapping[str, str]) -> None:
+        """On this node's own member: its ``parent`` exists here and is free (400 otherwise).
+        Another member's parent is checked by that node when it attaches it."""
+        if member != _me():
+            return
+        if not self.check_parent(name, config["parent"]):
+            raise NetworkError(
+                f'Parent interface "{config["parent"]}" not found on member "{member}"'
+            )
+
+    def attach_node(self, ctx: Context, name: str, record: nbmod.Record, *,
+                    boot: bool = False) -> list[str]:  # fmt: skip
+        """This node's side of uplink ``name`` as ``record`` has it: the parent recorded for
+        this node's chassis in the uplink's OVS bridge and mapped for OVN; nothing (and the
+        bridge it had removed) when none is. What was done, one line each. NetworkError (400)
+        naming the parent when it does not exist here, is not free, or — ``boot`` (restore) and
+        not in the bridge yet — is not up."""
         from podnet.ovn import vswitch
 
-        parent = config["parent"]
-        if not self.check_parent(name, parent):
-            return []
         chassis = vswitch.chassis()
+        me = chassis.system_id
         bridge = bridge_name(name)
+        ours = chassis.bridge_mappings.get(name) == bridge
+        parent = record.members.get(me, {}).get("parent")
+        if parent is None:
+            if "parent" in record.config:  # one parent for every node (an earlier podnet)
+                return [f'uplink {name}: "parent" is recorded for every node, not per member: '
+                        f"nothing changed here; record this node's with: network set {name} "
+                        f"parent=<interface> --target {me}"]  # fmt: skip
+            if not ours:
+                return []
+            self.detach_node(ctx, name)
+            return [f"uplink {name}: no parent recorded for member {me}: OVS bridge {bridge} "
+                    "removed"]  # fmt: skip
+        ports = _ports(bridge) or []
+        if parent not in ports:
+            if _parent_addresses(parent) is None:
+                raise NetworkError(
+                    f'Parent interface "{parent}" recorded for member "{me}" does not exist on '
+                    "this node"
+                )
+            up, state = link_state(parent)
+            if boot and not up:
+                raise NetworkError(
+                    f'Parent interface "{parent}" is not up yet ({state}): not attached; run '
+                    '"podnetctl network restore" again once it is up'
+                )
+            self.check_parent(name, parent)
+        for stale in ports:  # a parent this node had before: podnet's port of its own bridge
+            if stale != parent:
+                proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-port", bridge, stale])
         argv = [
             "ovs-vsctl",
             "--timeout=10",
@@ -212,6 +307,28 @@ class PhysicalDriver(ClusterDriver):
         vswitch.set_bridge_mapping(name, bridge)
         return [f"uplink {name}: {parent} in OVS bridge {bridge}, mapped for OVN"]
 
+    def member_status(self, ctx: Context, name: str, record: nbmod.Record, member: str) -> str:
+        """``Pending`` while the network is; for a member without a parent ``Unavailable``;
+        for this node ``Created`` only when its parent is in the uplink's bridge and mapped
+        (``Unavailable`` otherwise: missing, down, not attached yet); another member's
+        ``Created`` (only that node sees its own interfaces)."""
+        from podnet.ovn import vswitch
+
+        if record.pending:
+            return "Pending"
+        parent = record.members.get(member, {}).get("parent")
+        if parent is None:
+            return "Unavailable"
+        try:
+            chassis = vswitch.chassis()
+        except Exception:  # noqa: BLE001 - no OVS here: this node is not the member
+            return "Created"
+        if member != chassis.system_id:
+            return "Created"
+        attached = chassis.bridge_mappings.get(name) == bridge_name(name) and parent in (
+            _ports(bridge_name(name)) or [])  # fmt: skip
+        return "Created" if attached else "Unavailable"
+
     def detach_node(self, ctx: Context, name: str) -> None:
         """Undo :meth:`attach_node` on this node (nothing when it was not attached)."""
         from podnet.ovn import vswitch
@@ -228,17 +345,27 @@ class PhysicalDriver(ClusterDriver):
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
     ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
-        self.check_parent(name, config["parent"])  # refused before anything is recorded
-        return config, [], lambda: self.attach_node(ctx, name, config)
+        """Instantiate pending uplink ``name``: this node's recorded parent is checked before
+        anything is recorded, and attached after."""
+        pending = ctx.registry.records.get(name) or nbmod.Record(self.type)
+        me = _me()
+        mine = pending.members.get(me) if me is not None else None
+        if me is not None and mine is not None:
+            self.check_member_keys(name, me, mine)
+        record = nbmod.Record(self.type, "", config, dict(pending.members))
+        return config, [], lambda: self.attach_node(ctx, name, record) if mine else []
+
+    def member_changed(self, ctx: Context, name: str, record: nbmod.Record,
+                       member: str) -> list[str]:  # fmt: skip
+        """This node's new parent (or none) applied at once when ``member`` is this node;
+        another node applies its own at its next ``network restore``."""
+        if member != _me():
+            return []
+        return self.attach_node(ctx, name, record)
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
     ) -> tuple[dict[str, str], list[dict[str, Any]]]:
-        if config.get("parent") != before.config.get("parent"):  # the old one stays bridged
-            raise NetworkError(
-                'Changing "parent" of a physical network is not supported: delete and create '
-                "the network again"
-            )
         mode = config.get("ovn.ingress_mode", "l2proxy")
         if mode == before.config.get("ovn.ingress_mode", "l2proxy"):
             return config, []
@@ -269,7 +396,10 @@ class PhysicalDriver(ClusterDriver):
         return [], lambda: self.detach_node(ctx, name)
 
     def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
-        return self.attach_node(ctx, name, config)
+        record = ctx.registry.records.get(name)
+        if record is None or record.pending or _me() is None:  # no chassis here: no member
+            return []
+        return self.attach_node(ctx, name, record, boot=True)
 
     def forget_node(self, ctx: Context) -> list[str]:
         """Detach this node from uplinks no longer registered (deleted from another node): only

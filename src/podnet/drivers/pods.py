@@ -13,13 +13,13 @@ from podnet.drivers.base import Driver, link_alias, open_store, refuse_existing,
 from podnet.errors import CNIError
 from podnet.link import names
 from podnet.proc import ToolTimeout
-from podnet.undo import Undo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
     from podnet.drivers.conf import PodnetConf, StoreConf
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from podnet.reconcile import Pending
     from podnet.store import Store
     from podnet.store.pods import Pod
+    from podnet.undo import Undo
     from podnet.values import PortMapping
 
 
@@ -39,6 +40,7 @@ def attach(driver: Driver, call: Call, conf: PodnetConf) -> dict[str, Any]:
     driver's own. A failed ADD leaves no row, link or map element (its undo stack)."""
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
     from podnet.link import veth
+    from podnet.undo import Undo
 
     requested = {} if conf.ipam_type else parse_requested_ips(call.config, call.args)
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
@@ -309,8 +311,10 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
     the veth deletion (an RCU grace period, ~20 ms) starts first and overlaps the rest, and the
     hostPort elements go before the rows commit (:mod:`podnet.reconcile`). The driver's
     :meth:`~podnet.drivers.base.Driver.release` starts once the row is gone and overlaps the
-    veth deletion; its error is this DEL's. A failed conntrack flush is only logged."""
-    from podnet import reconcile
+    veth deletion; its error is this DEL's. A failed conntrack flush is only logged.
+
+    Until the deletion starts, DEL runs on its critical path (the deletion's RCU grace period
+    then hides the rest): the modules for the hostPort elements are imported only after it."""
     from podnet.link import veth
 
     host_if = names.host_ifname(call.container_id, call.ifname)
@@ -323,6 +327,8 @@ def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
             pod = store.pods.get(call.container_id)
             if pod is not None and names_this(pod, call, conf):
                 veth.start_delete_host(host_if, deleting)
+                from podnet import reconcile
+
                 rows = store.pods.portmaps(call.container_id)
                 entries = reconcile.renderable(rows, call.log.warn)
                 reconcile.delete(store, entries, call.container_id, call.log.warn)
@@ -364,7 +370,21 @@ def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
                 code=errors.UNKNOWN_CONTAINER,
             )
         bridge, prefixes = driver.prefixes(store, pod)
-        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes)
+        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes,
+                           ranges=configured_ranges(driver, conf, store))  # fmt: skip
+
+
+def configured_ranges(driver: Driver, conf: PodnetConf, store: Store) -> list[Net] | None:
+    """The subnets NetConf ``conf`` gives its pods addresses from now: its own ``ranges``, or
+    the subnets of its ``network``; None when an IPAM plugin chooses them (``ipam``)."""
+    if conf.ranges:
+        return list(conf.ranges)
+    if not conf.network:
+        return None
+    row = store.networks.get(conf.network)
+    if row is None:
+        return []
+    return [n for nets in driver.subnets(row.config).values() for n in nets]
 
 
 def gc(driver: Driver, call: Call, conf: StoreConf) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from podnet import checked, proc
 from podnet.errors import KernelError
-from podnet.link import sysctl
+from podnet.link import rtnl, sysctl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ class NotOurs(KernelError):
 
 
 def exists(name: str) -> bool:
-    """Whether an interface ``name`` exists in the current netns."""
-    return sysctl.interface_exists(name)
+    """Whether an interface ``name`` exists in the current netns (asked of the kernel)."""
+    return _link(name) is not None
 
 
 def alias_of(name: str) -> str | None:
@@ -52,23 +52,65 @@ def alias_of(name: str) -> str | None:
     return veth.alias_of(checked.name(name))
 
 
-def _kind(name: str) -> str:
-    import os
+def _link(name: str) -> rtnl.Link | None:
+    """Link ``name`` of the current netns as the kernel reports it (:mod:`podnet.link.rtnl`:
+    not ``/sys/class/net``, which is the netns sysfs was mounted in), or None."""
+    try:
+        return rtnl.link(checked.name(name))
+    except OSError as err:
+        raise KernelError(f"failed to read link {name}", str(err)) from err
 
-    if os.path.isdir(f"/sys/class/net/{name}/bridge"):
+
+def _kind(name: str) -> str:
+    link = _link(name)
+    if link is not None and link.kind == "bridge":
         return "bridge"
-    if os.path.isdir(f"/sys/class/net/{name}/brport"):
+    if link is not None and link.port_kind == "bridge":
         return "bridge port"
     return "link"
 
 
 def owned(name: str, owner: str) -> bool | None:
     """Whether ``name`` is a bridge carrying ``owner``'s mark: True, False (a link that is not
-    ours), or None (no such link)."""
-    alias = alias_of(name)
-    if alias is None:
+    ours), or None (no such link). One question to the kernel (alias and kind together)."""
+    link = _link(name)
+    if link is None:
         return None
-    return alias == owner and _kind(name) == "bridge"
+    return link.alias == owner and link.kind == "bridge"
+
+
+class BridgeState:
+    """An existing bridge as the kernel has it: ``up`` (``IFF_UP``), ``mtu`` (bytes) and its
+    global ``addresses``."""
+
+    __slots__ = ("up", "mtu", "addresses")
+
+    def __init__(self, up: bool, mtu: int, addresses: list[Iface]) -> None:
+        self.up, self.mtu, self.addresses = up, mtu, addresses
+
+
+def state(name: str, owner: str) -> BridgeState | None:
+    """Bridge ``name`` (``owner``'s) as it is now, or None when there is no such link;
+    :class:`NotOurs` for a link of that name that is not ours."""
+    from podnet.link import mtu
+
+    if not require_ours(name, owner):
+        return None
+    link = _link(name)
+    try:
+        size = mtu.link_mtu(name)
+    except OSError:
+        size = 0
+    up = link is not None and bool(link.flags & rtnl.IFF_UP)
+    return BridgeState(up, size, current_addresses(name))
+
+
+def ours_and_up(name: str, owner: str) -> bool:
+    """Whether ``name`` is a bridge carrying ``owner``'s mark and administratively up
+    (``IFF_UP``): one question to the kernel."""
+    link = _link(name)
+    return (link is not None and link.alias == owner and link.kind == "bridge"
+            and bool(link.flags & rtnl.IFF_UP))  # fmt: skip
 
 
 def require_ours(name: str, owner: str) -> bool:
@@ -196,9 +238,11 @@ def attach(port: str, name: str, *, owner: str) -> None:
 
 def port_of(port: str) -> str | None:
     """The bridge ``port`` is a port of (its master), or None (none, or no such link)."""
-    import os
-
-    try:
-        return os.path.basename(os.readlink(f"/sys/class/net/{checked.name(port)}/master"))
-    except OSError:
+    link = _link(port)
+    if link is None or not link.master:
         return None
+    try:
+        master = rtnl.by_index(link.master)
+    except OSError as err:
+        raise KernelError(f"failed to read the master of {port}", str(err)) from err
+    return master.name if master is not None else None

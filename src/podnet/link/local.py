@@ -21,12 +21,16 @@ if TYPE_CHECKING:
     from podnet.checked import Net
 
 
-def _routes(what: str, *selector: str) -> list[object]:
-    """``ip -j route show table all [selector…]`` as a list (``[]`` for anything but a list);
-    KernelError (104) when ``ip`` fails or prints something unreadable."""
+def _routes(what: str, *selector: str, started: proc.Spawned | None = None) -> list[object]:
+    """``ip -j route show table all [selector…]`` as a list (``[]`` for anything but a list),
+    or the output of ``started`` (:func:`start_reading_routes`); KernelError (104) when ``ip``
+    fails or prints something unreadable."""
     from podnet.cni.fastjson import loads
 
-    out = proc.run(["ip", "-j", "route", "show", "table", "all", *selector])
+    if started is not None:
+        out = started.check()
+    else:
+        out = proc.run(["ip", "-j", "route", "show", "table", "all", *selector])
     try:
         routes = loads(out) if out.strip() else []
     except ValueError as err:
@@ -80,4 +84,39 @@ def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
         if any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
             if not dev or alias_of(dev) != owner:
                 found.append((str(prefix), dev or "?"))
+    return found
+
+
+def start_reading_routes() -> proc.Spawned:
+    """``ip -j route show table all`` started now, for :func:`routes_over` (``started``) to
+    read later: the node's routes are read alongside other work. Reap it on failure."""
+    return proc.spawn(["ip", "-j", "route", "show", "table", "all"], die_with_parent=True)
+
+
+def routes_over(nets: Sequence[Net], *, skip_dev: str = "", skip_via: Sequence[str] = (),
+                started: proc.Spawned | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    """``(destination, device)`` of the node netns's routes (every table, both families, the
+    local table's addresses included; default routes and broadcast/multicast entries not) that
+    overlap one of ``nets``, but those through ``skip_dev`` (the link the subnet is meant to
+    be on) and those inside one of ``nets`` via a gateway in ``skip_via`` (canonical text: a
+    route into the subnet through its own router; a wider one via it still counts). Whatever
+    made them: an address there would take their traffic. ``started``: the routes as
+    :func:`start_reading_routes` read them. KernelError (104) when ``ip`` fails."""
+    found = []
+    for route in _routes("routes", started=started):
+        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
+            continue
+        dst, dev = route.get("dst"), str(route.get("dev") or "")
+        try:
+            prefix = checked.network(dst, strict=False)
+        except checked.BadValue:
+            continue  # "default" and the like
+        if prefix.prefixlen == 0 or (skip_dev and dev == skip_dev):
+            continue
+        inside = [n for n in nets if n.version == prefix.version and n.overlaps(prefix)]
+        if inside and route.get("gateway") in skip_via:
+            if any(prefix.subnet_of(n) for n in inside):  # type: ignore[arg-type]
+                continue
+        if inside:
+            found.append((str(prefix), dev or "?"))
     return found

@@ -20,9 +20,10 @@ DEFAULT_MTU = 1500
 def default_route_ifname() -> str | None:
     """The name of the link holding the default route (IPv4, else IPv6) in the caller's
     netns, or None."""
-    # /proc/net is the calling thread's netns, unlike /sys (mount namespace).
+    # /proc/thread-self/net is the calling thread's netns (/proc/net: the process leader's;
+    # /sys: the netns sysfs was mounted in).
     try:
-        with open("/proc/net/route") as f:
+        with open("/proc/thread-self/net/route") as f:
             next(f)
             for line in f:
                 fields = line.split()
@@ -31,7 +32,7 @@ def default_route_ifname() -> str | None:
     except (OSError, StopIteration, IndexError):
         pass
     try:
-        with open("/proc/net/ipv6_route") as f:
+        with open("/proc/thread-self/net/ipv6_route") as f:
             for line in f:
                 fields = line.split()
                 if fields[0] == "0" * 32 and fields[1] == "00" and fields[9] != "lo":

@@ -43,7 +43,8 @@ def interface_exists(ifname: str) -> bool:
 
 
 def configure_host_side(host_if: str, families: Iterable[int]) -> None:
-    """Node-side settings for a pod's host veth (FIELD-NOTES §2, seed 000 "SNAT").
+    """Node-side settings for a pod's host veth (cni-kindnet's, and the reference portmap's
+    ``snat`` of 127.0.0.1).
 
     IPv4: ``ip_forward=1``; ``route_localnet=1`` on the host veth so 127.0.0.1 → hostPort can be
     DNATed to the pod and masqueraded. IPv6: ``all.forwarding=1``; DAD and RA off on the host veth.

@@ -6,7 +6,7 @@ Layout for a pod with address P and gateway G of family 4 (6 is the same with /1
     pod netns:   <ifname>  P/32           route G/32 dev <ifname> scope link
                                           route default via G dev <ifname> src P
 
-Source: seed 001 and cni-kindnet's pod wiring (FIELD-NOTES §2); CNI_IFNAME is honoured.
+Source: cni-kindnet's pod wiring (its ``cmdAdd``), except that CNI_IFNAME is honoured.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from podnet import proc
 from podnet.checked import WORD_CHARS
 from podnet.errors import InterfaceExists, InvalidEnv, KernelError
-from podnet.link import sysctl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -256,6 +255,8 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
 
     A link or route that is not this store's is never deleted or taken over (104, naming it).
     """
+    from podnet.link import sysctl  # ADD's only: DEL never loads it
+
     rc, _, err = spawned.wait()
     asked = spawned.asked_lines  # lines before the batch (ask_mtu)
     if rc != 0 and "File exists" in err:
@@ -319,7 +320,7 @@ def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
 
     One ``nsenter --net=<netns>`` process runs the pod-side sysctls, if any (IPv6 DAD and RA
     off; with a bridge, gratuitous ARP and unsolicited NA on), with ``tx_off`` ``ethtool -K
-    <ifname> tx off`` (TX checksum offload off: OVS's userspace datapath, FIELD-NOTES §8), and
+    <ifname> tx off`` (OVS's userspace datapath does not finish offloaded TX checksums), and
     ``ip -batch``. Not
     ``ip -n <name>``, although it is one exec less: to switch, ``ip`` also unshares the mount
     namespace (a copy of every mount of the node, and each pod's netns file is one) and
@@ -328,6 +329,8 @@ def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
     with 3,034. ``nsenter --net`` only calls setns(2). Entering the netns in-process would
     need ctypes (~4 ms of import on 3.11). Collect with :func:`finish_configure_pod`.
     """
+    from podnet.link import sysctl
+
     families = {f for f, _, _ in link.addresses}
     writes = [f"printf 0 > {_quote(path)}" for path in sysctl.pod_side_paths(link.ifname, families)]
     if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
@@ -351,15 +354,21 @@ def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
 
 
 def alias_of(name: str) -> str | None:
-    """The alias of link ``name`` in the current netns ("" none, None: no such link); a
-    /sys read, no tool."""
-    try:
-        with open(f"/sys/class/net/{name}/ifalias") as f:
-            return f.read().rstrip("\n")
-    except FileNotFoundError:
+    """The alias of link ``name`` in the calling thread's netns ("" none, None: no such link),
+    asked over rtnetlink (:func:`podnet.link.rtnl.link`), not read from ``/sys/class/net``,
+    which shows the netns sysfs was mounted in. A name with no ``/proc/sys/net/ipv{4,6}/conf``
+    entry (those follow the caller's netns) is answered None without a socket: every link has
+    one but a link with an MTU under 68, which podnet never makes. KernelError (104) when the
+    kernel refuses the question."""
+    from podnet.link import rtnl
+
+    if not rtnl.possible(name) or not sysctl.interface_exists(name):
         return None
-    except OSError:
-        return ""
+    try:
+        found = rtnl.link(name)
+    except OSError as err:
+        raise KernelError(f"failed to read link {name!r}", str(err)) from err
+    return None if found is None else found.alias
 
 
 def prespawn_delete() -> proc.Spawned:

@@ -148,6 +148,9 @@ class Network:
     used_by: list[str] = field(default_factory=list)
     status: str = "Created"
     location: str = ""
+    #: The members a cluster network is defined on (LXD's ``locations``); default
+    #: ``[location]`` when ``location`` is set.
+    locations: list[str] = field(default_factory=list)
 
     def to_api(self) -> dict[str, Any]:
         """The API object (LXD's ``Network``), in ``lxc network show``'s field order."""
@@ -159,7 +162,7 @@ class Network:
             "used_by": sorted(self.used_by),
             "managed": True,
             "status": self.status,
-            "locations": [self.location] if self.location else [],
+            "locations": self.locations or ([self.location] if self.location else []),
         }
 
     def etag(self) -> str:

@@ -2,8 +2,9 @@
 (issue 16, items 2 and 3; FIELD-NOTES §8a; lxd/network/driver_physical.go and driver_ovn.go
 ``Validate``), for the keys podnet implements.
 
-``physical`` — an uplink OVN routers reach the outside through: ``parent`` (required: the
-node's interface), ``mtu``, ``ipv4.gateway``/``ipv6.gateway`` (the uplink router, CIDR),
+``physical`` — an uplink OVN routers reach the outside through: ``parent`` (each member's own
+interface, set with ``--target``: :data:`MEMBER_KEYS`), ``mtu``,
+``ipv4.gateway``/``ipv6.gateway`` (the uplink router, CIDR),
 ``ipv4.ovn.ranges``/``ipv6.ovn.ranges`` (addresses OVN routers take on the uplink),
 ``ipv4.routes``/``ipv6.routes`` (external subnets routed to the uplink: forwards' listen
 addresses and NAT addresses), ``dns.nameservers``, ``ovn.ingress_mode`` (``l2proxy`` |
@@ -169,8 +170,37 @@ def validate(
 
 
 def validate_physical(name: str, config: Mapping[str, str]) -> dict[str, str]:
-    """A ``physical`` network's config (``parent`` required)."""
-    return validate(name, config, PHYSICAL_KEYS, ("parent",))
+    """A ``physical`` network's cluster-wide config. ``parent`` is a member's own key
+    (:data:`MEMBER_KEYS`); it is valid here only so that a record an earlier podnet wrote with
+    one ``parent`` for every node is still read (the cluster layer refuses to write one)."""
+    return validate(name, config, PHYSICAL_KEYS)
+
+
+#: The keys of a ``physical`` network that are each member's own (LXD's
+#: ``db.NodeSpecificNetworkConfig``, of those podnet implements): set with ``--target``.
+MEMBER_KEYS: dict[str, Callable[[str], None]] = {"parent": _interface}
+
+#: The most characters of a member name (an OVN chassis name: a host name or a UUID).
+MEMBER_NAME_MAX = 253
+
+
+def check_member(member: str) -> None:
+    """A cluster member's name as podnet records it (the node's OVN chassis name, OVS's
+    ``external_ids:system-id``): 1-253 characters of ``[-_.a-zA-Z0-9]``. NetworkError (400)."""
+    if not 0 < len(member) <= MEMBER_NAME_MAX or not member.isascii() or not all(
+        c.isalnum() or c in "-_." for c in member
+    ):
+        raise NetworkError(f"Invalid cluster member name {member!r}")
+
+
+def validate_member(name: str, member: str, config: Mapping[str, str]) -> dict[str, str]:
+    """``member``'s own keys of ``physical`` network ``name`` (``parent`` required), in LXD's
+    words: ``Config key "k" may not be used as member-specific key``. NetworkError (400)."""
+    check_member(member)
+    for key in config:
+        if key not in MEMBER_KEYS:
+            raise NetworkError(f'Config key "{key}" may not be used as member-specific key')
+    return validate(name, config, MEMBER_KEYS, ("parent",))
 
 
 def validate_ovn(name: str, config: Mapping[str, str]) -> dict[str, str]:
@@ -185,13 +215,16 @@ def default_mtu(underlay_mtu: int, underlay_family: int) -> int:
 
 
 __all__ = [
+    "MEMBER_KEYS",
     "OVN_KEYS",
     "PHYSICAL_KEYS",
     "default_mtu",
     "is_true",
     "ranges",
     "routes",
+    "check_member",
     "validate",
+    "validate_member",
     "validate_ovn",
     "validate_physical",
 ]

@@ -44,33 +44,55 @@ RETRIES = 8
 
 @dataclass
 class Record:
-    """One registered network: ``type``, ``description``, ``config`` (LXD keys)."""
+    """One registered network: ``type``, ``description``, ``config`` (LXD keys, the cluster's),
+    ``members`` (chassis name → that node's own keys: a ``physical`` network's ``parent``, as
+    LXD keeps member-specific config) and ``status`` (LXD's ``Pending`` until the network is
+    created without a target, then ``Created``). ``members`` and a ``Created`` status are left
+    out of the JSON when empty, so a record without them reads as before."""
 
     type: str
     description: str = ""
     config: dict[str, str] = field(default_factory=dict)
+    members: dict[str, dict[str, str]] = field(default_factory=dict)
+    status: str = "Created"
 
     def dumps(self) -> str:
-        return json.dumps(
-            {
-                "type": self.type,
-                "description": self.description,
-                "config": dict(sorted(self.config.items())),
-            },
-            separators=(",", ":"),
-        )
+        data: dict[str, Any] = {
+            "type": self.type,
+            "description": self.description,
+            "config": dict(sorted(self.config.items())),
+        }
+        if self.members:
+            data["members"] = {m: dict(sorted(c.items())) for m, c in sorted(self.members.items())}
+        if self.status != "Created":
+            data["status"] = self.status
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def loads(cls, text: str) -> Record | None:
         try:
             data = json.loads(text)
+            members = {
+                str(m): {str(k): str(v) for k, v in dict(c).items()}
+                for m, c in dict(data.get("members", {})).items()
+            }
+            status = str(data.get("status", "Created"))
+            if status not in ("Pending", "Created"):
+                return None
             return cls(
                 str(data["type"]),
                 str(data.get("description", "")),
                 {str(k): str(v) for k, v in dict(data.get("config", {})).items()},
+                members,
+                status,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # not podnet's shape: ignored, never overwritten blindly
+
+    @property
+    def pending(self) -> bool:
+        """Whether the network is only defined on members so far (LXD's ``Pending``)."""
+        return self.status == "Pending"
 
 
 @dataclass
@@ -94,7 +116,7 @@ class Registry:
         (:attr:`local_uplinks`); None when there is neither."""
         record = self.records.get(name)
         if record is not None:
-            return record if record.type == "physical" else None
+            return record if record.type == "physical" and not record.pending else None
         return self.local_uplinks.get(name)
 
 
@@ -109,9 +131,13 @@ def _valid(name: str, record: Record) -> bool:
     validators = {"physical": ovnconfig.validate_physical, "ovn": ovnconfig.validate_ovn}
     if record.type not in validators:
         return False
+    if record.type != "physical" and (record.members or record.pending):
+        return False
     try:
         check_name(name)
         validators[record.type](name, record.config)
+        for member, keys in record.members.items():
+            ovnconfig.validate_member(name, member, keys)
     except (NetworkError, ValueError):
         return False
     return True

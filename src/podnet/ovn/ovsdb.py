@@ -14,12 +14,30 @@ a concurrent update (the API's ETag/If-Match across nodes). Values are built wit
 Errors: :class:`Unreachable` (CNI 11, the API's 503) names the connection; :class:`TxnFailed`
 (the server refused an operation: its ``error`` and ``details``); a ``wait`` that did not hold
 is :class:`Conflict`, one that ran out of its time :class:`WaitTimedOut`.
+
+What a failure tells. The message (``msg``) of :class:`Unreachable` names each remote with one
+reason of a fixed set (:data:`REASONS`: refused, unreachable, timed out, TLS, protocol), never
+``ovsdb-client``'s words; its stderr goes to ``details`` only, for the server's log and the
+node's operator. The REST API lets its clients set the connection, so its answer must not turn
+the server into a probe: a ``unix:`` remote is only ever "unreachable" (connecting to
+``unix:/root/.bashrc`` is refused, to a missing path "No such file", and a socket that answers
+something else a "Protocol error" — three facts about root's files), and no byte a remote sent
+reaches the message. A ``tcp:`` or ``ssl:`` remote's reason tells what any TCP client learns
+by connecting.
+
+Time. Each remote gets ``timeout`` seconds. Transactions run inside :func:`shared_deadline`
+(the API: one per request) share its seconds instead: the remotes left split what is left, so
+three blackholed remotes cost the deadline, not three timeouts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from podnet import proc
@@ -28,9 +46,82 @@ from podnet.errors import KernelError, TryAgainLater
 #: Seconds ``ovsdb-client`` may take to connect and answer.
 DEFAULT_TIMEOUT = 10.0
 
+#: Why a remote did not answer: the only words of a failure that leave the server.
+REFUSED = "connection refused"
+UNREACHABLE = "unreachable"
+TIMED_OUT = "timed out"
+TLS = "TLS failure"
+PROTOCOL = "not an OVSDB server"
+REASONS = (REFUSED, UNREACHABLE, TIMED_OUT, TLS, PROTOCOL)
+
+#: ``ovsdb-client``'s words (OVS lib/stream*.c, lib/jsonrpc.c: strerror texts under the C
+#: locale, and its own) → reason, first match wins; anything else is :data:`UNREACHABLE`.
+_CLUES = (
+    ("(Connection refused)", REFUSED),
+    ("(Connection timed out)", TIMED_OUT),
+    ("timed out", TIMED_OUT),
+    ("|stream_ssl|", TLS),
+    ("(Protocol not available)", TLS),  # ssl: without usable PEM files
+    ("error parsing stream", PROTOCOL),
+    ("(Protocol error)", PROTOCOL),
+    ("unexpected reply", PROTOCOL),
+)
+_SIGALRM = 14  # ovsdb-client --timeout ends itself with it
+
 
 class Unreachable(TryAgainLater):
-    """The OVSDB server could not be reached (CNI 11; the API answers 503)."""
+    """The OVSDB server could not be reached (CNI 11; the API answers 503). ``msg`` names the
+    remotes and their :data:`REASONS`; ``details`` holds what the tool said."""
+
+
+def reason(remote: str, rc: int | None, stderr: str) -> str:
+    """Why ``remote`` (connection text) failed, from ``ovsdb-client``'s exit status ``rc``
+    (None: killed at the deadline) and ``stderr``: one of :data:`REASONS`. A ``unix:``
+    remote is always :data:`UNREACHABLE` (see the module's docstring)."""
+    if remote.startswith("unix:"):
+        return UNREACHABLE
+    if rc is None or rc in (-_SIGALRM, 128 + _SIGALRM):
+        return TIMED_OUT
+    for clue, why in _CLUES:
+        if clue in stderr:
+            return why
+    return UNREACHABLE
+
+
+class Deadline:
+    """``seconds`` shared by the transactions run while it is in force (:func:`shared_deadline`),
+    counted from the first one."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends: float | None = None
+
+    def left(self) -> float:
+        now = time.monotonic()
+        if self.ends is None:
+            self.ends = now + self.seconds
+        return self.ends - now
+
+
+_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "podnet_ovsdb_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_deadline(seconds: float) -> Iterator[Deadline]:
+    """Every transaction in this context (threads started with a copy of it included, as
+    anyio's worker threads are) shares ``seconds``, from the first one on."""
+    deadline = Deadline(seconds)
+    token = _deadline.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _deadline.reset(token)
+
+
+#: Fewer seconds left of a shared deadline than this: the remote is not tried.
+MIN_ATTEMPT = 0.5
 
 
 class TxnFailed(KernelError):
@@ -110,19 +201,35 @@ class Ovsdb:
         time ran out; TxnFailed for any other error (the
         whole transaction was then rolled back by the server)."""
         body = json.dumps([self.database, *ops], separators=(",", ":"))
-        failures = []
-        for remote in self.remotes:
-            argv = ["ovsdb-client", f"--timeout={max(1, round(self.timeout))}"]
+        shared = _deadline.get()
+        reasons, said = [], []
+        for i, remote in enumerate(self.remotes):
+            timeout = self.timeout
+            if shared is not None:
+                left = shared.left()
+                if left < MIN_ATTEMPT:
+                    reasons.append(f"{remote} ({TIMED_OUT})")
+                    said.append(f"{remote}: not tried, the deadline was spent")
+                    continue
+                # the remotes not tried yet share what is left; ovsdb-client counts whole s
+                timeout = min(timeout, max(1.0, float(int(left / (len(self.remotes) - i)))))
+            argv = ["ovsdb-client", f"--timeout={max(1, round(timeout))}"]
             if self.ssl is not None:
                 key, cert, ca = self.ssl
                 argv += [f"--private-key={key}", f"--certificate={cert}", f"--ca-cert={ca}"]
             argv += ["transact", remote, body]
-            rc, out, err = proc.spawn(argv, None, timeout=self.timeout + 2).wait()
+            env = {**os.environ, "LC_ALL": "C"}  # strerror's words as _CLUES knows them
+            rc: int | None
+            try:
+                rc, out, err = proc.spawn(argv, None, env=env, timeout=timeout + 0.5).wait()
+            except proc.ToolTimeout as tool:
+                rc, out, err = None, "", tool.details
             if rc == 0:
                 return self._results(json.loads(out), ops)
-            failures.append(f"{remote}: {' '.join(err.split())[:300]}")
+            reasons.append(f"{remote} ({reason(remote, rc, err)})")
+            said.append(f"{remote}: {' '.join(err.split())[:300]}")
         raise Unreachable(
-            f"OVN {self.database} database unreachable at {self.describe()}", "; ".join(failures)
+            f"OVN {self.database} database unreachable at {', '.join(reasons)}", "; ".join(said)
         )
 
     def _results(

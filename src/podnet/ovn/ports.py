@@ -152,16 +152,21 @@ def spare_ops(network: str, chassis: str, count: int) -> list[dict[str, Any]]:
 
 def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
     """``(name, dynamic_addresses)`` of ``network``'s spare ports for ``chassis``
-    (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them)."""
+    (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them).
+    Only ports named as :func:`spare_ops` names them: the name becomes an OVS interface's
+    ``iface-id`` on this node, so another NB writer's row of another shape is never taken."""
     from podnet.ovn.ovsdb import pyset
 
     where = [["external_ids", "includes", omap({TAG: network, "podnet-chassis": chassis,
                                                 SPARE: "true"})]]  # fmt: skip
     rows = nb.select("Logical_Switch_Port", where, ["name", "dynamic_addresses"])
     found = []
+    prefix = f"pn-{network}-pod-"
     for row in rows:
-        values = pyset(row["dynamic_addresses"])
-        found.append((str(row["name"]), str(values[0]) if values else ""))
+        name, values = str(row["name"]), pyset(row["dynamic_addresses"])
+        tail = name[len(prefix) :]
+        if name.startswith(prefix) and len(tail) == 20 and set(tail) <= set("0123456789abcdef"):
+            found.append((name, str(values[0]) if values else ""))
     return found
 
 
@@ -196,10 +201,12 @@ def top_up(nb: Ovsdb, network: str, chassis: str, target: int) -> int:
 
 def claim_port(
     nb: Ovsdb, network: str, spare: str, dynamic: str, ids: Mapping[str, str],
-    registered: str | None, refill: int,
+    registered: str | None, refill: int, security: str = "",
 ) -> bool:
     """Make spare port ``spare`` (read with ``dynamic_addresses`` ``dynamic``) the pod's: its
-    ``external_ids`` become {network tag, ``ids``}, and ``refill`` new spares for the same
+    ``external_ids`` become {network tag, ``ids``} and its ``port_security`` ``security`` (the
+    pod's ``"MAC IPv4 [IPv6]"``, as parsed from ``dynamic``; "" leaves it unset), and
+    ``refill`` new spares for the same
     chassis are made, in one transaction on the conditions that the NB still holds
     ``registered`` (as :func:`add_port`), the switch, and the spare unclaimed with those
     addresses, and no port held by the attachment. False when another ADD claimed it first or
@@ -220,7 +227,8 @@ def claim_port(
                 {"op": "update", "table": "Logical_Switch_Port",
                  "where": [["name", "==", spare],
                            ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
-                 "row": {"external_ids": omap({TAG: network, **ids})}},
+                 "row": {"external_ids": omap({TAG: network, **ids}),
+                         **({"port_security": security} if security else {})}},
                 *spare_ops(network, str(ids.get("podnet-chassis", "")), refill),
             ]
         )  # fmt: skip
@@ -230,6 +238,22 @@ def claim_port(
             raise
         return False
     return True
+
+
+def secure_port(nb: Ovsdb, network: str, port: str, dynamic: str, security: str) -> None:
+    """Set pod port ``port``'s ``port_security`` to ``security`` (``"MAC IPv4 [IPv6]"``,
+    ovn-nb(5): OVN then drops what the pod sends from another MAC or address, and what it would
+    receive for another), on the condition that northd still gives it ``dynamic_addresses``
+    ``dynamic`` (what ``security`` was parsed from): Conflict otherwise."""
+    nb.transact(
+        [
+            {"op": "wait", "table": "Logical_Switch_Port", "where": mine(network, port),
+             "columns": ["dynamic_addresses"], "until": "==",
+             "rows": [{"dynamic_addresses": dynamic}], "timeout": 0},
+            {"op": "update", "table": "Logical_Switch_Port", "where": mine(network, port),
+             "row": {"port_security": security}},
+        ]
+    )  # fmt: skip
 
 
 def delete_spares(nb: Ovsdb, network: str) -> int:
@@ -434,6 +458,31 @@ def ports_of_chassis(nb: Ovsdb, chassis: str) -> list[dict[str, Any]]:
         ["name", "external_ids"],
     )
     return [{"name": r["name"], "external_ids": pymap(r["external_ids"])} for r in rows]
+
+
+def pods_by_network(nb: Ovsdb) -> dict[str, list[str]]:
+    """The container IDs of every pod port podnet made, on any node, per network (spares and
+    the nodes' management ports are no pod's): ``{network: sorted IDs}``. A port whose
+    network tag or container ID is not one podnet could have written (CNI's container ID
+    syntax) is left out: NB text reaches the API's answers only parsed."""
+    from podnet.cni.env import valid_container_id
+    from podnet.networks.config import check_name
+    from podnet.networks.errors import NetworkError
+
+    rows = nb.select("Logical_Switch_Port", [], ["external_ids"])
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        ids = pymap(row["external_ids"])
+        network, cid = ids.get(TAG), ids.get("podnet-container")
+        if not isinstance(network, str) or not isinstance(cid, str) or ids.get(SPARE):
+            continue
+        try:
+            check_name(network)
+        except NetworkError:
+            continue
+        if valid_container_id(cid):
+            found.setdefault(network, set()).add(cid)
+    return {n: sorted(c) for n, c in found.items()}
 
 
 # -- forwards: load balancers -----------------------------------------------------------------

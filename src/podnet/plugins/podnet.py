@@ -63,7 +63,11 @@ def cmd_add(call: Call) -> dict[str, Any]:
     database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own. A failed ADD
     leaves no row, link or map element."""
     conf = _conf(call)
-    return _driver(conf).attach(call, conf)
+    driver = _driver(conf)
+    try:
+        return driver.attach(call, conf)
+    except NotImplementedError:
+        raise _unhandled(driver, "ADD") from None
 
 
 def cmd_del(call: Call) -> None:
@@ -76,7 +80,22 @@ def cmd_del(call: Call) -> None:
 
     conf = StoreConf(call.config)
     network, network_type = _stored_network(call, conf)
-    drivers.for_netconf(conf, network_type).detach(call, conf, network)
+    driver = drivers.for_netconf(conf, network_type)
+    try:
+        driver.detach(call, conf, network)
+    except NotImplementedError:
+        call.log.warn(f"{_unhandled(driver, 'DEL').msg}: nothing released")
+
+
+def _unhandled(driver: Driver, verb: str) -> errors.CNIError:
+    """InvalidConfig (7): ``driver`` (an administrator's, ``PODNET_DRIVERS``) raised
+    NotImplementedError for ``verb``. ADD, CHECK and STATUS answer it; DEL and GC log it and
+    succeed, since a runtime retries a failed DEL for ever and no ADD of that type can have
+    left anything (CNI SPEC "DEL")."""
+    where = f"{type(driver).__module__}.{type(driver).__qualname__}"
+    return errors.InvalidConfig(
+        f"network type {driver.type!r} does not implement {verb} (driver {where})"
+    )
 
 
 def _stored_network(call: Call, conf: StoreConf) -> tuple[str | None, str | None]:
@@ -102,7 +121,11 @@ def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the driver's check; code 103 naming the first difference. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
     conf = _conf(call)
-    _driver(conf).check(call, conf)
+    driver = _driver(conf)
+    try:
+        driver.check(call, conf)
+    except NotImplementedError:
+        raise _unhandled(driver, "CHECK") from None
 
 
 def cmd_gc(call: Call) -> None:
@@ -113,7 +136,11 @@ def cmd_gc(call: Call) -> None:
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    drivers.for_netconf(conf, _stored_network(call, conf)[1]).gc(call, conf)
+    driver = drivers.for_netconf(conf, _stored_network(call, conf)[1])
+    try:
+        driver.gc(call, conf)
+    except NotImplementedError:
+        call.log.warn(f"{_unhandled(driver, 'GC').msg}: nothing collected")
 
 
 def cmd_status(call: Call) -> None:
@@ -129,7 +156,11 @@ def cmd_status(call: Call) -> None:
             proc.which(tool)
         except CNIError as err:
             raise errors.Unavailable(err.msg, err.details) from None
-    _driver(conf).status_also(call, conf)
+    driver = _driver(conf)
+    try:
+        driver.status_also(call, conf)
+    except NotImplementedError:
+        raise _unhandled(driver, "STATUS") from None
 
 
 HANDLERS = {"ADD": cmd_add, "DEL": cmd_del, "CHECK": cmd_check, "GC": cmd_gc, "STATUS": cmd_status}

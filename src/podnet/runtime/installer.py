@@ -38,12 +38,15 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from podnet.errors import IO_FAILURE, CNIError
+from podnet.errors import IO_FAILURE, CNIError, InvalidConfig
 from podnet.runtime.conflist import validate_network_name
+
+if TYPE_CHECKING:
+    from podnet.drivers.nodeconf import NodeConf
 
 __all__ = [
     "DEFAULT_BIN_DIR",
@@ -58,6 +61,7 @@ __all__ = [
     "plugin_script",
     "restore_unit",
     "install_units",
+    "uninstall",
 ]
 
 DEFAULT_BIN_DIR = "/opt/cni/bin"
@@ -84,22 +88,14 @@ class Installed:
     action: str
 
 
-def plugin_script(entry_point: str, interpreter: str | None = None,
-                  data_dirs: Sequence[str] = ()) -> str:  # fmt: skip
+def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
     """The executable text of a plugin file for ``entry_point`` (``"pkg.module:function"``).
 
     ``interpreter`` defaults to ``sys.executable``; it must be an absolute path without
-    whitespace that fits a ``#!`` line. ``data_dirs``: data dirs the node's administrator (who
-    installs) allows NetConfs besides the default, added to ``PODNET_DATA_DIRS`` by the file
-    itself (:func:`podnet.drivers.conf.allowed_data_dirs`). ValueError otherwise.
+    whitespace that fits a ``#!`` line. ValueError otherwise. What the node allows (its data
+    dirs, its store) is not in the file: every call reads the node configuration
+    (:mod:`podnet.drivers.nodeconf`).
     """
-    from podnet import checked
-
-    for d in data_dirs:
-        try:
-            checked.path(d)
-        except checked.BadValue as err:
-            raise ValueError(f"data dir: {err}") from None
     exe = interpreter or sys.executable
     if not exe or not os.path.isabs(exe):
         raise ValueError(f"the plugin interpreter must be an absolute path, got {exe!r}")
@@ -110,14 +106,9 @@ def plugin_script(entry_point: str, interpreter: str | None = None,
         raise ValueError(f"entry point {entry_point!r} is not 'module:function'")
     own, *deps = _plugin_path()
     extra = f"sys.path += {deps!r}\n" if deps else ""
-    if data_dirs:  # checked paths: ':' never splits one
-        allowed = ":".join(data_dirs)
-        extra += (f"{DATA_DIRS_MARK}{allowed}\n"
-                  "import os\nos.environ['PODNET_DATA_DIRS'] = ':'.join(filter(None, ["
-                  f"os.environ.get('PODNET_DATA_DIRS', ''), {allowed!r}]))\n")
     return (
         f"#!{exe} -IS\n"
-        f"# CNI plugin installed by podnetctl install; runs {entry_point}.\n"
+        f"{PLUGIN_MARK}{entry_point}.\n"
         "import sys\n"
         f"sys.path.insert(0, {own!r})\n"
         f"{extra}"
@@ -126,24 +117,8 @@ def plugin_script(entry_point: str, interpreter: str | None = None,
     )
 
 
-#: The comment line of a plugin file naming the data dirs it allows NetConfs.
-DATA_DIRS_MARK = "# data dirs the administrator allows: "
-
-
-def _embedded_data_dirs(bin_dir: str, names: Sequence[str]) -> list[str]:
-    """The data dirs the plugin files already in ``bin_dir`` allow (their
-    :data:`DATA_DIRS_MARK` line), in order, each once."""
-    out: list[str] = []
-    for plugin in names:
-        try:
-            with open(os.path.join(bin_dir, plugin)) as f:
-                lines = f.read(4096).splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            if line.startswith(DATA_DIRS_MARK):
-                out += [d for d in line[len(DATA_DIRS_MARK):].split(":") if d and d not in out]
-    return out
+#: The second line of every plugin file ``install`` writes (``uninstall`` removes only those).
+PLUGIN_MARK = "# CNI plugin installed by podnetctl install; runs "
 
 
 #: Packages the plugins import at run time besides podnet and the stdlib.
@@ -384,22 +359,30 @@ def network_conflist(
     *,
     name: str = "podnet",
     ranges: Sequence[str] = DEFAULT_RANGES,
+    network: str | None = None,
     data_dir: str | None = None,
+    node: NodeConf | None = None,
 ) -> dict[str, Any]:
-    """The conflist object (see module docstring), validated as the podnet plugin will read it.
+    """The conflist object (see module docstring), validated as the podnet plugin will read it
+    on a node whose configuration is ``node`` (default: the one it has). With ``network`` (a
+    bridge or OVN network of the store, ``podnetctl network create``) the plugin has
+    ``"network"`` instead of ``"ranges"``.
 
-    Raises ArgsError for a bad network name, InvalidConfig (7) naming the key for bad ranges or
-    a relative ``data_dir``.
+    Raises ArgsError for a bad network name, InvalidConfig (7) naming the key for bad ranges,
+    a bad ``network`` name or a ``data_dir`` that is not a checked path or not allowed.
     """
     from podnet.drivers.conf import PodnetConf
 
     validate_network_name(name)
-    plugin: dict[str, Any] = {"type": "podnet", "ranges": list(ranges)}
+    plugin: dict[str, Any] = {"type": "podnet"}
+    if network is not None:
+        plugin["network"] = network
+    else:
+        plugin["ranges"] = list(ranges)
     if data_dir is not None:
         plugin["dataDir"] = data_dir
     plugin["capabilities"] = {"portMappings": True, "ips": True, "mac": True}
-    with _allowing(data_dir):  # the administrator installing allows the data dir they name
-        PodnetConf({**plugin, "name": name, "cniVersion": "1.0.0"})  # raises InvalidConfig
+    PodnetConf({**plugin, "name": name, "cniVersion": "1.0.0"}, node)  # raises InvalidConfig
     return {
         "cniVersion": "1.0.0",
         "cniVersions": ["1.0.0", "1.1.0"],
@@ -408,27 +391,53 @@ def network_conflist(
     }
 
 
-@contextlib.contextmanager
-def _allowing(data_dir: str | None) -> Iterator[None]:
-    """Validate with ``data_dir`` among the allowed data dirs (``PODNET_DATA_DIRS``): the
-    administrator installing names it, and the plugin files will allow it."""
-    from podnet.drivers.conf import DATA_DIRS_ENV
-
-    saved = os.environ.get(DATA_DIRS_ENV)
-    if data_dir and isinstance(data_dir, str) and ":" not in data_dir:
-        os.environ[DATA_DIRS_ENV] = ":".join(filter(None, [saved or "", data_dir]))
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(DATA_DIRS_ENV, None)
-        else:
-            os.environ[DATA_DIRS_ENV] = saved
-
-
 def conflist_path(conf_dir: str, name: str) -> str:
     """Where ``install`` writes network ``name``: ``<conf_dir>/10-<name>.conflist``."""
     return os.path.join(conf_dir, f"10-{name}.conflist")
+
+
+#: The file name endings libcni's ``ConfFiles`` reads from a conf dir (containerd's CRI and
+#: CRI-O take the first by name as their default network; ``ctr run --cni`` loads them all).
+CONF_EXTENSIONS = (".conf", ".conflist", ".json")
+
+
+def first_in_conf_dir(conf_dir: str, path: str) -> list[str] | None:
+    """The other network config files of ``conf_dir`` when ``path`` (to be written there)
+    sorts first among them by name (libcni sorts by file name), else None (also when it is
+    alone there: the first network of a node is meant to be its default)."""
+    try:
+        names = os.listdir(conf_dir)
+    except OSError:
+        names = []
+    others = sorted(n for n in names if n.endswith(CONF_EXTENSIONS)
+                    and not n.startswith(".") and n != os.path.basename(path))  # fmt: skip
+    if not others or others[0] < os.path.basename(path):
+        return None
+    return others
+
+
+def _replaced(path: str, conf: dict[str, Any]) -> str | None:
+    """What the conflist at ``path`` (if podnet's) gives its pods that ``conf`` changes —
+    ``"ranges A with ranges B"``, ``"ranges A with network n"`` —, or None."""
+    try:
+        with open(path, "rb") as f:
+            from podnet.cni import fastjson
+
+            old = fastjson.loads(f.read())
+        (old_plugin,) = old["plugins"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(old_plugin, dict):
+        return None
+
+    def source(plugin: dict[str, Any]) -> str | None:
+        ranges, network = plugin.get("ranges"), plugin.get("network")
+        if isinstance(ranges, list):
+            return "ranges " + ", ".join(str(r) for r in ranges)
+        return f"network {network}" if network is not None else None
+
+    before, after = source(old_plugin), source(conf["plugins"][0])
+    return f"{before} with {after}" if before and before != after else None
 
 
 def _write(path: str, content: str, mode: int) -> Installed:
@@ -455,66 +464,116 @@ def _write(path: str, content: str, mode: int) -> Installed:
     return Installed(path, action)
 
 
+def _node_after(node: NodeConf, data_dir: str | None, warn: Callable[[str], None]) -> NodeConf:
+    """The node configuration once ``install --data-dir data_dir`` is done: ``data_dir`` the
+    store; a store it replaces stays allowed (pods attached there are still deleted)."""
+    from podnet.drivers.nodeconf import NodeConf
+
+    if data_dir is None:
+        return node
+    allowed = [a for a in node.allowed if a != (data_dir, False)]
+    if node.configured and node.data_dir != data_dir:
+        warn(f"the node's store was {node.data_dir}; now {data_dir} ({node.data_dir} stays "
+             f"allowed as a dataDir in {node.path})")  # fmt: skip
+        if (node.data_dir, False) not in allowed:
+            allowed.append((node.data_dir, False))
+    return NodeConf(node.path, data_dir, allowed, node.installed, exists=node.exists)
+
+
 def install(
     *,
     bin_dir: str = DEFAULT_BIN_DIR,
     conf_dir: str = "/etc/cni/net.d",
     name: str = "podnet",
     ranges: Sequence[str] = DEFAULT_RANGES,
+    network: str | None = None,
     data_dir: str | None = None,
     conflist: bool = True,
     plugins: Iterable[str] | None = None,
     interpreter: str | None = None,
+    units: dict[str, str] | None = None,
+    unit_dir: str = "/etc/systemd/system",
+    node_conf: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Installed]:
     """Write the plugin files (``plugins``: names from :data:`PLUGINS`, default all) into
-    ``bin_dir`` (mode 0755) and, unless ``conflist`` is False, the network's conflist into
-    ``conf_dir`` (mode 0644). Returns what was done per file, plugins first.
+    ``bin_dir`` (mode 0755), unless ``conflist`` is False the network's conflist into
+    ``conf_dir`` (mode 0644; ``network``: see :func:`network_conflist`), ``units`` (name →
+    text, :func:`install_units`) into ``unit_dir``, and the node configuration ``node_conf``
+    (default :func:`podnet.drivers.nodeconf.conf_path`; mode 0644, atomically) when
+    ``data_dir`` is given — it becomes the node's store — or the file exists: it lists every
+    file written, for :func:`uninstall`. Returns what was done per file, plugins first.
+
+    ``warn`` (default: nothing) is told when the conflist replaces the ranges or network of
+    the one at its path, when it sorts first in ``conf_dir`` (the default network of
+    containerd's CRI and CRI-O), and when ``data_dir`` replaces the node's store.
 
     Raises ValueError for an unknown plugin name or an unusable interpreter, InvalidConfig (7)
-    / ArgsError for a bad conflist, :class:`UnsafeSource` (5) when someone but root could change
-    what the plugin files would run (:func:`check_source`; nothing is written then), CNIError
-    code 5 when a file cannot be written or a plugin's module is not importable by this
-    interpreter.
+    / ArgsError for a bad conflist or a malformed or untrusted node configuration,
+    :class:`UnsafeSource` (5) when someone but root could change what the plugin files would
+    run (:func:`check_source`; nothing is written then), CNIError code 5 when a file cannot be
+    written or a plugin's module is not importable by this interpreter.
     """
+    from podnet import checked
+    from podnet.drivers import nodeconf
+
+    say = warn or (lambda _msg: None)
     names = list(PLUGINS) if plugins is None else list(plugins)
     unknown = [n for n in names if n not in PLUGINS]
     if unknown:
         raise ValueError(f"unknown plugin(s) {', '.join(unknown)}; known: {', '.join(PLUGINS)}")
-    conf_text = None
-    if conflist:  # first: a bad config is refused naming its key
-        conf = network_conflist(name=name, ranges=ranges, data_dir=data_dir)
-        conf_text = json.dumps(conf, indent=2) + "\n"
-    elif data_dir is not None:
-        from podnet.drivers.conf import store_keys
-
-        with _allowing(data_dir):
-            store_keys({"dataDir": data_dir, "busyTimeout": 5}, where="")
-    # the data dirs earlier installs allowed stay allowed (installing is idempotent)
-    allowed = [d for d in _embedded_data_dirs(bin_dir, names) if d != data_dir]
-    allowed += [data_dir] if data_dir else []
-    scripts = {}
+    if data_dir is not None:
+        try:
+            checked.path(data_dir)
+        except checked.BadValue as err:
+            raise InvalidConfig(f"dataDir: {err}") from None
+    node = nodeconf.read(node_conf or nodeconf.conf_path())
+    after = _node_after(node, data_dir, say)
+    texts: dict[str, tuple[str, int]] = {}  # path -> (text, mode), in writing order
     for plugin in names:
         module = PLUGINS[plugin].partition(":")[0]
         if importlib.util.find_spec(module) is None:
             raise CNIError(
                 f"cannot install {plugin}: module {module} is not importable", code=IO_FAILURE
             )
-        scripts[plugin] = plugin_script(PLUGINS[plugin], interpreter, allowed)
-    if scripts:
+        texts[os.path.join(bin_dir, plugin)] = (plugin_script(PLUGINS[plugin], interpreter), 0o755)
+    if conflist:
+        conf = network_conflist(name=name, ranges=ranges, network=network, data_dir=data_dir,
+                                node=after)  # fmt: skip
+        path = conflist_path(conf_dir, name)
+        replaced = _replaced(path, conf)
+        if replaced:
+            say(f"{path}: replacing {replaced} (pods keep their addresses until deleted)")
+        others = first_in_conf_dir(conf_dir, path)
+        if others is not None:
+            say(f"{os.path.basename(path)} sorts first in {conf_dir}, before "
+                f"{', '.join(others[:3])}: network {name} "
+                "becomes the default network of containerd's CRI, CRI-O and ctr run --cni "
+                "(--name sets the file name)")  # fmt: skip
+        texts[path] = (json.dumps(conf, indent=2) + "\n", 0o644)
+    if names:
         check_source(interpreter)
     done = []
     try:
-        for plugin, text in scripts.items():
-            done.append(_write(os.path.join(bin_dir, plugin), text, 0o755))
-        if conf_text is not None:
-            done.append(_write(conflist_path(conf_dir, name), conf_text, 0o644))
+        for path, (text, mode) in texts.items():
+            done.append(_write(path, text, mode))
+        if units:
+            done += install_units(units, unit_dir)
+        if data_dir is not None or node.exists:
+            written = [item.path for item in done]
+            installed = after.installed + [p for p in written if p not in after.installed]
+            final = nodeconf.NodeConf(after.path, after.data_dir if after.configured else None,
+                                      after.allowed, installed, exists=True)  # fmt: skip
+            os.makedirs(os.path.dirname(final.path), mode=0o755, exist_ok=True)
+            done.append(_write(final.path, final.render(), 0o644))
+            nodeconf.forget()
     except OSError as err:
         raise CNIError(f"install failed: {err}", code=IO_FAILURE) from err
     return done
-
-
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
 RESTORE_UNIT = "podnet-restore.service"
+#: How every unit ``install`` writes begins (``uninstall`` removes only those).
+_UNIT_HEAD = "[Unit]\nDescription=podnet: "
 
 
 def _podnetctl() -> str:
@@ -526,14 +585,12 @@ def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> s
     """A systemd oneshot unit running ``podnetctl network restore`` at boot, before the
     container runtimes start: bridges, their pods' ports and table ``inet podnet`` (with
     hostPorts and forwards) come back from the store — which, being first, is then the owner of
-    the node's table for this boot (``--init``: a node with no store yet gets an empty one)."""
-    from podnet.drivers.conf import DEFAULT_DATA_DIR
-
-    command = (f"{podnetctl or _podnetctl()} network --data-dir {data_dir or DEFAULT_DATA_DIR} "
-               "--init")
+    the node's table for this boot (``--init``: a node with no store yet gets an empty one).
+    ``data_dir``: the store, default the node configuration's when the unit runs."""
+    store = f" --data-dir {data_dir}" if data_dir else ""  # else the node config's store
+    command = f"{podnetctl or _podnetctl()} network{store} --init"
     return (
-        "[Unit]\n"
-        "Description=podnet: restore bridge networks, forwards and table inet podnet\n"
+        f"{_UNIT_HEAD}restore bridge networks, forwards and table inet podnet\n"
         "After=network-pre.target local-fs.target\n"
         "Wants=network-pre.target\n"
         "Before=network.target containerd.service crio.service podman.service kubelet.service\n"
@@ -569,4 +626,174 @@ def install_units(units: dict[str, str], unit_dir: str = DEFAULT_UNIT_DIR) -> li
                 done.append(Installed(link, "created"))
     except OSError as err:
         raise CNIError(f"install failed: {err}", code=IO_FAILURE) from err
+    return done
+
+
+def _podnets(path: str) -> str | None:
+    """What podnet file ``path`` is (``plugin``, ``conflist``, ``unit``, ``unit link``, or
+    ``node config``), judged by its content as ``install`` writes it; None when it is not
+    one podnet made (or is gone)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(path)
+        return "unit link" if os.path.basename(target) == os.path.basename(path) and \
+            _podnets(target) == "unit" else None  # fmt: skip
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return None
+    text = head.decode(errors="replace")
+    lines = text.splitlines()
+    if len(lines) > 1 and lines[0].startswith("#!") and lines[1].startswith(PLUGIN_MARK):
+        return "plugin"
+    if text.startswith(_UNIT_HEAD):
+        return "unit"
+    if text.startswith("# podnet's node configuration"):
+        return "node config"
+    try:
+        conf = json.loads(text)
+    except ValueError:
+        return None
+    if (isinstance(conf, dict) and set(conf) == {"cniVersion", "cniVersions", "name", "plugins"}
+            and isinstance(conf["plugins"], list) and len(conf["plugins"]) == 1
+            and isinstance(conf["plugins"][0], dict)
+            and conf["plugins"][0].get("type") == "podnet"):  # fmt: skip
+        return "conflist"
+    return None
+
+
+#: Files podnet makes in a data dir (``uninstall --purge`` removes them, then the directory if
+#: nothing else is left in it).
+STORE_FILES = ("podnet.db", "podnet.db-wal", "podnet.db-shm", "podnet.db-journal", "podnet.lock",
+               "unix.socket")  # fmt: skip
+STORE_DIRS = ("podnet.lock.d",)
+
+
+def uninstall(
+    *,
+    bin_dir: str = DEFAULT_BIN_DIR,
+    conf_dir: str = "/etc/cni/net.d",
+    name: str = "podnet",
+    unit_dir: str = DEFAULT_UNIT_DIR,
+    data_dir: str | None = None,
+    node_conf: str | None = None,
+    purge: bool = False,
+    force: bool = False,
+) -> list[Installed]:
+    """Undo ``install`` on this node: the files it wrote (those the node configuration lists,
+    and the plugin files of ``bin_dir``, ``<conf_dir>/10-<name>.conflist`` and the restore unit
+    of ``unit_dir`` with its ``.wants`` link) — each only when its content is what ``install``
+    writes —, table ``inet podnet`` of the current network namespace and the owner records in
+    ``/run/podnet/tables`` when they are the store's (``data_dir``, default the node's store),
+    the node configuration, and with ``purge`` the store's files (:data:`STORE_FILES`) and its
+    directory once empty. Idempotent; returns what was done (action ``removed``, ``left``
+    with the reason, or ``absent``).
+
+    Refused (CNIError 7, nothing removed) while the store holds pods or networks, unless
+    ``force``; NodeConfError (7) when the node configuration is malformed or untrusted;
+    CNIError 5 when a file cannot be removed, 104 when nft fails.
+    """
+    import shutil
+
+    from podnet.drivers import nodeconf
+    from podnet.errors import INVALID_CONFIG
+
+    node = nodeconf.read(node_conf or nodeconf.conf_path())
+    store_dir = data_dir or node.data_dir
+    db = os.path.join(store_dir, "podnet.db")
+    if os.path.exists(db) and not force:
+        from podnet.store import open_store
+
+        with open_store(store_dir, create=False) as store:
+            pods, networks = len(store.pods.all()), [n.name for n in store.networks.all()]
+        if pods or networks:
+            held = ", ".join(filter(None, [f"{pods} pod(s)" if pods else "",
+                                           f"network(s) {', '.join(networks)}" if networks
+                                           else ""]))  # fmt: skip
+            raise CNIError(f"refusing to uninstall: the store in {store_dir} still holds {held} "
+                           "(delete them first, or --force)", code=INVALID_CONFIG)  # fmt: skip
+    candidates = list(node.installed)
+    candidates += [os.path.join(bin_dir, p) for p in PLUGINS]
+    candidates.append(conflist_path(conf_dir, name))
+    unit = os.path.join(unit_dir, RESTORE_UNIT)
+    candidates += [os.path.join(unit_dir, "multi-user.target.wants", RESTORE_UNIT), unit]
+    done: list[Installed] = []
+    seen: set[str] = set()
+    try:
+        for path in sorted(candidates, key=lambda p: _podnets(p) != "unit link"):
+            if path in seen:
+                continue
+            seen.add(path)
+            kind = _podnets(path)
+            if kind is None:
+                if os.path.lexists(path):
+                    done.append(Installed(path, "left (not written by podnetctl install)"))
+                continue
+            os.unlink(path)
+            done.append(Installed(path, "removed"))
+        done += _remove_table(store_dir)
+        if node.exists:
+            os.unlink(node.path)
+            done.append(Installed(node.path, "removed"))
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(node.path))  # only when empty
+            nodeconf.forget()
+        if purge:
+            for entry in STORE_FILES + STORE_DIRS:
+                path = os.path.join(store_dir, entry)
+                if not os.path.lexists(path):
+                    continue
+                if entry in STORE_DIRS:
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                done.append(Installed(path, "removed"))
+            if os.path.isdir(store_dir):
+                rest = sorted(os.listdir(store_dir))
+                if rest:
+                    done.append(Installed(store_dir, f"left (holds {', '.join(rest[:5])})"))
+                else:
+                    os.rmdir(store_dir)
+                    done.append(Installed(store_dir, "removed"))
+    except OSError as err:
+        raise CNIError(f"uninstall failed: {err}", code=IO_FAILURE) from err
+    return done
+
+
+def _remove_table(store_dir: str) -> list[Installed]:
+    """Table ``inet podnet`` of this network namespace when its comment names the store in
+    ``store_dir`` (``podnet:<dir>``), and that store's owner records in ``/run/podnet/tables``
+    (:func:`podnet.reconcile.claim`)."""
+    from podnet.firewall import nft
+    from podnet.link.names import owner_alias
+    from podnet.reconcile import CLAIMS_DIR
+
+    mine = owner_alias(store_dir)
+    done = []
+    comment = nft.table_comment("inet", "podnet")
+    if comment == mine:
+        nft.apply("delete table inet podnet\n", "delete table inet podnet")
+        done.append(Installed("table inet podnet", "removed"))
+    elif comment is not None:
+        done.append(Installed("table inet podnet", f"left (its owner is {comment or 'unknown'})"))
+    try:
+        records = sorted(os.listdir(CLAIMS_DIR))
+    except OSError:
+        records = []
+    for record in records:
+        path = os.path.join(CLAIMS_DIR, record)
+        try:
+            with open(path) as f:
+                owner = f.read().strip()
+        except OSError:
+            continue
+        if owner == mine:
+            os.unlink(path)
+            done.append(Installed(path, "removed"))
     return done

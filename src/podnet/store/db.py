@@ -23,7 +23,6 @@ import os
 
 from podnet.errors import TryAgainLater
 from podnet.store.conn import _Conn, _connect, _open_error, _prepare_files, _require_trusted
-from podnet.store.networks import Networks, ServerConfig, Trust
 from podnet.store.pods import Pods, Ranges
 from podnet.store.schema import MIGRATIONS
 
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from podnet.store.lock import FairLock
+    from podnet.store.networks import Networks, ServerConfig, Trust
 
 __all__ = ["DB_NAME", "LOCK_NAME", "Store", "open_store"]
 
@@ -55,12 +55,38 @@ class Store:
         self.pods = Pods(self._connection, path)
         #: Address ranges (:class:`podnet.store.pods.Ranges`).
         self.ranges = Ranges(self._connection, path, self.pods)
-        #: Networks and forwards (:class:`podnet.store.networks.Networks`).
-        self.networks = Networks(self._connection, path)
-        #: The API's trusted certificates (:class:`podnet.store.networks.Trust`).
-        self.trust = Trust(self._connection, path)
-        #: The server config, ``network.ovn.*`` (:class:`podnet.store.networks.ServerConfig`).
-        self.config = ServerConfig(self._connection, path)
+        self._networks: Networks | None = None
+        self._trust: Trust | None = None
+        self._config: ServerConfig | None = None
+
+    # The components of podnet.store.networks, made on first use: a pod's DEL on a conflist
+    # without a network never loads that module.
+    @property
+    def networks(self) -> Networks:
+        """Networks and forwards (:class:`podnet.store.networks.Networks`)."""
+        if self._networks is None:
+            from podnet.store.networks import Networks
+
+            self._networks = Networks(self._connection, self.path)
+        return self._networks
+
+    @property
+    def trust(self) -> Trust:
+        """The API's trusted certificates (:class:`podnet.store.networks.Trust`)."""
+        if self._trust is None:
+            from podnet.store.networks import Trust
+
+            self._trust = Trust(self._connection, self.path)
+        return self._trust
+
+    @property
+    def config(self) -> ServerConfig:
+        """The server config, ``network.ovn.*`` (:class:`podnet.store.networks.ServerConfig`)."""
+        if self._config is None:
+            from podnet.store.networks import ServerConfig
+
+            self._config = ServerConfig(self._connection, self.path)
+        return self._config
 
     @property
     def conn(self) -> _Conn:
@@ -241,6 +267,41 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
             store.close()
             raise
     return store
+
+
+#: What :func:`open_store` makes in a data dir besides the database: SQLite's WAL files and
+#: :class:`~podnet.store.lock.FairLock`'s lock file and ticket directory.
+STORE_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal", LOCK_NAME)
+STORE_DIRS = (f"{LOCK_NAME}.d",)
+
+
+def discard_new(store: Store, made_dir: bool) -> bool:
+    """Remove ``store`` — just made by :func:`open_store` for a command that then failed —
+    when it holds nothing (no pod, range, network, trusted certificate or config key): a
+    refused command leaves no empty store behind. ``made_dir``: the data dir was made too
+    (removed once empty). Returns whether it was removed; never raises."""
+    import contextlib  # only here: off the plugins' import path
+    import shutil
+
+    data_dir = os.path.dirname(store.path)
+    try:
+        empty = not (store.pods.all() or store.networks.all() or store.trust.all()
+                     or store.config.all() or store.ranges.all())  # fmt: skip
+    except Exception:  # noqa: BLE001 - a store that cannot be read is not judged empty
+        return False
+    finally:
+        store.close()
+    if not empty:
+        return False
+    for name in STORE_FILES:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(data_dir, name))
+    for name in STORE_DIRS:
+        shutil.rmtree(os.path.join(data_dir, name), ignore_errors=True)
+    if made_dir:
+        with contextlib.suppress(OSError):
+            os.rmdir(data_dir)
+    return True
 
 
 def _migrate(store: Store) -> None:

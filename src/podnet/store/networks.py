@@ -275,7 +275,8 @@ class Networks(Queries):
 
 
 class Trust(Queries):
-    """The REST API's trust store (migration ``0006_certificates``): ``store.trust``."""
+    """The REST API's trust store (migrations ``0006_certificates``, ``0011_trust_tokens``):
+    ``store.trust``."""
 
     def all(self) -> list[tuple[str, str, str]]:
         """Every trusted client certificate: ``(fingerprint, name, PEM)``."""
@@ -301,6 +302,35 @@ class Trust(Queries):
         if len(rows) == 1:
             self.conn.execute("DELETE FROM certificates WHERE fingerprint = ?", (rows[0],))
         return rows
+
+
+    def add_token(self, secret_sha256: str, name: str, expires_at: int, now: int) -> None:
+        """Record a trust token (inside ``write()``): its secret's SHA-256 (hex), the client
+        name it grants, its expiry (Unix seconds); tokens expired at ``now`` are dropped."""
+        self.conn.execute("DELETE FROM trust_tokens WHERE expires_at <= ?", (now,))
+        self.conn.execute("INSERT INTO trust_tokens (secret_sha256, name, expires_at) "
+                          "VALUES (?, ?, ?)", (secret_sha256, name, expires_at))  # fmt: skip
+
+    def has_token(self, secret_sha256: str) -> bool:
+        """Whether a token of that secret is pending (a read, no write lock)."""
+        return self.conn.execute("SELECT 1 FROM trust_tokens WHERE secret_sha256 = ?",
+                                 (secret_sha256,)).fetchone() is not None  # fmt: skip
+
+    def redeem(self, secret_sha256: str) -> tuple[str, int] | None:
+        """Use up the token of that secret (inside ``write()``): ``(name, expires_at)``, or
+        None when there is none. The token is gone afterwards, expired or not (single use, as
+        LXD cancels the token's operation before checking its expiry)."""
+        row = self.conn.execute("SELECT name, expires_at FROM trust_tokens WHERE "
+                                "secret_sha256 = ?", (secret_sha256,)).fetchone()  # fmt: skip
+        if row is None:
+            return None
+        self.conn.execute("DELETE FROM trust_tokens WHERE secret_sha256 = ?", (secret_sha256,))
+        return str(row[0]), int(row[1])
+
+    def tokens(self) -> list[tuple[str, int]]:
+        """The pending tokens: ``(name, expires_at)``, oldest first."""
+        return [(str(n), int(e)) for n, e in self.conn.execute(
+            "SELECT name, expires_at FROM trust_tokens ORDER BY rowid")]  # fmt: skip
 
 
 class ServerConfig(Queries):

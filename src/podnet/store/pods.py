@@ -6,14 +6,13 @@ podnet's ``pod_attachments``, the hostPorts (``portmap_entries``) and podnet-por
 from __future__ import annotations
 
 from podnet.store.conn import Queries
-from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from podnet.store.conn import _Conn
-    from podnet.values import Claim
+    from podnet.values import Claim, Holder, PortMapping
 
 POD_COLUMNS = (
     "container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6, ip_gateway_v4, "
@@ -197,6 +196,8 @@ class Pods(Queries):
     # -- hostPorts ----------------------------------------------------------------------
     def portmaps(self, container_id: str | None = None) -> list[PortMapping]:
         """``portmap_entries`` of one container, or of all when ``container_id`` is None."""
+        from podnet.values import PortMapping  # after a DEL's veth deletion started
+
         q = f"SELECT {_ENTRY_COLUMNS} FROM {_ENTRIES}"
         if container_id is None:
             cur = self.conn.execute(q + " ORDER BY e.id")
@@ -216,6 +217,8 @@ class Pods(Queries):
         One rule decides, :meth:`podnet.values.Claim.overlaps`; the queries only narrow the rows
         by the ``(protocol, port)`` indexes, to those with the claim's protocol and port (or,
         for a claim or forward of every port, any)."""
+        from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
+
         out: list[Holder] = []
         if forwards:
             where, params = "1", []
@@ -256,6 +259,8 @@ class Pods(Queries):
     # -- podnet-portmap's hostPorts -----------------------------------------------------
     def portmap_claims(self) -> list[tuple[str, PortMapping]]:
         """Every hostPort podnet-portmap published: ``(network, PortMapping)``."""
+        from podnet.values import PortMapping
+
         rows = self.conn.execute(
             "SELECT network, container_id, host_ip, host_port, protocol, container_ip, "
             "container_port FROM portmap_claims ORDER BY id").fetchall()  # fmt: skip

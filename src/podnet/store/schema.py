@@ -196,6 +196,18 @@ OVN_PORT = """
 ALTER TABLE pod_attachments ADD COLUMN ovn_port TEXT
 """
 
+# Trust tokens of the REST API (``podnetctl trust add-token``, LXD's certificate add token): a
+# client that presents one once, before it expires, has its certificate trusted. Only the
+# secret's SHA-256 is kept.
+TRUST_TOKENS = """
+CREATE TABLE trust_tokens (
+  secret_sha256 TEXT PRIMARY KEY, -- lowercase hex
+  name TEXT NOT NULL, -- the client's name, given to its certificate
+  expires_at INTEGER NOT NULL, -- Unix time, seconds
+  created DATETIME DEFAULT CURRENT_TIMESTAMP
+)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -208,4 +220,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0008_hot_indexes", HOT_INDEXES),
     ("0009_server_config", SERVER_CONFIG),
     ("0010_ovn_port", OVN_PORT),
+    ("0011_trust_tokens", TRUST_TOKENS),
 )

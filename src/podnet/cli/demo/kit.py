@@ -174,6 +174,7 @@ class Demo:
                 name=NETWORK,
                 ranges=RANGES,
                 data_dir=self.path_of("data"),
+                node_conf=self.path_of("podnet.conf"),  # never the machine's /etc/podnet
             )
             detail.append(
                 f"{self.tmp}: " + ", ".join(os.path.relpath(d.path, self.tmp) for d in done)

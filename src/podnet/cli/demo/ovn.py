@@ -152,13 +152,15 @@ def _run(demo: Demo, lab: OvnLab) -> None:
             nb = lab.nb_unix if node is n1 else lab.nb_tcp
             cluster.ctl(node, "config", "set", "network.ovn.northbound_connection", nb, "--init")
     with p.step(f"uplink {UPLINK} (physical on ext0, routed, routes 198.51.100.0/24) from n1"):
+        cluster.ctl(n1, "network", "create", UPLINK, "--type=physical",
+                    f"parent={UPLINK_KEYS['parent']}", "--target", n1.name)  # fmt: skip
         cluster.ctl(
             n1,
             "network",
             "create",
             UPLINK,
             "--type=physical",
-            *[f"{k}={v}" for k, v in UPLINK_KEYS.items()],
+            *[f"{k}={v}" for k, v in UPLINK_KEYS.items() if k != "parent"],
         )
     with p.step(f"OVN network {NETWORK} (ipv4.nat.address={NAT_ADDRESS}) from n2") as detail:
         cluster.ctl(

@@ -1,0 +1,20 @@
+"""The node's store as ``podnetctl``'s default ``--data-dir`` (:mod:`podnet.drivers.nodeconf`)."""
+
+from __future__ import annotations
+
+import click
+
+#: ``show_default`` of every ``--data-dir`` that defaults to the node's store.
+SHOWN = "the node config's data_dir, else /var/lib/podnet"
+
+
+def default_data_dir() -> str:
+    """The node's store: ``data_dir`` of the node configuration, else ``/var/lib/podnet``. A
+    malformed or untrusted node configuration is a one-line error (click: ``Error: …``, exit
+    status 1)."""
+    from podnet.drivers import nodeconf
+
+    try:
+        return nodeconf.load().data_dir
+    except nodeconf.NodeConfError as err:
+        raise click.ClickException(err.msg) from None
