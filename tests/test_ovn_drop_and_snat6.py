@@ -27,8 +27,7 @@ def test_a_forward_without_default_target_drops_what_the_uplink_would_answer(
         cluster: Cluster) -> None:  # fmt: skip
     n1, n2, _ = cluster.lab.nodes
     out = f"{cluster.lab.prefix}-out"
-    cluster.ok(n1, "network", "create", "up31", "--type=physical",
-               *[f"{k}={v}" for k, v in UPLINK.items()])  # fmt: skip
+    cluster.uplink(n1, "up31", UPLINK)
     cluster.ok(n1, "network", "create", "ovn31", "--type=ovn", "network=up31", "ipv6.address=none")
     pods = {"a": (n2, f"{cluster.lab.prefix}-da"), "b": (n1, f"{cluster.lab.prefix}-db")}
     servers: list[Echo] = []
@@ -67,8 +66,7 @@ def test_ipv6_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
     out = f"{cluster.lab.prefix}-out"
     subprocess.run(["ip", "-n", out, "addr", "add", "2001:db8:ff::254/64", "dev", "gw0", "nodad"],
                    check=True)  # fmt: skip
-    cluster.ok(n1, "network", "create", "up32", "--type=physical",
-               *[f"{k}={v}" for k, v in UPLINK6.items()])  # fmt: skip
+    cluster.uplink(n1, "up32", UPLINK6)
     cluster.ok(n2, "network", "create", "ovn32", "--type=ovn", "network=up32", "ipv4.nat=false",
                "ipv6.nat.address=2001:db8:ee::77")  # fmt: skip
     router6 = cluster.networks(n3)["ovn32"]["config"]["volatile.network.ipv6.address"]
