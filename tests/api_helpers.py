@@ -33,7 +33,10 @@ TESTS = str(Path(__file__).resolve().parent)
 ENVELOPE_FIELDS = ["type", "status", "status_code", "operation", "error_code", "error", "metadata"]
 #: ``api.NetworkForwardPort``'s fields in struct order (the ETag encodes a port as a struct).
 PORT_FIELDS = ("description", "protocol", "listen_port", "target_port", "target_address")
+#: The kernel's forward state: the DNAT maps (``key : value`` elements) and the sets of listen
+#: addresses whose unmatched traffic is dropped (seed 004: a forward without a default target).
 FORWARD_MAPS = ("fwd_v4", "fwd_whole_v4", "fwd_v6", "fwd_whole_v6")
+FORWARD_SETS = ("fwd_drop_v4", "fwd_drop_v6")
 
 # -- the server -----------------------------------------------------------------------------------
 
@@ -250,10 +253,14 @@ def network_etag(network: dict[str, Any]) -> str:
 
 
 def map_elements(ns: str, name: str) -> set[str]:
-    """The elements of map ``name`` of table ``inet podnet`` in ``ns``, as ``k . k : v . v``."""
-    out = sh("ip", "netns", "exec", ns, "nft", "-j", "list", "map", "inet", "podnet", name)
+    """The elements of map ``name`` of table ``inet podnet`` in ``ns``, as ``k . k : v . v``;
+    of a set (``fwd_drop_*``), as the element."""
+    kind = "set" if name in FORWARD_SETS else "map"
+    out = sh("ip", "netns", "exec", ns, "nft", "-j", "list", kind, "inet", "podnet", name)
     items = json.loads(out.stdout)["nftables"]
-    elems = next(i["map"] for i in items if "map" in i).get("elem", [])
+    elems = next(i[kind] for i in items if kind in i).get("elem", [])
+    if kind == "set":
+        return {str(e) for e in elems}
 
     def text(x: Any) -> str:
         if isinstance(x, dict) and "concat" in x:
@@ -264,7 +271,8 @@ def map_elements(ns: str, name: str) -> set[str]:
 
 
 def kernel_maps(ns: str) -> dict[str, set[str]]:
-    return {name: map_elements(ns, name) for name in FORWARD_MAPS}
+    """Every forward map and drop set of ``ns``'s table (what :func:`expected_maps` gives)."""
+    return {name: map_elements(ns, name) for name in FORWARD_MAPS + FORWARD_SETS}
 
 
 def _ports(text: str) -> list[int]:
@@ -278,8 +286,10 @@ def _ports(text: str) -> list[int]:
 def expected_maps(forwards: list[dict[str, Any]]) -> dict[str, set[str]]:
     """What the forward maps must hold for ``forwards`` (API objects, ``?recursion=1``): per
     listen port ``listen . proto . port : target . tport`` (target ports: the listen ports when
-    empty, one for all when single), per default target ``listen : target``."""
-    want: dict[str, set[str]] = {name: set() for name in FORWARD_MAPS}
+    empty, one for all when single), per default target ``listen : target``, and without one
+    the listen address in the drop set (seed 004: "if not set then unmatched traffic will be
+    dropped")."""
+    want: dict[str, set[str]] = {name: set() for name in FORWARD_MAPS + FORWARD_SETS}
     for f in forwards:
         listen = ipaddress.ip_address(f["listen_address"])
         suffix = f"v{listen.version}"
@@ -293,6 +303,8 @@ def expected_maps(forwards: list[dict[str, Any]]) -> dict[str, set[str]]:
         if f["config"].get("target_address"):
             target = ipaddress.ip_address(f["config"]["target_address"])
             want[f"fwd_whole_{suffix}"].add(f"{listen} : {target}")
+        else:
+            want[f"fwd_drop_{suffix}"].add(str(listen))
     return want
 
 

@@ -41,30 +41,69 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                 f"{lost[0]} and {len(lost) - 1} more would run apart")
 
 
+def _reason(longrepr: object) -> str:
+    """A skip report's reason, without the exception's name pytest puts first."""
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    for prefix in ("Skipped: ", "envgate.Allowed: "):
+        reason = reason.removeprefix(prefix)
+    return reason
+
+
+def _not_strict(item: pytest.Item) -> str | None:
+    """The reason of an ``xfail`` mark on ``item`` that is not strict (its own ``strict=`` or
+    the ini's ``xfail_strict``), else None."""
+    for mark in item.iter_markers("xfail"):
+        if not mark.kwargs.get("strict", item.config.getini("xfail_strict")):
+            return str(mark.kwargs.get("reason", mark.args[1:2] or ""))
+    return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
-    """A skip the gate did not allow (a person's opt-out) is a failure: nothing skips quietly."""
+    """A skip the gate did not allow (an :class:`envgate.Allowed` from ``need()``, its
+    requirements still missing and opted out of) is a failure, as are an ``xfail`` mark that
+    is not strict (an expected failure that may pass unnoticed) and ``pytest.xfail()`` (it ends
+    the test where it is called, passing or not): nothing skips or fails quietly."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if not report.skipped or hasattr(report, "wasxfail"):
-        return
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    reason = reason.removeprefix("Skipped: ")
-    if reason.startswith(envgate.ALLOWED):
+    why = None
+    if report.when == "setup" and (reason := _not_strict(item)) is not None:
+        why = f"an xfail that is not strict ({reason}); mark it xfail(strict=True)"
+    elif call.excinfo is not None and call.excinfo.errisinstance(pytest.xfail.Exception):
+        why = f"pytest.xfail() called ({call.excinfo.value.msg}); use a strict xfail mark"
+    elif report.skipped and not hasattr(report, "wasxfail"):
+        reason = _reason(report.longrepr)
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, envgate.Allowed) and envgate.granted(exc.names):
+            return
+        why = (f"skipped without a person's opt-out ({reason}); state the need with "
+               f"envgate.need() or opt out with {envgate.ALLOW_ENV}")
+    if why is None:
         return
     report.outcome = "failed"
-    report.longrepr = (
-        f"skipped without a person's opt-out ({reason}); state the need with envgate.need() "
-        f"or opt out with {envgate.ALLOW_ENV}"
-    )
+    report.longrepr = why
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """A module that skips itself (``pytest.skip(..., allow_module_level=True)``, a
+    ``pytest.importorskip``) fails its collection: its tests would vanish with exit 0."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped:
+        reason = _reason(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid} skipped at collection ({reason}); a module "
+                           f"may not skip itself: state each test's need with envgate.need()")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collect the (allowed) skips where the reports arrive: in the one process, or in the
     controller of an xdist run (each worker's makereport above has already judged them)."""
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _SKIPS.append((report.nodeid, reason.removeprefix("Skipped: ")))
+        _SKIPS.append((report.nodeid, _reason(report.longrepr)))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

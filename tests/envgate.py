@@ -8,9 +8,11 @@ the Debian package that brings it, unless a person opted out of it with a stated
     PODNET_TEST_ALLOW_MISSING='podman,ctr=no container runtimes on this laptop' pytest
     PODNET_TEST_ALLOW_MISSING='*=unprivileged quick run' pytest tests/test_checked.py
 
-Only then does the test skip, and the reason is the person's. Any other skip (a ``skipif``, a
-``pytest.skip`` somewhere) is turned into a failure by ``conftest.py``; the run's last lines
-list every skip with its reason.
+Only then does the test skip (raising :class:`Allowed`), and the reason is the person's. Any
+other skip (a ``skipif``, a ``pytest.skip`` in a test or at module level, a skip whose reason
+merely reads like this one's) is turned into a failure by ``conftest.py``, and so is an
+``xfail`` that is not strict or a ``pytest.xfail()`` call; the run's last lines list every skip
+with its reason.
 
 ``scripts/test.sh`` (the README's test command, run by CI) sets ``PODNET_TEST_REQUIRE=all``:
 then every requirement is checked before the first test, and the run stops at once, naming
@@ -92,6 +94,24 @@ REQUIREMENTS: dict[str, Requirement] = {
 }
 
 
+class Allowed(pytest.skip.Exception):  # type: ignore[misc,name-defined]
+    """The one skip the gate lets through: raised by :func:`need` for ``names``, each missing
+    and opted out of (``conftest.py`` checks that again with :func:`granted`)."""
+
+    def __init__(self, msg: str, names: tuple[str, ...]) -> None:
+        super().__init__(msg)
+        self.names = names
+
+
+def granted(names: tuple[str, ...]) -> bool:
+    """Whether every one of ``names`` is a known requirement this machine lacks and a person
+    opted out of: what an :class:`Allowed` skip must still hold when its report is made."""
+    opt_outs = allowed()
+    return bool(names) and all(
+        n in REQUIREMENTS and not REQUIREMENTS[n].present() and (n in opt_outs or "*" in opt_outs)
+        for n in names)  # fmt: skip
+
+
 def allowed() -> dict[str, str]:
     """The opt-outs a person stated: requirement name (or ``*``) -> reason.
 
@@ -129,7 +149,7 @@ def need(*names: str) -> None:
     reasons = {r.name: opt_outs.get(r.name, opt_outs.get("*")) for r in lacking}
     if all(reasons.values()):
         why = "; ".join(f"{n}: {reason}" for n, reason in reasons.items())
-        pytest.skip(f"{ALLOWED} {why}")
+        raise Allowed(f"{ALLOWED} {why}", tuple(reasons))
     pytest.fail(
         f"required but missing: {describe(lacking)}; install it (scripts/setup.sh does) or opt "
         f"out with {ALLOW_ENV}='<name>=<reason>'",

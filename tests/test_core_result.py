@@ -195,11 +195,12 @@ def test_prev_result() -> None:
     assert err.value.msg == "prevResult.ips[0].address: missing"
 
 
-def test_prev_result_converts_with_the_configs_version_or_current() -> None:
-    # an ips entry whose address is only checked by conversion to 0.x (family of the address)
-    prev = {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]}
-    assert result.prev_result({"prevResult": prev}) is prev  # no version: 1.1.0, no family
-    assert result.prev_result({"cniVersion": 4, "prevResult": prev}) is prev
-    # an unknown version string reads as generation 0: conversion cannot fail after validate()
-    odd = {"cniVersion": "x", "ips": [{"address": "fd00::2/64"}]}
-    assert result.prev_result({"cniVersion": "x", "prevResult": odd}) is odd
+def test_a_validated_prev_result_converts_to_every_version() -> None:
+    """prev_result does not convert: a result validate() passed converts to any version, an
+    unknown version string reading as generation 0 (checked here, so the claim stays true)."""
+    for prev in ({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]},
+                 {"cniVersion": "x", "ips": [{"address": "fd00::2/64"}]},
+                 {"cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.0.0.2/24"}]}):
+        assert result.prev_result({"prevResult": prev}) is prev
+        for version in ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0", "x", ""):
+            assert result.convert(prev, version)["cniVersion"] == version

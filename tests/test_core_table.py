@@ -44,3 +44,15 @@ def test_forward_maps_incremental() -> None:
         "delete element inet podnet fwd_v4 { 198.51.100.1 . tcp . 80 }\n"
         "delete element inet podnet fwd_whole_v6 { 2001:db8::1 }\n")
     assert table.add_script(table.HOSTPORTS, []) == ""
+
+
+def test_drops_taken_as_text_or_as_addresses() -> None:
+    """The reconciler hands parsed addresses, a caller may hand text: both end in the drop sets,
+    each in its family's."""
+    import ipaddress
+
+    state = TableState(drops=[ipaddress.ip_address("2001:db8:f::1"), "198.51.100.7"])
+    assert [str(a) for a in state.drops] == ["2001:db8:f::1", "198.51.100.7"]
+    text = table.script(state)
+    assert "set fwd_drop_v4 { type ipv4_addr; elements = { 198.51.100.7 }; }" in text
+    assert "set fwd_drop_v6 { type ipv6_addr; elements = { 2001:db8:f::1 }; }" in text

@@ -232,10 +232,21 @@ def test_log_does_not_block_on_a_fifo(tmp_path: Path) -> None:
     done = threading.Event()
     thread = threading.Thread(target=lambda: (Log(str(fifo), "p")("x"), done.set()), daemon=True)
     thread.start()
-    if not done.wait(5):
-        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the thread go, then fail
-        thread.join(5)
-        pytest.fail("Log blocked opening a FIFO planted at the log path")
+    # either event ends the wait: the call returned, or its thread sleeps in the kernel waiting
+    # for the FIFO's other end (``wait_for_partner`` in fs/pipe.c's fifo_open); 30 s: a hang
+    wchan = Path(f"/proc/self/task/{thread.native_id}/wchan")
+    deadline = time.monotonic() + 30
+    while not done.is_set():
+        try:
+            blocked = wchan.read_text() in ("wait_for_partner", "fifo_open")
+        except FileNotFoundError:  # the thread is gone: done is set
+            continue
+        if blocked:
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the thread go, then fail
+            thread.join(30)
+            pytest.fail("Log blocked opening a FIFO planted at the log path")
+        assert time.monotonic() < deadline, "Log neither returned nor blocked on the FIFO"
+        time.sleep(0.001)
 
 
 LOGGED = """

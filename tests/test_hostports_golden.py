@@ -1,5 +1,5 @@
-"""Generated nftables text equals the expected files (no root); the text loads in a real nft
-(checked in tests/test_plugin_e2e.py)."""
+"""Generated nftables text equals the expected files (no root); tests/test_golden_nft.py applies
+every one of those files with a real ``nft -f`` in a throwaway network namespace."""
 
 from __future__ import annotations
 

@@ -124,9 +124,25 @@ def traced(plugin: Path, startup: frozenset[str], command: str, conf: dict[str, 
     return Trace(proc.returncode, proc.stdout, proc.stderr, imports, total)
 
 
-def assert_within_budget(trace: Trace, allowed: frozenset[str]) -> None:
+#: How many modules a call may import after the interpreter's start-up, all of them (podnet's,
+#: the allowed libraries' and what those import), counted in ``-X importtime``'s tree: a count,
+#: not a clock, so a loaded machine cannot fail it and a new import chain cannot pass it.
+#: Measured on Debian 12's Python 3.11 (VERSION, and DEL of a pod whose netns is gone, of
+#: podnet, podnet-ipam, podnet-portmap, podnet-redirect: 17, 17, 20, 20 and 65, 54, 61, 37;
+#: podnet's ADD, CHECK, DEL of a pod with a hostPort: 83, 72, 66), about 15 % added. After
+#: main's lazier DEL (60ecc35): 17, 17, 19, 19; 60, 52, 60, 36; 84, 70, 63.
+MAX_IMPORTS = {
+    ("VERSION", "podnet"): 20, ("VERSION", "podnet-ipam"): 20,
+    ("VERSION", "podnet-portmap"): 23, ("VERSION", "podnet-redirect"): 23,
+    ("DEL", "podnet"): 75, ("DEL", "podnet-ipam"): 62, ("DEL", "podnet-portmap"): 70,
+    ("DEL", "podnet-redirect"): 43,
+    ("ADD", "pod"): 95, ("CHECK", "pod"): 83, ("DEL", "pod"): 76,
+}  # fmt: skip
+
+
+def assert_within_budget(trace: Trace, allowed: frozenset[str], calls: tuple[str, str]) -> None:
     """podnet's own imports are podnet's hot-path modules or ``allowed``; nothing of
-    :data:`budget.NEVER` anywhere; the imports' time within :data:`budget.IMPORT_BUDGET_MS`."""
+    :data:`budget.NEVER` anywhere; at most :data:`MAX_IMPORTS` ``[calls]`` modules in all."""
     def podnets(by: str | None) -> bool:  # imported by podnet's code or the plugin file
         return by is None or by == "podnet" or by.startswith("podnet.")
 
@@ -140,9 +156,9 @@ def assert_within_budget(trace: Trace, allowed: frozenset[str]) -> None:
     never = sorted({f"{name} (imported by {by or 'the call'})" for name, by in trace.imports
                     if name in budget.NEVER})  # fmt: skip
     assert never == [], f"modules no plugin may load (budget.NEVER): {never}"
-    assert trace.total_ms < budget.IMPORT_BUDGET_MS, (
-        f"imports took {trace.total_ms:.1f} ms (budget {budget.IMPORT_BUDGET_MS} ms): "
-        f"{trace.imports}"
+    assert len(trace.imports) <= MAX_IMPORTS[calls], (
+        f"{len(trace.imports)} modules imported (at most {MAX_IMPORTS[calls]}; they took "
+        f"{trace.total_ms:.1f} ms): {[name for name, _ in trace.imports]}"
     )
 
 
@@ -166,7 +182,7 @@ def test_version_within_budget(plugin: str, plugin_files: dict[str, Path],
     trace = traced(plugin_files[plugin], startup, "VERSION", {"cniVersion": V1})
     assert trace.rc == 0 and json.loads(trace.stdout)["cniVersion"] == V1, trace.stderr[-2000:]
     assert ("jiter", None) in trace.imports  # the trace sees the call's imports
-    assert_within_budget(trace, budget.VERSION_MODULES)
+    assert_within_budget(trace, budget.VERSION_MODULES, ("VERSION", plugin))
 
 
 def del_conf(plugin: str, data_dir: Path) -> dict[str, Any]:
@@ -195,7 +211,7 @@ def test_del_within_budget(plugin: str, plugin_files: dict[str, Path], startup: 
     trace = traced(plugin_files[plugin], startup, "DEL", del_conf(plugin, tmp_path),
                    wrap=("unshare", "--net"), CNI_NETNS="/run/netns/podnet-budget-gone")
     assert trace.rc == 0 and trace.stdout == "", (trace.stdout, trace.stderr[-2000:])
-    assert_within_budget(trace, budget.HOT_PATH_MODULES)
+    assert_within_budget(trace, budget.HOT_PATH_MODULES, ("DEL", plugin))
 
 
 def test_podnet_add_check_del_within_budget(lab: Lab, plugin_files: dict[str, Path],
@@ -211,12 +227,12 @@ def test_podnet_add_check_del_within_budget(lab: Lab, plugin_files: dict[str, Pa
     add = traced(plugin_files["podnet"], startup, "ADD", conf, wrap=wrap, **env)
     assert add.rc == 0, (add.stdout, add.stderr[-2000:])
     result = json.loads(add.stdout)
-    assert_within_budget(add, budget.HOT_PATH_MODULES)
+    assert_within_budget(add, budget.HOT_PATH_MODULES, ("ADD", "pod"))
     check = traced(plugin_files["podnet"], startup, "CHECK", {**conf, "prevResult": result},
                    wrap=wrap, **env)  # fmt: skip
     assert check.rc == 0, (check.stdout, check.stderr[-2000:])
-    assert_within_budget(check, budget.HOT_PATH_MODULES)
+    assert_within_budget(check, budget.HOT_PATH_MODULES, ("CHECK", "pod"))
     delete = traced(plugin_files["podnet"], startup, "DEL", {**conf, "prevResult": result},
                     wrap=wrap, **env)  # fmt: skip
     assert delete.rc == 0, (delete.stdout, delete.stderr[-2000:])
-    assert_within_budget(delete, budget.HOT_PATH_MODULES)
+    assert_within_budget(delete, budget.HOT_PATH_MODULES, ("DEL", "pod"))

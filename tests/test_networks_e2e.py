@@ -9,17 +9,20 @@ changes leaving the kernel equal to the database."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from api_helpers import map_elements
+from api_helpers import expected_maps, kernel_maps, map_elements
 from envgate import need
-from netns import CLIENT_ADDR4, NODE_ADDR4, NODE_ADDR6, TIMEOUT, VENV_BIN, Lab, sh
+from netns import CLIENT_ADDR4, CLIENT_ADDR6, NODE_ADDR4, NODE_ADDR6, TIMEOUT, VENV_BIN, Lab, sh
 
 pytestmark = pytest.mark.root
 
@@ -99,9 +102,46 @@ def test_whole_address_forward_tcp_udp_v4_v6(net: Net, pods: dict[str, Any]) -> 
     assert net.talk(net.client, "tcp", "198.51.100.1", 80) == net.talk(net.client, "tcp", "198.51.100.250", 80) == TIMEOUT
 
 
+@contextmanager
+def sink(net: Net, *listen: str) -> Iterator[None]:
+    """The ``listen`` addresses made reachable through the node to a namespace that holds them
+    and answers "sink" on TCP port 80 (its UDP answers leave from another address), so traffic to them that is not dropped gets an
+    answer, and only the seed-004 drop gives a timeout (without it a listen address is routed
+    back to the client, and a packet loops until its TTL runs out: a timeout either way)."""
+    ns = net.lab.pod("sink")
+    sh("ip", "link", "add", "sink0", "netns", net.lab.node, "type", "veth", "peer", "name", "up0",
+       "netns", ns)  # fmt: skip
+    for where, a4, a6 in ((net.lab.node, "100.64.9.1/30", "fd00:9::1/64"),
+                          (ns, "100.64.9.2/30", "fd00:9::2/64")):  # fmt: skip
+        dev = "sink0" if where == net.lab.node else "up0"
+        sh("ip", "-n", where, "addr", "add", a4, "dev", dev)
+        sh("ip", "-n", where, "addr", "add", a6, "dev", dev, "nodad")
+        sh("ip", "-n", where, "link", "set", dev, "up")
+    sh("ip", "-n", ns, "route", "add", "default", "via", "100.64.9.1")
+    sh("ip", "-n", ns, "-6", "route", "add", "default", "via", "fd00:9::1")
+    try:
+        for addr in listen:
+            six = ":" in addr
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/{128 if six else 32}", "dev", "lo")
+            sh("ip", "-n", net.lab.node, *(["-6"] if six else []), "route", "add", addr, "via",
+               "fd00:9::2" if six else "100.64.9.2")  # fmt: skip
+        net.lab.serve(ns, "sink", 80)
+        # both neighbours resolved before a check relies on a first SYN: the node reaches the
+        # sink's own address (never in a drop set) once, waiting for that event
+        deadline = time.monotonic() + 30
+        while net.talk(net.lab.node, "tcp", "fd00:9::2", 80) != "sink":
+            assert time.monotonic() < deadline, "the sink never answered the node"
+        yield
+    finally:
+        sh("ip", "-n", net.lab.node, "link", "del", "sink0", check=False)  # its routes go too
+
+
 def test_ports_range_many_to_one_and_default_target_after_port_remove(net: Net, pods: dict[str, Any]) -> None:
     a4, b4, b6 = pods["a"][1][4], pods["b"][1][4], pods["b"][1][6]
     L = "198.51.100.2"
+    with sink(net, "2001:db8:f::2"):  # the control: without a forward, the sink answers
+        assert net.talk(net.client, "tcp", "2001:db8:f::2", 80) == "sink"
+    assert net.talk(net.client, "tcp", "2001:db8:f::2", 80) == TIMEOUT  # routed back: a loop
     net.ctl("forward", "create", "br0", L, f"target_address={a4}")
     net.ctl("forward", "port", "add", "br0", L, "tcp", "8080", b4, "80")      # port to a 2nd pod
     net.ctl("forward", "port", "add", "br0", L, "tcp", "6000-6001", b4, "80-81")  # a range
@@ -109,13 +149,18 @@ def test_ports_range_many_to_one_and_default_target_after_port_remove(net: Net, 
     net.ctl("forward", "create", "br0", "2001:db8:f::2")
     net.ctl("forward", "port", "add", "br0", "2001:db8:f::2", "tcp", "8080", b6, "81")
     try:
+        forwards = json.loads(net.ctl("forward", "list", "br0", "-f", "json").stdout)
+        assert kernel_maps(net.lab.node) == expected_maps(forwards)  # the drop set included
+        assert net.elements("fwd_drop_v6") == {"2001:db8:f::2"}
         assert net.talk(net.client, "tcp", L, 8080) == "b"
         assert net.talk(net.client, "tcp", L, 6000) == "b" and net.talk(net.client, "tcp", L, 6001) == "b"
         for port in (7000, 7001, 7002):
             assert net.talk(net.client, "udp", L, port) == "b", port
         assert net.talk(net.client, "tcp", L, 80) == "a"  # not a listed port: the default target
         assert net.talk(net.client, "tcp", "2001:db8:f::2", 8080) == "b"
-        assert net.talk(net.client, "tcp", "2001:db8:f::2", 80) == TIMEOUT  # no default target: dropped
+        with sink(net, "2001:db8:f::2"):  # no default target: dropped, not given to the sink
+            assert net.talk(net.client, "tcp", "2001:db8:f::2", 80) == TIMEOUT
+            assert net.talk(net.client, "tcp", "2001:db8:f::2", 8080) == "b"
         net.ctl("forward", "port", "remove", "br0", L, "tcp", "8080")
         assert net.talk(net.client, "tcp", L, 8080) == "a"  # the default target took over
     finally:
@@ -179,16 +224,41 @@ def test_snat_address_seen_by_a_server_outside(net: Net, pods: dict[str, Any]) -
     assert seen.endswith(NODE_ADDR4), seen
 
 
+def test_ipv6_snat_address_seen_by_a_server_outside(net: Net, pods: dict[str, Any]) -> None:
+    """``ipv6.nat.address``: a pod's IPv6 connection out of the node leaves from that address
+    (the server sees it), and from the node's own address again once it is unset."""
+    net.lab.serve(net.client, "outside6", 9006)
+    assert net.lab.talk(pods["a"][0], "tcp", CLIENT_ADDR6, 9006).split(" ")[1] == NODE_ADDR6
+    net.ctl("set", "br0", "ipv6.nat.address=2001:db8:f::200")
+    try:
+        seen = net.lab.talk(pods["a"][0], "tcp", CLIENT_ADDR6, 9006).split(" ")[1]
+        assert seen == "2001:db8:f::200", seen
+        seen = net.lab.talk(pods["a"][0], "udp", CLIENT_ADDR6, 9006).split(" ")[1]
+        assert seen == "2001:db8:f::200", seen
+    finally:
+        net.ctl("unset", "br0", "ipv6.nat.address")
+    assert net.lab.talk(pods["a"][0], "tcp", CLIENT_ADDR6, 9006).split(" ")[1] == NODE_ADDR6
+
+
+def _free_address(net: Net) -> str:
+    """An address of br0 (10.0.0.0/24) no pod holds now, read from the store (the module's
+    pods have random addresses)."""
+    out = net.lab.exec(net.lab.node, PODNETCTL, "pods", "--data-dir", str(net.data), "-o", "json")
+    held = set(re.findall(r"10\.0\.0\.\d+", out.stdout))
+    return next(a for n in range(77, 250) if (a := f"10.0.0.{n}") not in held)
+
+
 def test_forward_follows_its_address_to_a_new_pod(net: Net) -> None:
     conf = {"cniVersion": "1.1.0", "name": "br0-pods", "type": "podnet", "network": "br0",
             "dataDir": str(net.data)}
-    first, _ = net.pod("first", ip="10.0.0.77")
-    net.ctl("forward", "create", "br0", "198.51.100.5", "target_address=10.0.0.77")
+    addr = _free_address(net)
+    first, _ = net.pod("first", ip=addr)
+    net.ctl("forward", "create", "br0", "198.51.100.5", f"target_address={addr}")
     try:
         assert net.talk(net.client, "tcp", "198.51.100.5", 80) == "first"
         rc, out = net.lab.cni("DEL", conf, container_id="c-first", netns=first)
         assert rc == 0, out
-        net.pod("second", ip="10.0.0.77")  # the address moves; the forward is not touched
+        net.pod("second", ip=addr)  # the address moves; the forward is not touched
         assert net.talk(net.client, "tcp", "198.51.100.5", 80) == "second"
     finally:
         net.ctl("forward", "delete", "br0", "198.51.100.5")
@@ -234,6 +304,10 @@ def test_32_parallel_changes_leave_kernel_equal_to_database(net: Net, pods: dict
     want = {f"{f['listen_address']} . tcp . {p['listen_port']} : {p['target_address']} . 80"
             for f in forwards for p in f["ports"]}
     assert net.elements("fwd_v4") == want
+    # every map and drop set (none of these forwards has a default target: each listen address
+    # is in fwd_drop_v4)
+    assert kernel_maps(net.lab.node) == expected_maps(forwards)
+    assert net.elements("fwd_drop_v4") >= set(listed)
     for f in forwards:
         net.ctl("forward", "delete", "br0", f["listen_address"])
-    assert net.elements("fwd_v4") == set()
+    assert kernel_maps(net.lab.node) == expected_maps([])

@@ -51,6 +51,17 @@ def queued(directory: Path, n: int) -> None:
         time.sleep(0.001)
 
 
+def skipped(directory: Path, node: int, got: threading.Event) -> None:
+    """Wait for the event that shows a waiter has passed over abandoned node ``node`` to wait
+    for the one before it (it removes the node file), or for it holding the lock (``got``): an
+    order of events, not a time, tells a waiter let in early from one not let in yet."""
+    path = directory / "podnet.lock.d" / str(node)
+    deadline = time.monotonic() + DEADLINE
+    while path.exists() and not got.is_set():
+        assert time.monotonic() < deadline, f"node {node} never passed over"
+        time.sleep(0.001)
+
+
 def acquiring(lock: FairLock) -> tuple[threading.Thread, threading.Event]:
     """A thread started to acquire ``lock`` (waiting up to DEADLINE) and the event it sets once
     it holds it."""
@@ -99,9 +110,11 @@ def test_a_waiter_past_its_timeout_answers_11_and_is_skipped(tmp_path: Path) -> 
     patient = FairLock(str(tmp_path), "podnet.lock")
     t, got = acquiring(patient)
     queued(tmp_path, 3)  # holder, the impatient one (gone), the patient one
-    # Still behind the holder, not let in by the impatient one's exit: had it been, it would
-    # have been at once (the abandoned node is skipped in microseconds).
-    assert not got.wait(0.5)
+    # The patient one passes over the impatient one's node and waits for the holder's: it is
+    # still out when that is seen (a lock that took the abandoned node for a released one
+    # would have let it in before it removed the node).
+    skipped(tmp_path, 2, got)
+    assert not got.is_set(), "let in while the holder still held the lock"
     held.release()
     t.join(DEADLINE)
     assert got.is_set()
@@ -134,7 +147,8 @@ def test_a_killed_waiter_is_skipped_but_never_lets_two_in(tmp_path: Path) -> Non
     lock = FairLock(str(tmp_path), "podnet.lock")
     t, got = acquiring(lock)  # the third
     queued(tmp_path, 3)
-    assert not got.wait(0.5), "let in while the holder still held the lock"
+    skipped(tmp_path, 2, got)  # past the dead waiter's node, waiting for the holder's
+    assert not got.is_set(), "let in while the holder still held the lock"
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write("release\n")
     proc.stdin.flush()

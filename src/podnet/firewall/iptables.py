@@ -13,10 +13,6 @@ from __future__ import annotations
 from podnet import proc
 from podnet.errors import KernelError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
 LOCK_WAIT_SECONDS = "10"
 VARIANTS = ("", "legacy", "nft")
 
@@ -132,9 +128,3 @@ def tokens(rule: str) -> list[str]:
 def same_rule(saved: str, wanted: str) -> bool:
     """Equal up to the order iptables-save puts matches in (the same words, as a multiset)."""
     return sorted(tokens(saved)) == sorted(tokens(wanted))
-
-
-def jump_target(rule: str) -> str | None:
-    """The chain a saved rule jumps to (its last ``-j X``), or None."""
-    words: Sequence[str] = tokens(rule)
-    return words[-1] if len(words) >= 2 and words[-2] == "-j" else None

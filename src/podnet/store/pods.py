@@ -5,7 +5,6 @@ podnet's ``pod_attachments``, the hostPorts (``portmap_entries``) and podnet-por
 
 from __future__ import annotations
 
-from podnet.checked import FAMILIES
 from podnet.store.conn import Queries
 
 TYPE_CHECKING = False
@@ -208,26 +207,24 @@ class Pods(Queries):
 
     def claim_holders(self, claim: Claim, *, hostports: bool = True, portmap: bool = True,
                       forwards: bool = True) -> list[Holder]:  # fmt: skip
-        """Who already takes traffic ``claim`` takes (:meth:`podnet.values.Claim.overlaps`, one
-        rule for every pair): podnet's hostPorts (``portmap_entries``, when ``hostports``),
-        podnet-portmap's (``portmap_claims``, when ``portmap``; their holder reads
-        ``podnet-portmap <network>/<container>``), and network forwards (``forward_dnats``,
+        """Who already takes traffic ``claim`` takes: podnet's hostPorts (``portmap_entries``,
+        when ``hostports``), podnet-portmap's (``portmap_claims``, when ``portmap``; their holder
+        reads ``podnet-portmap <network>/<container>``), and network forwards (``forward_dnats``,
         when ``forwards``; holder: the network's name). Forwards first, then hostPorts, each in
         the order they were made. Whether a hostPort and a forward really meet depends on the
-        forward's listen address being the node's own: :mod:`podnet.claims` decides."""
+        forward's listen address being the node's own: :mod:`podnet.claims` decides.
+
+        One rule decides, :meth:`podnet.values.Claim.overlaps`; the queries only narrow the rows
+        by the ``(protocol, port)`` indexes, to those with the claim's protocol and port (or,
+        for a claim or forward of every port, any)."""
         from podnet.values import FORWARD, HOSTPORT, Dnat, Holder, PortMapping
 
         out: list[Holder] = []
-        wildcard = FAMILIES[claim.family].wildcard
         if forwards:
-            where = "d.family = ?"
-            params: list[object] = [claim.family]
+            where, params = "1", []
             if claim.port is not None:
-                where += " AND (d.protocol IS NULL OR (d.protocol = ? AND d.listen_port = ?))"
-                params += [claim.protocol, claim.port]
-            if claim.listen is not None:
-                where += " AND d.listen_address = ?"
-                params.append(claim.listen)
+                where = "d.protocol IS NULL OR (d.protocol = ? AND d.listen_port = ?)"
+                params = [claim.protocol, claim.port]
             for name, fam, la, proto, lp, ta, tp in self.conn.execute(
                 "SELECT n.name, d.family, d.listen_address, d.protocol, d.listen_port, "
                 "d.target_address, d.target_port FROM forward_dnats d "
@@ -235,20 +232,18 @@ class Pods(Queries):
                 f"JOIN networks n ON n.id = f.network_id WHERE {where} ORDER BY d.rowid",
                 params,
             ).fetchall():  # fmt: skip
-                out.append(Holder(FORWARD, name, Dnat(fam, la, proto, lp, ta, tp, name)))
+                held = Holder(FORWARD, name, Dnat(fam, la, proto, lp, ta, tp, name))
+                if claim.overlaps(held.claim):
+                    out.append(held)
         where, params = "1", []
         if claim.port is not None:
-            where += " AND protocol = ? AND host_port = ?"
-            params += [claim.protocol, claim.port]
-        if claim.listen is not None:
-            where += " AND host_ip IN (?, ?)"
-            params += [claim.listen, wildcard]
+            where, params = "protocol = ? AND host_port = ?", [claim.protocol, claim.port]
         if hostports:
             rows = self.conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM {_ENTRIES} WHERE {where} ORDER BY e.id",
                 params).fetchall()  # fmt: skip
-            out += [Holder(HOSTPORT, r[0], m) for r in rows
-                    if (m := PortMapping(*r)).family == claim.family]  # fmt: skip
+            out += [held for r in rows if _family_or_none(m := PortMapping(*r)) is not None
+                    and claim.overlaps((held := Holder(HOSTPORT, r[0], m)).claim)]  # fmt: skip
         if portmap:
             rows = self.conn.execute(
                 "SELECT network, container_id, host_ip, host_port, protocol, container_ip, "
@@ -256,8 +251,9 @@ class Pods(Queries):
                 params).fetchall()  # fmt: skip
             for r in rows:
                 m = PortMapping(*r[1:])
-                if _family_or_none(m) == claim.family:
-                    out.append(Holder(HOSTPORT, f"podnet-portmap {r[0]}/{r[1]}", m))
+                held = Holder(HOSTPORT, f"podnet-portmap {r[0]}/{r[1]}", m)
+                if _family_or_none(m) is not None and claim.overlaps(held.claim):
+                    out.append(held)
         return out
 
     # -- podnet-portmap's hostPorts -----------------------------------------------------
