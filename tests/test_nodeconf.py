@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envgate import need
 from netns import VENV_BIN
@@ -59,6 +61,14 @@ def test_parse_keys_comments_and_below() -> None:
         ("allow_data_dir = /srv/../etc\n", "is not a normal path"),
         ("data_dir = /a\ndata_dir = /b\n", "line 2: data_dir given twice"),
         ("installed = relative\n", "line 1: installed: 'relative' is not an absolute"),
+        ("allow_data_dir = //*\n", "line 1: allow_data_dir: '//*' would allow every directory"),
+        ("allow_data_dir = /*\n", "line 1: allow_data_dir: '/*' would allow every directory"),
+        ("allow_data_dir = /\n", "line 1: allow_data_dir: '/' is the root directory"),
+        ("data_dir = /\n", "line 1: data_dir: '/' is the root directory"),
+        ("driver = x=os.path\n", "line 1: driver: 'x=os.path' is not type=module:Class"),
+        ("driver = x y=m:C\n", "line 1: driver: 'x y=m:C' is not type=module:Class"),
+        ("driver = x=a..b:C\n", "line 1: driver: 'x=a..b:C' is not type=module:Class"),
+        ("driver = x=m:C\ndriver = x=m:D\n", "line 2: driver: type x given twice"),
     ],
 )
 def test_parse_refuses_malformed_lines(text: str, why: str) -> None:
@@ -66,6 +76,58 @@ def test_parse_refuses_malformed_lines(text: str, why: str) -> None:
         nodeconf.parse(text, "/x/podnet.conf")
     assert err.value.code == 7 and err.value.msg.startswith("node config /x/podnet.conf: ")
     assert why in err.value.msg
+
+
+def test_parse_driver_lines() -> None:
+    conf = nodeconf.parse("driver = extbr=site_drivers.br:Bridge\ndriver=x=m:C\n", "/x/n.conf")
+    assert conf.drivers == [("extbr", "site_drivers.br:Bridge"), ("x", "m:C")]
+
+
+_PATH_PART = st.text(alphabet="abcXYZ019_.-+@,=~", min_size=1, max_size=8).filter(
+    lambda p: p not in (".", ".."))
+_DIR = st.lists(_PATH_PART, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+_INSTALLED = st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/"),
+                              min_size=1, max_size=6), min_size=0, max_size=3).map(
+    lambda parts: "/" + "/".join(parts))
+_IDENT = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
+
+
+@st.composite
+def _node_confs(draw: st.DrawFn) -> nodeconf.NodeConf:
+    """Any configuration whose values pass the file's own checks (drawn wider, then filtered
+    by them: ``installed`` from any printable text)."""
+    installed = [p for p in draw(st.lists(_INSTALLED, max_size=3)) if nodeconf.installed_path(p)]
+    kinds = draw(st.lists(_IDENT, unique=True, max_size=3))
+    drivers = [(k, f"{draw(_IDENT)}.{draw(_IDENT)}:{draw(_IDENT)}") for k in kinds]
+    return nodeconf.NodeConf("/x/n.conf", draw(st.none() | _DIR),
+                             draw(st.lists(st.tuples(_DIR, st.booleans()), max_size=4)),
+                             installed, exists=True, drivers=drivers)  # fmt: skip
+
+
+@given(_node_confs())
+@settings(max_examples=300, deadline=None)
+def test_render_parse_round_trip(conf: nodeconf.NodeConf) -> None:
+    """What install writes is what every later read sees: parse(render(x)) == x."""
+    assert nodeconf.parse(conf.render(), conf.path) == conf
+
+
+@pytest.mark.parametrize("entry", ["/tmp", "/tmp/*", "/srv/a"])
+def test_render_of_below_entries_parses(entry: str) -> None:
+    below = entry.endswith("/*")
+    conf = nodeconf.NodeConf("/x/n.conf", None, [(entry.removesuffix("/*"), below)], exists=True)
+    assert f"allow_data_dir = {entry}\n" in conf.render()
+    assert nodeconf.parse(conf.render(), "/x/n.conf") == conf
+
+
+@pytest.mark.parametrize("value", ["//*", "/*", "/"])
+def test_environment_entry_for_root_allows_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                   value: str) -> None:  # fmt: skip
+    from podnet.drivers.conf import allowed_data_dirs, data_dir_allowed
+
+    monkeypatch.setenv("PODNET_DATA_DIRS", value)
+    allowed = allowed_data_dirs(nodeconf.NodeConf("/x/n.conf"))
+    assert allowed == [("/var/lib/podnet", False)]
+    assert not data_dir_allowed("/home/user/x", allowed)
 
 
 # -- reading it: missing, trusted, untrusted ---------------------------------------------------
