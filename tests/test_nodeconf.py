@@ -398,3 +398,159 @@ def test_uninstall_leaves_another_stores_table(tmp_path: Path) -> None:
         assert "inet podnet" in listed.stdout
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+# -- uninstall: which stores, what --purge may delete; install's order and its config -----------
+@pytest.fixture
+def node_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``PODNET_CONF`` (the file the plugins read) in ``tmp_path/etc``; no table is touched
+    (``_remove_table`` reads this namespace's table: not what these tests are about)."""
+    from podnet.runtime import installer
+
+    conf = tmp_path / "etc" / "podnet.conf"
+    monkeypatch.setenv("PODNET_CONF", str(conf))
+    monkeypatch.setattr(installer, "_remove_table", lambda _store: [])
+    nodeconf.forget()
+    yield conf
+    nodeconf.forget()
+
+
+def _dirs(tmp_path: Path) -> dict[str, str]:
+    return {"bin_dir": str(tmp_path / "bin"), "conf_dir": str(tmp_path / "net.d"),
+            "unit_dir": str(tmp_path / "units")}  # fmt: skip
+
+
+def _busy_store(data_dir: Path) -> None:
+    from podnet.store import open_store
+
+    with open_store(str(data_dir)) as store, store.write():
+        store.networks.insert("busy", "bridge", "", {"ipv4.address": "10.251.0.1/24"})
+
+
+@pytest.mark.parametrize("where", ["replaced-store", "below-entry"])
+def test_uninstall_checks_every_store_of_the_node_config(tmp_path: Path, node_env: Path,
+                                                         where: str) -> None:  # fmt: skip
+    """Whatever --data-dir names, a store the node configuration still lets plugins use that
+    holds a network refuses the uninstall, and nothing is removed."""
+    from podnet.errors import CNIError
+    from podnet.runtime import installer
+
+    real = tmp_path / "realstore"
+    installer.install(**_dirs(tmp_path), data_dir=str(real), plugins=["podnet"],
+                      ranges=["10.250.0.0/24"])  # fmt: skip
+    if where == "replaced-store":  # the old store stays allowed
+        installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "newstore"),
+                          plugins=["podnet"], ranges=["10.250.0.0/24"])  # fmt: skip
+        busy = real
+    else:
+        text = node_env.read_text() + f"allow_data_dir = {tmp_path}/tests/*\n"
+        node_env.write_text(text)
+        busy = tmp_path / "tests" / "t1" / "store"
+    _busy_store(busy)
+    other = tmp_path / "otherapp"
+    other.mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(CNIError) as err:
+        installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True)
+    assert err.value.code == 7, err.value.msg
+    assert f"the store in {busy} still holds network(s) busy" in err.value.msg
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing removed
+
+
+def test_purge_deletes_only_a_podnet_store(tmp_path: Path, node_env: Path) -> None:
+    """--purge of a directory that is not a podnet store (another program's unix.socket and
+    podnet.lock; an SQLite file named podnet.db that is not podnet's) leaves every file; a
+    symlinked data dir is refused before anything goes; a podnet store goes."""
+    import sqlite3
+
+    from podnet.errors import CNIError
+    from podnet.runtime import installer
+    from podnet.store import open_store
+
+    other = tmp_path / "otherapp"
+    other.mkdir()
+    for name in ("unix.socket", "podnet.lock", "app.data"):
+        (other / name).write_text("not podnet's\n")
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True, force=True)
+    assert sorted(os.listdir(other)) == ["app.data", "podnet.lock", "unix.socket"], done
+    assert installer.Installed(str(other), "left (not a podnet store: no podnet.db)") in done
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    with sqlite3.connect(foreign / "podnet.db") as db:
+        db.execute("CREATE TABLE notes (x)")
+    (foreign / "podnet.lock").write_text("theirs\n")
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(foreign), purge=True)
+    assert sorted(os.listdir(foreign)) == ["podnet.db", "podnet.lock"], done
+    with sqlite3.connect(foreign / "podnet.db") as db:  # not migrated into a podnet store
+        assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["notes"]
+
+    store = tmp_path / "store"
+    open_store(str(store)).close()
+    link = tmp_path / "link"
+    link.symlink_to(store)
+    (tmp_path / "bin").mkdir()
+    plugin = tmp_path / "bin" / "podnet"
+    plugin.write_text(installer.plugin_script(installer.PLUGINS["podnet"]))
+    with pytest.raises(CNIError) as err:
+        installer.uninstall(**_dirs(tmp_path), data_dir=str(link), purge=True)
+    assert err.value.code == 7 and "is a symlink" in err.value.msg
+    assert plugin.exists() and (store / "podnet.db").exists()  # refused: nothing removed
+
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(store), purge=True)
+    assert not store.exists() and not plugin.exists(), done
+
+
+def test_uninstall_leaves_a_node_config_podnet_did_not_write(tmp_path: Path,
+                                                              node_env: Path) -> None:  # fmt: skip
+    from podnet.runtime import installer
+
+    node_env.parent.mkdir()
+    node_env.write_text(f"data_dir = {tmp_path / 'data'}\n")  # the administrator's own file
+    done = installer.uninstall(**_dirs(tmp_path))
+    assert node_env.exists(), done
+    assert installer.Installed(str(node_env), "left (not written by podnetctl install)") in done
+
+
+def test_install_writes_the_node_config_before_the_conflist(tmp_path: Path, node_env: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A runtime that reads the conflist as soon as it appears finds its dataDir allowed."""
+    from podnet.runtime import installer
+
+    order: list[str] = []
+    write = installer._write
+
+    def recording(path: str, text: str, mode: int) -> installer.Installed:
+        order.append(path)
+        if path.endswith(".conflist"):  # what a plugin called now would read
+            nodeconf.forget()
+            assert nodeconf.load().data_dirs()[-1] == (str(tmp_path / "data"), False)
+        return write(path, text, mode)
+
+    monkeypatch.setattr(installer, "_write", recording)
+    installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=["podnet"],
+                      ranges=["10.250.0.0/24"], units={"podnet-restore.service": "[Unit]\n"})  # fmt: skip
+    conflist = str(tmp_path / "net.d" / "10-podnet.conflist")
+    assert order.index(str(node_env)) < order.index(conflist), order
+    assert nodeconf.read(str(node_env)).installed == [
+        str(tmp_path / "bin" / "podnet"), conflist,
+        str(tmp_path / "units" / "podnet-restore.service"),
+        str(tmp_path / "units" / "multi-user.target.wants" / "podnet-restore.service")]  # fmt: skip
+
+
+def test_install_node_conf_elsewhere_is_checked_against_the_plugins_file(
+        tmp_path: Path, node_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """``--node-conf X`` other than the file the plugins read: the conflist's dataDir must be
+    allowed by theirs (what the plugins will check on every call), else nothing is written."""
+    from podnet.runtime import installer
+
+    monkeypatch.delenv("PODNET_DATA_DIRS", raising=False)
+    elsewhere = tmp_path / "elsewhere" / "podnet.conf"
+    with pytest.raises(InvalidConfig) as err:
+        installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=[],
+                          ranges=["10.250.0.0/24"], node_conf=str(elsewhere))  # fmt: skip
+    assert f"the plugins read {node_env}, not {elsewhere}" in err.value.msg, err.value.msg
+    assert not elsewhere.exists() and not (tmp_path / "net.d").exists()
+    installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=[],
+                      ranges=["10.250.0.0/24"], node_conf=str(node_env))  # the plugins' file
+    assert nodeconf.read(str(node_env)).data_dir == str(tmp_path / "data")
