@@ -197,13 +197,14 @@ def test_install_writes_plugins_and_conflist(tmp_path: Path) -> None:
             }
         ],
     }
-    files = [str(bin_dir / name) for name in PLUGINS] + [str(conf_dir / "10-podnet.conflist")]
+    files = [str(bin_dir / name) for name in PLUGINS]
     files.append(str(tmp_path / "podnet.conf"))  # the node config: --data-dir is the node's store
+    files.append(str(conf_dir / "10-podnet.conflist"))  # after it: its dataDir is allowed first
     assert out.stdout.split() == [word for f in files for word in ("created", f)]
     again = install(tmp_path, *args)
     assert again.stdout.split()[::2] == ["unchanged"] * len(files)
     changed = install(tmp_path)
-    assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["updated", "unchanged"]
+    assert changed.stdout.split()[::2] == ["unchanged"] * len(PLUGINS) + ["unchanged", "updated"]
     assert json.loads((conf_dir / "10-podnet.conflist").read_text())["plugins"][0]["ranges"] == [
         "10.244.2.0/24"
     ]

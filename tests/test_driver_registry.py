@@ -155,3 +155,81 @@ def test_no_pod_verb_answers_999_for_a_type(lab: Lab, tmp_path: Path) -> None:
                 assert rc == 1 and out["code"] == 7 and what in out["msg"], (network, verb, out)
             assert answers["GC"] == [(0, None)], (network, answers["GC"])
         assert "eth0" not in lab.exec(pod, "ip", "-o", "link", "show").stdout  # nothing made
+
+
+def _ext_rows(data_dir: Path) -> None:
+    with open_store(str(data_dir)) as store, store.write():
+        store.networks.insert("ext0", "extbridge", "", {"parent": "brx",
+                                                        "ipv4.address": "10.77.0.1/24"})
+
+
+def _node_conf(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "etc" / "podnet.conf"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o644)
+    return str(path)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("missing", ["no-registration", "broken-module"])
+def test_del_and_gc_release_without_the_driver(lab: Lab, tmp_path: Path, missing: str) -> None:
+    """The runtime's cleanup process (podman's conmon exit command) lacks PODNET_DRIVERS, or
+    the driver no longer imports: DEL and GC still release the attachment — row, host veth,
+    nothing else — with the generic veth driver and answer 0; ADD is still refused (7)."""
+    subprocess.run(["ip", "-n", lab.node, "link", "add", "brx", "type", "bridge"], check=True)
+    subprocess.run(["ip", "-n", lab.node, "link", "set", "brx", "up"], check=True)
+    _ext_rows(tmp_path)
+    without = ({"PYTHONPATH": TESTS} if missing == "no-registration" else
+               {"PODNET_DRIVERS": "extbridge=ext_driver_gone:ExtBridgeDriver",
+                "PYTHONPATH": TESTS})  # fmt: skip
+    pod = lab.pod()
+    rc, result = lab.cni("ADD", _conf(tmp_path), container_id="c1", netns=pod, env=ENV)
+    assert rc == 0, result
+    host_if = result["interfaces"][0]["name"]
+    assert host_if in _links(lab)
+
+    rc, out = lab.cni("ADD", _conf(tmp_path), container_id="c2", netns=lab.pod(), env=without)
+    assert rc == 1 and out["code"] == 7 and "extbridge" in out["msg"], out
+    rc, out = lab.cni("DEL", _conf(tmp_path), container_id="c1", netns=pod, env=without)
+    assert (rc, out) == (0, None)
+    assert host_if not in _links(lab) and "brx" in _links(lab)
+    with open_store(str(tmp_path)) as store:
+        assert store.pods.all() == []
+    log = (tmp_path / "podnet.log")
+    assert not log.exists() or "Traceback" not in log.read_text()
+
+    rc, result = lab.cni("ADD", _conf(tmp_path), container_id="c3", netns=pod, env=ENV)
+    assert rc == 0, result
+    gc = {**_conf(tmp_path), "cni.dev/valid-attachments": []}
+    rc, out = lab.cni("GC", gc, env=without)
+    assert (rc, out) == (0, None)
+    assert result["interfaces"][0]["name"] not in _links(lab) and "brx" in _links(lab)
+    with open_store(str(tmp_path)) as store:
+        assert store.pods.all() == [] and [n.name for n in store.networks.all()] == ["ext0"]
+
+
+@pytest.mark.root
+def test_node_config_registers_a_driver(lab: Lab, tmp_path: Path) -> None:
+    """``driver = type=module:Class`` in the node configuration: every verb finds the type
+    with no PODNET_DRIVERS in the environment; a type PODNET_DRIVERS names differently is 7."""
+    subprocess.run(["ip", "-n", lab.node, "link", "add", "brx", "type", "bridge"], check=True)
+    subprocess.run(["ip", "-n", lab.node, "link", "set", "brx", "up"], check=True)
+    data = tmp_path / "data"
+    _ext_rows(data)
+    conf = _node_conf(tmp_path, f"data_dir = {data}\ndriver = extbridge=ext_driver:ExtBridgeDriver\n")
+    env = {"PODNET_CONF": conf, "PYTHONPATH": TESTS}
+    pod = lab.pod()
+    rc, result = lab.cni("ADD", _conf(data), container_id="c1", netns=pod, env=env)
+    assert rc == 0, result
+    assert _links(lab)[result["interfaces"][0]["name"]].get("master") == "brx"
+    rc, out = lab.cni("CHECK", {**_conf(data), "prevResult": result}, container_id="c1",
+                      netns=pod, env=env)  # fmt: skip
+    assert rc == 0, out
+    clash = {**env, "PODNET_DRIVERS": "extbridge=ext_driver:HalfDriver"}
+    rc, out = lab.cni("CHECK", {**_conf(data), "prevResult": result}, container_id="c1",
+                      netns=pod, env=clash)  # fmt: skip
+    assert rc == 1 and out["code"] == 7 and "name one class" in out["msg"], out
+    rc, out = lab.cni("DEL", _conf(data), container_id="c1", netns=pod, env=env)
+    assert (rc, out) == (0, None)
+    assert result["interfaces"][0]["name"] not in _links(lab)

@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envgate import need
 from netns import VENV_BIN
@@ -59,6 +61,14 @@ def test_parse_keys_comments_and_below() -> None:
         ("allow_data_dir = /srv/../etc\n", "is not a normal path"),
         ("data_dir = /a\ndata_dir = /b\n", "line 2: data_dir given twice"),
         ("installed = relative\n", "line 1: installed: 'relative' is not an absolute"),
+        ("allow_data_dir = //*\n", "line 1: allow_data_dir: '//*' would allow every directory"),
+        ("allow_data_dir = /*\n", "line 1: allow_data_dir: '/*' would allow every directory"),
+        ("allow_data_dir = /\n", "line 1: allow_data_dir: '/' is the root directory"),
+        ("data_dir = /\n", "line 1: data_dir: '/' is the root directory"),
+        ("driver = x=os.path\n", "line 1: driver: 'x=os.path' is not type=module:Class"),
+        ("driver = x y=m:C\n", "line 1: driver: 'x y=m:C' is not type=module:Class"),
+        ("driver = x=a..b:C\n", "line 1: driver: 'x=a..b:C' is not type=module:Class"),
+        ("driver = x=m:C\ndriver = x=m:D\n", "line 2: driver: type x given twice"),
     ],
 )
 def test_parse_refuses_malformed_lines(text: str, why: str) -> None:
@@ -66,6 +76,58 @@ def test_parse_refuses_malformed_lines(text: str, why: str) -> None:
         nodeconf.parse(text, "/x/podnet.conf")
     assert err.value.code == 7 and err.value.msg.startswith("node config /x/podnet.conf: ")
     assert why in err.value.msg
+
+
+def test_parse_driver_lines() -> None:
+    conf = nodeconf.parse("driver = extbr=site_drivers.br:Bridge\ndriver=x=m:C\n", "/x/n.conf")
+    assert conf.drivers == [("extbr", "site_drivers.br:Bridge"), ("x", "m:C")]
+
+
+_PATH_PART = st.text(alphabet="abcXYZ019_.-+@,=~", min_size=1, max_size=8).filter(
+    lambda p: p not in (".", ".."))
+_DIR = st.lists(_PATH_PART, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+_INSTALLED = st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/"),
+                              min_size=1, max_size=6), min_size=0, max_size=3).map(
+    lambda parts: "/" + "/".join(parts))
+_IDENT = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
+
+
+@st.composite
+def _node_confs(draw: st.DrawFn) -> nodeconf.NodeConf:
+    """Any configuration whose values pass the file's own checks (drawn wider, then filtered
+    by them: ``installed`` from any printable text)."""
+    installed = [p for p in draw(st.lists(_INSTALLED, max_size=3)) if nodeconf.installed_path(p)]
+    kinds = draw(st.lists(_IDENT, unique=True, max_size=3))
+    drivers = [(k, f"{draw(_IDENT)}.{draw(_IDENT)}:{draw(_IDENT)}") for k in kinds]
+    return nodeconf.NodeConf("/x/n.conf", draw(st.none() | _DIR),
+                             draw(st.lists(st.tuples(_DIR, st.booleans()), max_size=4)),
+                             installed, exists=True, drivers=drivers)  # fmt: skip
+
+
+@given(_node_confs())
+@settings(max_examples=300, deadline=None)
+def test_render_parse_round_trip(conf: nodeconf.NodeConf) -> None:
+    """What install writes is what every later read sees: parse(render(x)) == x."""
+    assert nodeconf.parse(conf.render(), conf.path) == conf
+
+
+@pytest.mark.parametrize("entry", ["/tmp", "/tmp/*", "/srv/a"])
+def test_render_of_below_entries_parses(entry: str) -> None:
+    below = entry.endswith("/*")
+    conf = nodeconf.NodeConf("/x/n.conf", None, [(entry.removesuffix("/*"), below)], exists=True)
+    assert f"allow_data_dir = {entry}\n" in conf.render()
+    assert nodeconf.parse(conf.render(), "/x/n.conf") == conf
+
+
+@pytest.mark.parametrize("value", ["//*", "/*", "/"])
+def test_environment_entry_for_root_allows_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                   value: str) -> None:  # fmt: skip
+    from podnet.drivers.conf import allowed_data_dirs, data_dir_allowed
+
+    monkeypatch.setenv("PODNET_DATA_DIRS", value)
+    allowed = allowed_data_dirs(nodeconf.NodeConf("/x/n.conf"))
+    assert allowed == [("/var/lib/podnet", False)]
+    assert not data_dir_allowed("/home/user/x", allowed)
 
 
 # -- reading it: missing, trusted, untrusted ---------------------------------------------------
@@ -336,3 +398,159 @@ def test_uninstall_leaves_another_stores_table(tmp_path: Path) -> None:
         assert "inet podnet" in listed.stdout
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+# -- uninstall: which stores, what --purge may delete; install's order and its config -----------
+@pytest.fixture
+def node_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``PODNET_CONF`` (the file the plugins read) in ``tmp_path/etc``; no table is touched
+    (``_remove_table`` reads this namespace's table: not what these tests are about)."""
+    from podnet.runtime import installer
+
+    conf = tmp_path / "etc" / "podnet.conf"
+    monkeypatch.setenv("PODNET_CONF", str(conf))
+    monkeypatch.setattr(installer, "_remove_table", lambda _store: [])
+    nodeconf.forget()
+    yield conf
+    nodeconf.forget()
+
+
+def _dirs(tmp_path: Path) -> dict[str, str]:
+    return {"bin_dir": str(tmp_path / "bin"), "conf_dir": str(tmp_path / "net.d"),
+            "unit_dir": str(tmp_path / "units")}  # fmt: skip
+
+
+def _busy_store(data_dir: Path) -> None:
+    from podnet.store import open_store
+
+    with open_store(str(data_dir)) as store, store.write():
+        store.networks.insert("busy", "bridge", "", {"ipv4.address": "10.251.0.1/24"})
+
+
+@pytest.mark.parametrize("where", ["replaced-store", "below-entry"])
+def test_uninstall_checks_every_store_of_the_node_config(tmp_path: Path, node_env: Path,
+                                                         where: str) -> None:  # fmt: skip
+    """Whatever --data-dir names, a store the node configuration still lets plugins use that
+    holds a network refuses the uninstall, and nothing is removed."""
+    from podnet.errors import CNIError
+    from podnet.runtime import installer
+
+    real = tmp_path / "realstore"
+    installer.install(**_dirs(tmp_path), data_dir=str(real), plugins=["podnet"],
+                      ranges=["10.250.0.0/24"])  # fmt: skip
+    if where == "replaced-store":  # the old store stays allowed
+        installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "newstore"),
+                          plugins=["podnet"], ranges=["10.250.0.0/24"])  # fmt: skip
+        busy = real
+    else:
+        text = node_env.read_text() + f"allow_data_dir = {tmp_path}/tests/*\n"
+        node_env.write_text(text)
+        busy = tmp_path / "tests" / "t1" / "store"
+    _busy_store(busy)
+    other = tmp_path / "otherapp"
+    other.mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(CNIError) as err:
+        installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True)
+    assert err.value.code == 7, err.value.msg
+    assert f"the store in {busy} still holds network(s) busy" in err.value.msg
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing removed
+
+
+def test_purge_deletes_only_a_podnet_store(tmp_path: Path, node_env: Path) -> None:
+    """--purge of a directory that is not a podnet store (another program's unix.socket and
+    podnet.lock; an SQLite file named podnet.db that is not podnet's) leaves every file; a
+    symlinked data dir is refused before anything goes; a podnet store goes."""
+    import sqlite3
+
+    from podnet.errors import CNIError
+    from podnet.runtime import installer
+    from podnet.store import open_store
+
+    other = tmp_path / "otherapp"
+    other.mkdir()
+    for name in ("unix.socket", "podnet.lock", "app.data"):
+        (other / name).write_text("not podnet's\n")
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True, force=True)
+    assert sorted(os.listdir(other)) == ["app.data", "podnet.lock", "unix.socket"], done
+    assert installer.Installed(str(other), "left (not a podnet store: no podnet.db)") in done
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    with sqlite3.connect(foreign / "podnet.db") as db:
+        db.execute("CREATE TABLE notes (x)")
+    (foreign / "podnet.lock").write_text("theirs\n")
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(foreign), purge=True)
+    assert sorted(os.listdir(foreign)) == ["podnet.db", "podnet.lock"], done
+    with sqlite3.connect(foreign / "podnet.db") as db:  # not migrated into a podnet store
+        assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["notes"]
+
+    store = tmp_path / "store"
+    open_store(str(store)).close()
+    link = tmp_path / "link"
+    link.symlink_to(store)
+    (tmp_path / "bin").mkdir()
+    plugin = tmp_path / "bin" / "podnet"
+    plugin.write_text(installer.plugin_script(installer.PLUGINS["podnet"]))
+    with pytest.raises(CNIError) as err:
+        installer.uninstall(**_dirs(tmp_path), data_dir=str(link), purge=True)
+    assert err.value.code == 7 and "is a symlink" in err.value.msg
+    assert plugin.exists() and (store / "podnet.db").exists()  # refused: nothing removed
+
+    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(store), purge=True)
+    assert not store.exists() and not plugin.exists(), done
+
+
+def test_uninstall_leaves_a_node_config_podnet_did_not_write(tmp_path: Path,
+                                                              node_env: Path) -> None:  # fmt: skip
+    from podnet.runtime import installer
+
+    node_env.parent.mkdir()
+    node_env.write_text(f"data_dir = {tmp_path / 'data'}\n")  # the administrator's own file
+    done = installer.uninstall(**_dirs(tmp_path))
+    assert node_env.exists(), done
+    assert installer.Installed(str(node_env), "left (not written by podnetctl install)") in done
+
+
+def test_install_writes_the_node_config_before_the_conflist(tmp_path: Path, node_env: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A runtime that reads the conflist as soon as it appears finds its dataDir allowed."""
+    from podnet.runtime import installer
+
+    order: list[str] = []
+    write = installer._write
+
+    def recording(path: str, text: str, mode: int) -> installer.Installed:
+        order.append(path)
+        if path.endswith(".conflist"):  # what a plugin called now would read
+            nodeconf.forget()
+            assert nodeconf.load().data_dirs()[-1] == (str(tmp_path / "data"), False)
+        return write(path, text, mode)
+
+    monkeypatch.setattr(installer, "_write", recording)
+    installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=["podnet"],
+                      ranges=["10.250.0.0/24"], units={"podnet-restore.service": "[Unit]\n"})  # fmt: skip
+    conflist = str(tmp_path / "net.d" / "10-podnet.conflist")
+    assert order.index(str(node_env)) < order.index(conflist), order
+    assert nodeconf.read(str(node_env)).installed == [
+        str(tmp_path / "bin" / "podnet"), conflist,
+        str(tmp_path / "units" / "podnet-restore.service"),
+        str(tmp_path / "units" / "multi-user.target.wants" / "podnet-restore.service")]  # fmt: skip
+
+
+def test_install_node_conf_elsewhere_is_checked_against_the_plugins_file(
+        tmp_path: Path, node_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """``--node-conf X`` other than the file the plugins read: the conflist's dataDir must be
+    allowed by theirs (what the plugins will check on every call), else nothing is written."""
+    from podnet.runtime import installer
+
+    monkeypatch.delenv("PODNET_DATA_DIRS", raising=False)
+    elsewhere = tmp_path / "elsewhere" / "podnet.conf"
+    with pytest.raises(InvalidConfig) as err:
+        installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=[],
+                          ranges=["10.250.0.0/24"], node_conf=str(elsewhere))  # fmt: skip
+    assert f"the plugins read {node_env}, not {elsewhere}" in err.value.msg, err.value.msg
+    assert not elsewhere.exists() and not (tmp_path / "net.d").exists()
+    installer.install(**_dirs(tmp_path), data_dir=str(tmp_path / "data"), plugins=[],
+                      ranges=["10.250.0.0/24"], node_conf=str(node_env))  # the plugins' file
+    assert nodeconf.read(str(node_env)).data_dir == str(tmp_path / "data")

@@ -10,9 +10,12 @@ The ``podnet`` plugin, the CLI and the API only ever ask :func:`get` (a network'
 Built in: ``ptp`` (addresses from the conflist's ``ranges``, one veth pair per pod with a host
 route), ``bridge`` (a podnet-managed Linux bridge, LXD's keys) and ``delegated`` (``ptp`` links
 with addresses from an IPAM plugin, CNI SPEC "Plugin Delegation"). An administrator adds
-drivers with ``PODNET_DRIVERS`` in the environment of the runtime and of podnetctl —
-``type=module:Class`` entries separated by commas, imported only when a network of that type is
-met — like ``PODNET_DATA_DIRS``, a node setting no NetConf or API client can change.
+drivers with ``driver = type=module:Class`` lines in the node configuration
+(:mod:`podnet.drivers.nodeconf`, read by every plugin call whatever the runtime's environment)
+and with ``PODNET_DRIVERS`` in the environment of the runtime and of podnetctl —
+``type=module:Class`` entries separated by commas; a type both name must name the same class.
+Each is imported only when a network of that type is met; like the data dirs, a node setting no
+NetConf or API client can change. A built-in type cannot be replaced.
 
 Only the chosen driver's module is imported: the plugin's start-up pays for one.
 """
@@ -45,16 +48,24 @@ _loaded: dict[str, Driver] = {}
 
 
 def _extra() -> dict[str, str]:
-    """``PODNET_DRIVERS`` as ``{type: "module:Class"}``; InvalidConfig (7) for a malformed
-    entry, naming it."""
-    out = {}
+    """The administrator's drivers as ``{type: "module:Class"}``: the node configuration's
+    ``driver`` lines, then ``PODNET_DRIVERS``. InvalidConfig (7) for a malformed entry or a
+    type the two name differently, naming it; NodeConfError (7) for a malformed or untrusted
+    node configuration."""
+    from podnet.drivers import nodeconf
+
+    node = nodeconf.load()
+    out = dict(node.drivers)
     for item in os.environ.get(ENV, "").split(","):
         if not item.strip():
             continue
-        kind, sep, where = item.strip().partition("=")
-        module_name, colon, class_name = where.partition(":")
-        if not sep or not colon or not kind.isidentifier() or not class_name.isidentifier():
+        entry = nodeconf.driver_entry(item.strip())
+        if entry is None:
             raise InvalidConfig(f"{ENV}: {item.strip()!r} is not type=module:Class")
+        kind, where = entry
+        if out.get(kind, where) != where:
+            raise InvalidConfig(f"{ENV}: type {kind!r} is {where} there but {out[kind]} in "
+                                f"{node.path}: name one class")  # fmt: skip
         out[kind] = where
     return out
 
@@ -75,7 +86,8 @@ def register(kind: str, driver: Driver) -> None:
 
 
 def get(kind: str) -> Driver:
-    """The driver of network type ``kind``; InvalidConfig (7) for an unknown type."""
+    """The driver of network type ``kind``; InvalidConfig (7) for an unknown type or a driver
+    that cannot be imported or made (its error in ``details``)."""
     if kind in _loaded:
         return _loaded[kind]
     where = BUILTIN.get(kind) or _extra().get(kind)
@@ -86,13 +98,17 @@ def get(kind: str) -> Driver:
 
     try:
         cls = getattr(__import__(module_name, fromlist=[class_name]), class_name)
-    except (ImportError, AttributeError) as err:
+    except Exception as err:  # noqa: BLE001 - importing runs the module: anything can fail
         raise InvalidConfig(f"{ENV}: driver {where} for type {kind!r} cannot be loaded",
-                            str(err)) from None
+                            f"{type(err).__name__}: {err}") from None
     if not (isinstance(cls, type) and issubclass(cls, Driver)):
         raise InvalidConfig(f"{ENV}: {where} for type {kind!r} is not a network driver "
                             "(a podnet.drivers.base.Driver)")
-    driver = cls()
+    try:
+        driver = cls()
+    except Exception as err:  # noqa: BLE001 - the administrator's class
+        raise InvalidConfig(f"{ENV}: driver {where} for type {kind!r} cannot be loaded",
+                            f"{type(err).__name__}: {err}") from None
     _loaded[kind] = driver
     return driver
 

@@ -42,7 +42,8 @@ def allowed_data_dirs(node: NodeConf | None = None) -> list[tuple[str, bool]]:
     """``(directory, below)`` a NetConf's ``dataDir`` may be: those of the node's configuration
     (``node``, default :func:`podnet.drivers.nodeconf.load`; :meth:`~podnet.drivers.nodeconf.
     NodeConf.data_dirs`) and each entry of :data:`DATA_DIRS_ENV` whose directory is a checked
-    path (others are ignored); ``below``: the entry ends in :data:`BELOW`. NodeConfError (7)
+    path other than ``/`` (others are ignored: ``//*`` would allow every directory); ``below``:
+    the entry ends in :data:`BELOW`. NodeConfError (7)
     naming the file when the node's configuration is malformed or untrusted."""
     import os
 
@@ -55,6 +56,8 @@ def allowed_data_dirs(node: NodeConf | None = None) -> list[tuple[str, bool]]:
         try:
             entry = (checked.path(item.removesuffix(BELOW) if below else item), below)
         except checked.BadValue:
+            continue
+        if nodeconf.data_dir_problem(entry[0]):  # '/' or '//*': the whole node
             continue
         if entry not in out:
             out.append(entry)

@@ -9,13 +9,18 @@ allows therefore lives in a file every plugin call and every ``podnetctl`` comma
   NetConfs may name;
 - ``allow_data_dir = <path>`` (any number): another data dir NetConfs may name; ``<dir>/*``
   allows every directory below ``<dir>`` (test nodes);
+- ``driver = <type>=<module>:<Class>`` (any number, one per type): a network driver the
+  administrator adds (:mod:`podnet.drivers`), merged with ``PODNET_DRIVERS`` — here it reaches
+  the runtime's cleanup processes too, whose environment lacks ``PODNET_DRIVERS``;
 - ``installed = <path>`` (any number): a file ``podnetctl install`` wrote, for
   ``podnetctl uninstall``.
 
 One ``key = value`` per line; blank lines and lines starting with ``#`` are ignored; data
-dirs are :func:`podnet.checked.path`, ``installed`` any absolute, normal, printable path. An
-unknown key, a line without ``=``, a bad path, a second ``data_dir``, more than
-:data:`MAX_BYTES` or bytes that are not UTF-8 make the file malformed.
+dirs are :func:`podnet.checked.path` other than ``/`` (a store in the root directory, or
+every directory of the node), ``installed`` any absolute, normal, printable path without
+surrounding blanks. An unknown key, a line without ``=``, a bad path, a second ``data_dir``, a
+malformed or repeated ``driver`` type, more than :data:`MAX_BYTES` or bytes that are not UTF-8
+make the file malformed. :meth:`NodeConf.render` writes what :func:`parse` reads back equal.
 It is read only while no one but root can change it (:mod:`podnet.trusted`'s rule, every
 directory on the way included; a regular file). A missing file means the defaults (store
 ``/var/lib/podnet``, no other data dir). ``PODNET_CONF`` in the environment names another file
@@ -47,7 +52,7 @@ DEFAULT_DATA_DIR = "/var/lib/podnet"
 BELOW = "/*"
 #: A larger file is malformed (it is read on every plugin call).
 MAX_BYTES = 65536
-KEYS = ("data_dir", "allow_data_dir", "installed")
+KEYS = ("data_dir", "allow_data_dir", "driver", "installed")
 
 
 class NodeConfError(InvalidConfig):
@@ -58,19 +63,33 @@ class NodeConfError(InvalidConfig):
 class NodeConf:
     """A parsed node configuration: ``path`` (the file), ``data_dir`` (the node's store),
     ``configured`` (whether the file gave ``data_dir``), ``allowed`` (``(directory, below)``
-    of each ``allow_data_dir``) and ``installed`` (paths, in order)."""
+    of each ``allow_data_dir``), ``drivers`` (``(type, "module:Class")`` of each ``driver``)
+    and ``installed`` (paths, in order). Equal when every field is."""
 
-    __slots__ = ("path", "data_dir", "configured", "allowed", "installed", "exists")
+    __slots__ = ("path", "data_dir", "configured", "allowed", "installed", "exists", "drivers")
 
     def __init__(self, path: str, data_dir: str | None = None,
                  allowed: Iterable[tuple[str, bool]] = (), installed: Iterable[str] = (),
-                 exists: bool = False) -> None:  # fmt: skip
+                 exists: bool = False,
+                 drivers: Iterable[tuple[str, str]] = ()) -> None:  # fmt: skip
         self.path = path
         self.configured = data_dir is not None
         self.data_dir = DEFAULT_DATA_DIR if data_dir is None else data_dir
         self.allowed = list(allowed)
         self.installed = list(installed)
         self.exists = exists
+        self.drivers = list(drivers)
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeConf) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "NodeConf(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
 
     def data_dirs(self) -> list[tuple[str, bool]]:
         """``(directory, below)`` a NetConf's ``dataDir`` may be: :data:`DEFAULT_DATA_DIR`
@@ -90,8 +109,8 @@ class NodeConf:
         ]
         if self.configured:
             lines.append(f"data_dir = {self.data_dir}")
-        lines += [f"allow_data_dir = {d.rstrip('/') + BELOW if below else d}"
-                  for d, below in self.allowed]  # fmt: skip
+        lines += [f"allow_data_dir = {d + BELOW if below else d}" for d, below in self.allowed]
+        lines += [f"driver = {kind}={where}" for kind, where in self.drivers]
         lines += [f"installed = {p}" for p in self.installed]
         return "\n".join(lines) + "\n"
 
@@ -111,6 +130,30 @@ def conf_path() -> str:
     return os.environ.get(NODE_CONF_ENV) or NODE_CONF
 
 
+def data_dir_problem(value: str) -> str | None:
+    """Why ``value`` (a checked path) cannot be a data dir or the directory of a below-entry:
+    ``/`` is the whole node. None when it can."""
+    return "'/' is the root directory: name a directory below it" if value == "/" else None
+
+
+def installed_path(value: str) -> bool:
+    """Whether ``value`` may be an ``installed`` path: absolute, normal, printable, at most
+    4096 characters, no blank at either end (the line's own blanks are not the path's)."""
+    return (value.startswith("/") and os.path.normpath(value) == value and len(value) <= 4096
+            and value.isprintable() and value == value.strip())  # fmt: skip
+
+
+def driver_entry(value: str) -> tuple[str, str] | None:
+    """``type=module:Class`` as ``(type, "module:Class")``: the type and the class
+    identifiers, the module dotted identifiers; None otherwise."""
+    kind, sep, where = value.partition("=")
+    module_name, colon, class_name = where.partition(":")
+    if not (sep and colon and kind.isidentifier() and class_name.isidentifier()
+            and module_name and all(p.isidentifier() for p in module_name.split("."))):  # fmt: skip
+        return None
+    return kind, where
+
+
 def parse(text: str, path: str) -> NodeConf:
     """The configuration in ``text`` (read from ``path``, named in errors). NodeConfError (7)
     naming ``path`` and the line when it is malformed (see the module docstring)."""
@@ -119,6 +162,7 @@ def parse(text: str, path: str) -> NodeConf:
     data_dir: str | None = None
     allowed: list[tuple[str, bool]] = []
     installed: list[str] = []
+    drivers: list[tuple[str, str]] = []
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -135,15 +179,28 @@ def parse(text: str, path: str) -> NodeConf:
             raise bad(f"unknown key {checked.show(key[:40])} (known: {', '.join(KEYS)})")
         below = key == "allow_data_dir" and value.endswith(BELOW)
         if key == "installed":  # any file install wrote: longer than a data dir may be
-            if not (value.startswith("/") and os.path.normpath(value) == value
-                    and len(value) <= 4096 and value.isprintable()):  # fmt: skip
+            if not installed_path(value):
                 raise bad(f"installed: {checked.show(value[:80])} is not an absolute, normal "
                           "path")  # fmt: skip
+        elif key == "driver":
+            entry = driver_entry(value)
+            if entry is None:
+                raise bad(f"driver: {checked.show(value[:80])} is not type=module:Class")
+            if any(kind == entry[0] for kind, _ in drivers):
+                raise bad(f"driver: type {entry[0]} given twice")
+            drivers.append(entry)
+            continue
         else:
+            if below and value.removesuffix(BELOW) in ("", "/"):
+                raise bad(f"{key}: {checked.show(value)} would allow every directory of the "
+                          "node: name a directory below /")  # fmt: skip
             try:
                 value = checked.path(value.removesuffix(BELOW) if below else value)
             except checked.BadValue as err:
                 raise bad(f"{key}: {err}") from None
+            problem = data_dir_problem(value)
+            if problem:
+                raise bad(f"{key}: {problem}")
         if key == "data_dir":
             if data_dir is not None:
                 raise bad("data_dir given twice")
@@ -152,7 +209,7 @@ def parse(text: str, path: str) -> NodeConf:
             allowed.append((value, below))
         else:
             installed.append(value)
-    return NodeConf(path, data_dir, allowed, installed, exists=True)
+    return NodeConf(path, data_dir, allowed, installed, exists=True, drivers=drivers)
 
 
 def read(path: str | None = None) -> NodeConf:

@@ -74,17 +74,37 @@ def cmd_del(call: Call) -> None:
     """DEL (spec "DEL"): release (CNI_CONTAINERID, CNI_IFNAME, network); idempotent, works with
     an empty, stale or deleted CNI_NETNS. Reads only the config keys it uses
     (:class:`~podnet.drivers.conf.StoreConf`), so it is not refused over, say, a range,
-    and never needs the network to still exist (:func:`podnet.drivers.pods.detach`)."""
-    from podnet import drivers
+    and never needs the network to still exist (:func:`podnet.drivers.pods.detach`) nor its
+    type's driver (:func:`_teardown_driver`)."""
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
     network, network_type = _stored_network(call, conf)
-    driver = drivers.for_netconf(conf, network_type)
+    driver = _teardown_driver(call, conf, network_type, "DEL")
     try:
         driver.detach(call, conf, network)
     except NotImplementedError:
         call.log.warn(f"{_unhandled(driver, 'DEL').msg}: nothing released")
+
+
+def _teardown_driver(call: Call, conf: StoreConf, network_type: str | None,
+                     verb: str) -> Driver:  # fmt: skip
+    """The driver DEL or GC (``verb``) works with: that of the network's type, or — when it
+    cannot be had (a type the runtime's cleanup process does not know: ``PODNET_DRIVERS`` is
+    not in its environment; a driver that fails to import) — the generic veth driver
+    (:class:`podnet.drivers.pods.VethDriver`: the attachment's row, its host veth by this
+    store's alias, its hostPort elements), with a warning in the log. A runtime retries a failed
+    DEL for ever, and the attachment would otherwise stay (CNI SPEC "DEL")."""
+    from podnet import drivers
+
+    try:
+        return drivers.for_netconf(conf, network_type)
+    except errors.InvalidConfig as err:
+        from podnet.drivers.pods import VethDriver
+
+        details = f" ({err.details})" if err.details else ""
+        call.log.warn(f"{verb}: {err.msg}{details}: releasing with the generic veth driver")
+        return VethDriver()
 
 
 def _unhandled(driver: Driver, verb: str) -> errors.CNIError:
@@ -132,11 +152,10 @@ def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment of this network not in
     ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
     at the end."""
-    from podnet import drivers
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
-    driver = drivers.for_netconf(conf, _stored_network(call, conf)[1])
+    driver = _teardown_driver(call, conf, _stored_network(call, conf)[1], "GC")
     try:
         driver.gc(call, conf)
     except NotImplementedError:

@@ -477,7 +477,8 @@ def _node_after(node: NodeConf, data_dir: str | None, warn: Callable[[str], None
              f"allowed as a dataDir in {node.path})")  # fmt: skip
         if (node.data_dir, False) not in allowed:
             allowed.append((node.data_dir, False))
-    return NodeConf(node.path, data_dir, allowed, node.installed, exists=node.exists)
+    return NodeConf(node.path, data_dir, allowed, node.installed, exists=node.exists,
+                    drivers=node.drivers)
 
 
 def install(
@@ -502,7 +503,14 @@ def install(
     text, :func:`install_units`) into ``unit_dir``, and the node configuration ``node_conf``
     (default :func:`podnet.drivers.nodeconf.conf_path`; mode 0644, atomically) when
     ``data_dir`` is given — it becomes the node's store — or the file exists: it lists every
-    file written, for :func:`uninstall`. Returns what was done per file, plugins first.
+    file written, for :func:`uninstall`, and is written before the conflist and the units.
+    Returns what was done per file, plugins first.
+
+    The conflist is validated as the plugins will read it: against the node configuration as
+    written when ``node_conf`` is the file they read (:func:`podnet.drivers.nodeconf.conf_path`
+    in this environment), else against that file as it is — a ``node_conf`` elsewhere (a
+    test's, a demo's) changes nothing the plugins see, so its ``data_dir`` must be allowed
+    by theirs (or ``PODNET_DATA_DIRS``).
 
     ``warn`` (default: nothing) is told when the conflist replaces the ranges or network of
     the one at its path, when it sorts first in ``conf_dir`` (the default network of
@@ -529,6 +537,10 @@ def install(
             raise InvalidConfig(f"dataDir: {err}") from None
     node = nodeconf.read(node_conf or nodeconf.conf_path())
     after = _node_after(node, data_dir, say)
+    # The conflist is checked against the configuration the plugins will read: this one once
+    # written when it is theirs, else the file they do read, untouched by this install.
+    plugins_path = nodeconf.conf_path()
+    theirs = after if (node_conf or plugins_path) == plugins_path else nodeconf.read(plugins_path)
     texts: dict[str, tuple[str, int]] = {}  # path -> (text, mode), in writing order
     for plugin in names:
         module = PLUGINS[plugin].partition(":")[0]
@@ -538,8 +550,15 @@ def install(
             )
         texts[os.path.join(bin_dir, plugin)] = (plugin_script(PLUGINS[plugin], interpreter), 0o755)
     if conflist:
-        conf = network_conflist(name=name, ranges=ranges, network=network, data_dir=data_dir,
-                                node=after)  # fmt: skip
+        try:
+            conf = network_conflist(name=name, ranges=ranges, network=network,
+                                    data_dir=data_dir, node=theirs)  # fmt: skip
+        except InvalidConfig as err:
+            if theirs is after:
+                raise
+            raise InvalidConfig(f"{err.msg} (the plugins read {plugins_path}, not {after.path}: "
+                                f"set {nodeconf.NODE_CONF_ENV} for them and podnetctl)",
+                                err.details) from None  # fmt: skip
         path = conflist_path(conf_dir, name)
         replaced = _replaced(path, conf)
         if replaced:
@@ -554,19 +573,30 @@ def install(
     if names:
         check_source(interpreter)
     done = []
+    plugin_files = [p for p in texts if os.path.dirname(p) == bin_dir and
+                    os.path.basename(p) in PLUGINS]  # fmt: skip
     try:
+        for path in plugin_files:
+            done.append(_write(path, *texts.pop(path)))
+        # The node configuration before the conflist and units: a runtime that picks up the
+        # conflist at once must find its dataDir allowed. It lists every file this install
+        # writes (uninstall checks each one's content before removing it).
+        if data_dir is not None or node.exists:
+            planned = [*plugin_files, *texts]
+            for unit in units or {}:
+                planned += [os.path.join(unit_dir, unit),
+                            os.path.join(unit_dir, "multi-user.target.wants", unit)]  # fmt: skip
+            installed = after.installed + [p for p in planned if p not in after.installed]
+            final = nodeconf.NodeConf(after.path, after.data_dir if after.configured else None,
+                                      after.allowed, installed, exists=True,
+                                      drivers=after.drivers)  # fmt: skip
+            os.makedirs(os.path.dirname(final.path), mode=0o755, exist_ok=True)
+            done.append(_write(final.path, final.render(), 0o644))
+            nodeconf.forget()
         for path, (text, mode) in texts.items():
             done.append(_write(path, text, mode))
         if units:
             done += install_units(units, unit_dir)
-        if data_dir is not None or node.exists:
-            written = [item.path for item in done]
-            installed = after.installed + [p for p in written if p not in after.installed]
-            final = nodeconf.NodeConf(after.path, after.data_dir if after.configured else None,
-                                      after.allowed, installed, exists=True)  # fmt: skip
-            os.makedirs(os.path.dirname(final.path), mode=0o755, exist_ok=True)
-            done.append(_write(final.path, final.render(), 0o644))
-            nodeconf.forget()
     except OSError as err:
         raise CNIError(f"install failed: {err}", code=IO_FAILURE) from err
     return done
@@ -691,33 +721,26 @@ def uninstall(
     of ``unit_dir`` with its ``.wants`` link) — each only when its content is what ``install``
     writes —, table ``inet podnet`` of the current network namespace and the owner records in
     ``/run/podnet/tables`` when they are the store's (``data_dir``, default the node's store),
-    the node configuration, and with ``purge`` the store's files (:data:`STORE_FILES`) and its
-    directory once empty. Idempotent; returns what was done (action ``removed``, ``left``
-    with the reason, or ``absent``).
+    the node configuration when its content is what ``install`` writes, and with ``purge``
+    the store's files (:data:`STORE_FILES`) and its directory once empty — only when it is a
+    podnet store (:func:`_purge_check`). Idempotent; returns what was done (action
+    ``removed``, ``left`` with the reason, or ``absent``).
 
-    Refused (CNIError 7, nothing removed) while the store holds pods or networks, unless
-    ``force``; NodeConfError (7) when the node configuration is malformed or untrusted;
-    CNIError 5 when a file cannot be removed, 104 when nft fails.
+    Refused (CNIError 7, nothing removed) while any store the node may use holds pods or
+    networks (:func:`_node_stores`: ``data_dir``, the node configuration's ``data_dir`` and
+    every ``allow_data_dir``), unless ``force``; with ``purge``, when the data dir is a
+    symlink or someone but root could change it or a directory on the way; NodeConfError (7)
+    when the node configuration is malformed or untrusted; CNIError 5 when a file cannot be
+    removed, 104 when nft fails.
     """
-    import shutil
-
     from podnet.drivers import nodeconf
-    from podnet.errors import INVALID_CONFIG
 
     node = nodeconf.read(node_conf or nodeconf.conf_path())
     store_dir = data_dir or node.data_dir
-    db = os.path.join(store_dir, "podnet.db")
-    if os.path.exists(db) and not force:
-        from podnet.store import open_store
-
-        with open_store(store_dir, create=False) as store:
-            pods, networks = len(store.pods.all()), [n.name for n in store.networks.all()]
-        if pods or networks:
-            held = ", ".join(filter(None, [f"{pods} pod(s)" if pods else "",
-                                           f"network(s) {', '.join(networks)}" if networks
-                                           else ""]))  # fmt: skip
-            raise CNIError(f"refusing to uninstall: the store in {store_dir} still holds {held} "
-                           "(delete them first, or --force)", code=INVALID_CONFIG)  # fmt: skip
+    if not force:
+        for directory in _node_stores(node, store_dir):
+            _refuse_busy(directory)
+    purging = _purge_check(store_dir) if purge else None  # refused before anything goes
     candidates = list(node.installed)
     candidates += [os.path.join(bin_dir, p) for p in PLUGINS]
     candidates.append(conflist_path(conf_dir, name))
@@ -738,31 +761,155 @@ def uninstall(
             os.unlink(path)
             done.append(Installed(path, "removed"))
         done += _remove_table(store_dir)
-        if node.exists:
+        if node.exists and _podnets(node.path) == "node config":
             os.unlink(node.path)
             done.append(Installed(node.path, "removed"))
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(node.path))  # only when empty
             nodeconf.forget()
+        elif node.exists:
+            done.append(Installed(node.path, "left (not written by podnetctl install)"))
         if purge:
-            for entry in STORE_FILES + STORE_DIRS:
-                path = os.path.join(store_dir, entry)
-                if not os.path.lexists(path):
-                    continue
-                if entry in STORE_DIRS:
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
-                done.append(Installed(path, "removed"))
-            if os.path.isdir(store_dir):
-                rest = sorted(os.listdir(store_dir))
-                if rest:
-                    done.append(Installed(store_dir, f"left (holds {', '.join(rest[:5])})"))
-                else:
-                    os.rmdir(store_dir)
-                    done.append(Installed(store_dir, "removed"))
+            done += _purge(store_dir, purging or "")
     except OSError as err:
         raise CNIError(f"uninstall failed: {err}", code=IO_FAILURE) from err
+    return done
+
+
+#: Directories :func:`_node_stores` looks through below one ``<dir>/*`` entry at most.
+MAX_STORE_WALK = 10000
+
+
+def _podnet_db(store_dir: str) -> str | None:
+    """Why ``<store_dir>/podnet.db`` is not podnet's database (it is missing, not a regular
+    file, not SQLite, or lacks podnet's schema: ``user_version`` 1..len(MIGRATIONS) and
+    tables ``pods`` and ``networks``); None when it is. Opened read-only: nothing is
+    migrated or created."""
+    import sqlite3
+    import urllib.parse
+
+    from podnet.store.schema import MIGRATIONS
+
+    db = os.path.join(store_dir, "podnet.db")
+    try:
+        st = os.lstat(db)
+    except OSError:
+        return "no podnet.db"
+    if not stat.S_ISREG(st.st_mode):
+        return "podnet.db is not a regular file"
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(db)}?mode=ro", uri=True, timeout=5)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}  # fmt: skip
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        return f"podnet.db is not an SQLite database podnet can read ({err})"
+    if not (1 <= version <= len(MIGRATIONS) and {"pods", "networks"} <= tables):
+        return "podnet.db does not hold podnet's schema"
+    return None
+
+
+def _node_stores(node: NodeConf, store_dir: str) -> list[str]:
+    """Every store the node's plugins may use that exists: ``store_dir``, the node
+    configuration's ``data_dir``, each ``allow_data_dir`` — for ``<dir>/*`` every directory
+    below ``<dir>`` holding a ``podnet.db`` (symlinks not followed; CNIError 7 past
+    :data:`MAX_STORE_WALK` directories: uninstall cannot tell they are empty) — each once,
+    only those whose database is podnet's (:func:`_podnet_db`)."""
+    from podnet.errors import INVALID_CONFIG
+
+    candidates = [store_dir, node.data_dir]
+    for directory, below in node.allowed:
+        candidates.append(directory)
+        if not below:
+            continue
+        seen = 0
+        for top, dirs, files in os.walk(directory):
+            seen += 1
+            if seen > MAX_STORE_WALK:
+                raise CNIError(f"refusing to uninstall: more than {MAX_STORE_WALK} directories "
+                               f"below {directory} (allow_data_dir {directory}/* in "
+                               f"{node.path}) to check for stores (--force)",
+                               code=INVALID_CONFIG)  # fmt: skip
+            dirs[:] = [d for d in dirs if d not in STORE_DIRS]
+            if "podnet.db" in files:
+                candidates.append(top)
+    out: list[str] = []
+    for directory in candidates:
+        if directory not in out and _podnet_db(directory) is None:
+            out.append(directory)
+    return out
+
+
+def _refuse_busy(store_dir: str) -> None:
+    """CNIError 7 when the store in ``store_dir`` holds pods or networks, naming them."""
+    from podnet.errors import INVALID_CONFIG
+    from podnet.store import open_store
+
+    with open_store(store_dir, create=False) as store:
+        pods, networks = len(store.pods.all()), [n.name for n in store.networks.all()]
+    if pods or networks:
+        held = ", ".join(filter(None, [f"{pods} pod(s)" if pods else "",
+                                       f"network(s) {', '.join(networks)}" if networks
+                                       else ""]))  # fmt: skip
+        raise CNIError(f"refusing to uninstall: the store in {store_dir} still holds {held} "
+                       "(delete them first, or --force)", code=INVALID_CONFIG)  # fmt: skip
+
+
+def _purge_check(store_dir: str) -> str | None:
+    """Before anything is removed: why ``store_dir`` is left as it is by ``--purge`` (it does
+    not exist, or is not a podnet store: :func:`_podnet_db`); None when it is purged. CNIError
+    7 when it is a symlink, UntrustedDataDir (7) when someone but root could change it or a
+    directory on the way (:mod:`podnet.trusted`'s rule, as for opening a store)."""
+    from podnet.errors import INVALID_CONFIG
+    from podnet.store.conn import _require_trusted
+
+    try:
+        st = os.lstat(store_dir)
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISLNK(st.st_mode):
+        raise CNIError(f"refusing to purge {store_dir}: it is a symlink (give the data dir "
+                       "itself)", code=INVALID_CONFIG)  # fmt: skip
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    _require_trusted(store_dir)
+    why = _podnet_db(store_dir)
+    return None if why is None else f"not a podnet store: {why}"
+
+
+def _purge(store_dir: str, why_not: str) -> list[Installed]:
+    """The store's files (:data:`STORE_FILES`, :data:`STORE_DIRS`) and ``store_dir`` once empty
+    — only when :func:`_purge_check` found nothing against it (``why_not`` empty), through a
+    descriptor of the directory opened without following a symlink (a rename of it meanwhile
+    cannot redirect the removals)."""
+    import shutil
+
+    if why_not:
+        return [] if why_not == "absent" else [Installed(store_dir, f"left ({why_not})")]
+    done = []
+    fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for entry in STORE_FILES + STORE_DIRS:
+            try:
+                st = os.lstat(entry, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            if entry in STORE_DIRS and stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(entry, dir_fd=fd)
+            else:
+                os.unlink(entry, dir_fd=fd)
+            done.append(Installed(os.path.join(store_dir, entry), "removed"))
+        rest = sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+    if rest:
+        done.append(Installed(store_dir, f"left (holds {', '.join(rest[:5])})"))
+    else:
+        os.rmdir(store_dir)
+        done.append(Installed(store_dir, "removed"))
     return done
 
 
