@@ -133,7 +133,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet import reconcile
     from podnet.cni.netconf import parse_requested_mac
     from podnet.cni.result import attachment
-    from podnet.drivers.ovn_hostports import ensure_mgmt
+    from podnet.drivers.ovn_hostports import ensure_mgmt, peers
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
     from podnet.link.local import start_reading_routes
@@ -156,8 +156,10 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
         nb = _nb(store)
         entries: list[PortMapping] = []
         try:
+            talks_to = peers(nb.remotes, chassis)  # checked with the routes
             config, port, (pod_mac, alloc, prefixes) = _port(
-                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes
+                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes,
+                talks_to,
             )
             entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
             if entries:  # refused early, before any link is made; checked again at the COMMIT
@@ -195,7 +197,8 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                 tx_off.check()
             _wait_installed(host_if, port, deadline)
             if entries:
-                ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline)
+                ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline,
+                            talks_to)  # fmt: skip
             with store.write():
                 check_hostports(store, entries)
                 store.pods.insert(
@@ -234,7 +237,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
 def _port(
     store: Store, nb: Ovsdb, call: Call, conf: PodnetConf, chassis: str, requested: str | None,
-    undo: Any, deadline: float, routes: Any = None,
+    undo: Any, deadline: float, routes: Any = None, talks_to: Any = (),
 ) -> tuple[dict[str, str], str, tuple[str, dict[int, Any], dict[int, int]]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
     (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
@@ -242,7 +245,8 @@ def _port(
     are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
     mirrored network record, re-read when it changed, and only once the network's subnets
     passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
-    node's routes, being read since the ADD began). The port's
+    node's routes, being read since the ADD began; ``talks_to``: the addresses it talks to,
+    :func:`podnet.drivers.ovn_hostports.peers`). The port's
     ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
     them: :func:`podnet.ovn.ports.secure_port`). ``(network config, port name, (MAC,
     {family: (address, gateway, subnet)}, {family: prefix}))``
@@ -270,7 +274,7 @@ def _port(
         known = known or network_record(store, nb, network)
         config = known[0]
         if config != passed:
-            check_node(network, config, routes)
+            check_node(network, config, routes, owner=owner, talks_to=talks_to)
             passed, routes = config, None  # a changed record: the routes are read anew
         ready = []
         for name, text in pool:
