@@ -433,3 +433,47 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         cluster.ctl(n1, "network", "delete", "pspq")
         cluster.ctl(n1, "network", "delete", "upq")
+
+
+@pytest.mark.root
+def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
+    """A port of podnet's spare shape (its name, n1's spare tags, addresses northd gave) that
+    another NB writer put on a logical switch of its own is not the network's: with n1's own
+    spares removed it is the only candidate, and the ADD makes a port of its own on the
+    network's switch instead; the other switch's port stays as it was."""
+    n1, _ = cluster.lab.nodes
+    cluster.uplink(n1, "upw", UPLINK)
+    cluster.ok(n1, "network", "create", "pspw", "--type=ovn", "network=upw",
+               "ipv4.address=10.82.0.1/24", "ipv6.address=none")
+    ns = {k: f"{cluster.lab.prefix}-sw{k}" for k in "ab"}
+    nbctl = cluster.lab.nbctl
+    other = "pn-pspw-pod-0123456789abcdef0123"  # the name a spare of pspw would have
+    try:
+        for name in ns.values():
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        plugin(cluster, n1, "ADD", "sw-a", ns["a"], "pspw")  # makes n1's spares
+        for port in nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
+                          "external_ids:podnet-spare=true").split():
+            nbctl("lsp-del", port)
+        nbctl("ls-add", "evil-sw", "--", "set", "Logical_Switch", "evil-sw",
+              "other_config:subnet=10.82.0.0/24")
+        nbctl("lsp-add", "evil-sw", other, "--", "lsp-set-addresses", other,
+              "00:16:3e:00:00:43 dynamic", "--", "set", "Logical_Switch_Port", other,
+              "options:requested-chassis=n1", "external_ids:podnet-network=pspw",
+              "external_ids:podnet-chassis=n1", "external_ids:podnet-spare=true")
+        cluster.lab.northd_ready()  # the port has its addresses in the subnet: it would fit
+        assert "10.82.0." in nbctl("get", "Logical_Switch_Port", other, "dynamic_addresses")
+        plugin(cluster, n1, "ADD", "sw-b", ns["b"], "pspw")
+        assert nbctl("get", "Logical_Switch_Port", other, "external_ids:podnet-spare") == '"true"'
+        name, _, secure = _port_of(cluster, "sw-b")
+        assert name != other and secure, (name, secure)
+        switch = nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port", f"name={name}")
+        assert switch == name
+        assert name in nbctl("show", "pn-pspw-ls-int")
+    finally:
+        for k, name in ns.items():
+            run_plugin(cluster, n1, "DEL", f"sw-{k}", name, "pspw")
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        nbctl("--if-exists", "ls-del", "evil-sw")
+        cluster.ctl(n1, "network", "delete", "pspw")
+        cluster.ctl(n1, "network", "delete", "upw")

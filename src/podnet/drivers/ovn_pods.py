@@ -267,7 +267,7 @@ def _port(
     owner = link_alias(conf)
     ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis, owner), strict=True))
     known = mirrored(store, network)
-    pool = [] if requested else ports.spares(nb, network, chassis)
+    pool = [] if requested else ports.spare_rows(nb, network, chassis)
     port = ports.port_name(network, call.container_id, call.ifname)
     passed: dict[str, str] | None = None  # the config check_node passed (``routes``: read)
     for _ in range(ADD_TRIES):
@@ -277,9 +277,9 @@ def _port(
             check_node(network, config, routes, owner=owner, talks_to=talks_to)
             passed, routes = config, None  # a changed record: the routes are read anew
         ready = []
-        for name, text in pool:
+        for name, text, uuid in pool:
             try:  # a spare's addresses as they will reach the tools, parsed now
-                ready.append((name, text, own(config, text.split(), f"port {name}")))
+                ready.append((name, text, own(config, text.split(), f"port {name}"), uuid))
             except errors.CNIError:
                 continue  # not fitting (yet), or not podnet's shape: never claimed
         ready = [r for r in ready if fits(config, r[1].split())]
@@ -288,9 +288,9 @@ def _port(
         refill = 1 if len(ready) == len(pool) <= ports.SPARES else 0
         random.shuffle(ready)  # parallel ADDs on this node try different spares
         try:
-            for spare, dynamic, mine in ready:
+            for spare, dynamic, mine, uuid in ready:
                 if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill,
-                                    security(mine[0], mine[1])):  # fmt: skip
+                                    security(mine[0], mine[1]), uuid):  # fmt: skip
                     undo.push(f"deleting port {spare}",
                               functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
                     return config, spare, mine
