@@ -477,3 +477,28 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
         nbctl("--if-exists", "ls-del", "evil-sw")
         cluster.ctl(n1, "network", "delete", "pspw")
         cluster.ctl(n1, "network", "delete", "upw")
+
+
+@pytest.mark.root
+def test_a_subnet_the_uplink_has_no_gateway_for_is_refused(cluster: Cluster) -> None:
+    """An IPv6-only OVN network on an uplink with only ``ipv4.gateway`` would give its router's
+    uplink port no address at all: the create is refused in one line naming the uplink key
+    that is missing (not the NB's own wording), and nothing of it is in the NB; an IPv4 subnet
+    alongside makes it valid."""
+    n1, _ = cluster.lab.nodes
+    cluster.uplink(n1, "upg", UPLINK)
+    try:
+        out = cluster.ctl(n1, "network", "create", "v6only", "--type=ovn", "network=upg",
+                          "ipv4.address=none", "ipv6.address=fd00:78::1/64")
+        assert out.returncode == 1, out.stdout
+        assert out.stderr.strip() == ('Error: Uplink network "upg" has no "ipv6.gateway" for the '
+                                      "network's subnets: the router needs an uplink address of "
+                                      "one of their families"), out.stderr
+        assert "v6only" not in cluster.networks(n1)
+        assert "pn-v6only" not in cluster.lab.nbctl("show")
+        cluster.ok(n1, "network", "create", "v6only", "--type=ovn", "network=upg",
+                   "ipv4.address=10.83.0.1/24", "ipv6.address=fd00:78::1/64")
+        assert "v6only" in cluster.networks(n1)
+    finally:
+        cluster.ctl(n1, "network", "delete", "v6only")
+        cluster.ctl(n1, "network", "delete", "upg")

@@ -279,6 +279,12 @@ class OvnDriver(ClusterDriver):
             gw = checked.interface(gateway)
             uplink_ifaces.append(checked.interface(f"{own}/{gw.network.prefixlen}"))
             gateways.append(gw.ip)
+        if internal and not uplink_ifaces:  # the router's uplink port would have no address
+            keys = " or ".join(f'"ipv{i.version}.gateway"' for i in internal)
+            raise NetworkError(
+                f'Uplink network "{config["network"]}" has no {keys} for the network\'s '
+                f"subnets: the router needs an uplink address of one of their families"
+            )
         _check_subnets(name, config, internal, ctx.owner, talks_to)
         snat = self._snat(uplink, config)
         if "bridge.mtu" not in config:
