@@ -441,6 +441,9 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
     another NB writer put on a logical switch of its own is not the network's: with n1's own
     spares removed it is the only candidate, and the ADD makes a port of its own on the
     network's switch instead; the other switch's port stays as it was."""
+    from podnet.ovn.ovsdb import Ovsdb
+    from podnet.ovn.ports import spares
+
     n1, _ = cluster.lab.nodes
     cluster.uplink(n1, "upw", UPLINK)
     cluster.ok(n1, "network", "create", "pspw", "--type=ovn", "network=upw",
@@ -452,6 +455,8 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
         for name in ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True)
         plugin(cluster, n1, "ADD", "sw-a", ns["a"], "pspw")  # makes n1's spares
+        nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
+        assert len(spares(nb, "pspw", "n1")) == 2  # the network's own are found
         for port in nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
                           "external_ids:podnet-spare=true").split():
             nbctl("lsp-del", port)
@@ -463,6 +468,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
               "external_ids:podnet-chassis=n1", "external_ids:podnet-spare=true")
         cluster.lab.northd_ready()  # the port has its addresses in the subnet: it would fit
         assert "10.82.0." in nbctl("get", "Logical_Switch_Port", other, "dynamic_addresses")
+        assert spares(nb, "pspw", "n1") == []
         plugin(cluster, n1, "ADD", "sw-b", ns["b"], "pspw")
         assert nbctl("get", "Logical_Switch_Port", other, "external_ids:podnet-spare") == '"true"'
         name, _, secure = _port_of(cluster, "sw-b")

@@ -173,25 +173,18 @@ def spare_rows(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str, st
         {"op": "select", "table": "Logical_Switch_Port", "where": where,
          "columns": ["_uuid", "name", "dynamic_addresses"]},
     ])  # fmt: skip
-    members = {_uuid(u) for row in switch.get("rows", []) for u in pyset(row.get("ports"))}
+    members = {str(u) for row in switch.get("rows", []) for u in pyset(row.get("ports"))}
     found = []
     prefix = f"pn-{network}-pod-"
     for row in ports.get("rows", []):
         name, values = str(row["name"]), pyset(row["dynamic_addresses"])
         tail = name[len(prefix) :]
-        uuid = _uuid(row.get("_uuid"))
+        uuid = str(pyatom(row.get("_uuid")) or "")
         if not (uuid and uuid in members):
             continue  # on another switch (or none): not the network's
         if name.startswith(prefix) and len(tail) == 20 and set(tail) <= set("0123456789abcdef"):
             found.append((name, str(values[0]) if values else "", uuid))
     return found
-
-
-def _uuid(value: Any) -> str:
-    """The UUID text of an OVSDB ``["uuid", "…"]`` value; "" for anything else."""
-    if isinstance(value, list) and len(value) == 2 and value[0] == "uuid":
-        return str(value[1])
-    return ""
 
 
 def _still(where: list[Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
