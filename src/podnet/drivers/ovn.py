@@ -65,14 +65,17 @@ def _node_routes() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [checked.network(dst, strict=False) for dst, _ in routes_over(every)]
 
 
-def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any]) -> None:
+def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any], owner: str = "",
+                   talks_to: Any = ()) -> None:  # fmt: skip
     """The rules of a bridge's subnet, on the creating node: NetworkError 400 for a subnet that
-    is not a private range (:func:`podnet.checked.pod_range_problem`), 409 for one overlapping
-    a route of this node (:func:`podnet.link.local.routes_over`; one via the router's own
-    uplink address aside), naming it — a management port's address there would take the
-    route's traffic (the node's route to the NB, say). Every node checks again before it puts
-    anything of the network on itself (:func:`podnet.drivers.ovn_hostports.check_node`)."""
-    from podnet.drivers.ovn_hostports import mgmt_ifname
+    is not a private range (:func:`podnet.checked.pod_range_problem`), 409 for one holding an
+    address the node talks to (``talks_to``: ``(address, why)``,
+    :func:`podnet.drivers.ovn_hostports.peers`; the NB, reached through the default route
+    say) or overlapping a route of this node (:func:`podnet.link.local.routes_over`; those on
+    the network's own management link aside), naming it — a management port's address there
+    would take that traffic. Every node checks again before it puts anything of the network
+    on itself (:func:`podnet.drivers.ovn_hostports.check_node`)."""
+    from podnet.drivers.ovn_hostports import holds, mgmt_ifname
     from podnet.link.local import routes_over
 
     for iface in internal:
@@ -83,9 +86,7 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any]) ->
                 f"{problem}"
             )
     nets = [iface.network for iface in internal]
-    via = [config[k] for k in ("volatile.network.ipv4.address", "volatile.network.ipv6.address")
-           if config.get(k)]  # fmt: skip
-    clash = routes_over(nets, skip_dev=mgmt_ifname(name), skip_via=via) if nets else []
+    clash = routes_over(nets, skip_dev=mgmt_ifname(name), owner=owner) if nets else []
     if clash:
         dst, dev = clash[0]
         mine = next(n for n in nets if n.overlaps(checked.network(dst, strict=False)))
@@ -94,6 +95,34 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any]) ->
             f"{mine} overlaps the route to {dst} (dev {dev}) of the node",
             409,
         )
+    for net in nets:
+        held = holds([net], talks_to)
+        if held:
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "ipv{net.version}.address": {held}',
+                409,
+            )
+
+
+def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
+    """:func:`podnet.drivers.ovn_hostports.peers` of the creating node, and every chassis's
+    tunnel endpoint as the SB lists them (``Encap``; none when the SB does not answer)."""
+    from podnet.drivers.ovn_hostports import peers
+    from podnet.errors import CNIError
+
+    found = peers(ctx.nb.remotes, chassis)
+    try:
+        encaps = ctx.sb().select("Encap", [], ["ip", "chassis_name"])
+    except CNIError:
+        encaps = []
+    for row in encaps:
+        try:
+            address = checked.ip(str(row.get("ip", "")))
+        except checked.BadValue:
+            continue
+        who = checked.show(str(row.get("chassis_name", "")), 64)
+        found.append((address, f"the tunnel endpoint of chassis {who} (OVN southbound Encap)"))
+    return found
 
 
 class OvnDriver(ClusterDriver):
@@ -124,8 +153,10 @@ class OvnDriver(ClusterDriver):
         the network's subnets fail :func:`podnet.drivers.ovn_hostports.check_node` here (7,
         naming the route)."""
         from podnet.drivers import ovn_hostports, ovn_pods
+        from podnet.networks.server import NB_CONNECTION
 
-        ovn_hostports.check_node(row.name, dict(row.config))
+        talks = ovn_hostports.node_peers(store.config.all().get(NB_CONNECTION, ""))
+        ovn_hostports.check_node(row.name, dict(row.config), owner=owner, talks_to=talks)
         return ovn_pods.restore(store, row, owner)
 
     def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
@@ -135,7 +166,8 @@ class OvnDriver(ClusterDriver):
         no pod or management port of it is put on this node."""
         from podnet.drivers import ovn_hostports
 
-        ovn_hostports.check_node(name, dict(config))
+        talks = ovn_hostports.node_peers(",".join(ctx.nb.remotes))
+        ovn_hostports.check_node(name, dict(config), owner=ctx.owner, talks_to=talks)
         return []
 
     def status_also(self, call: Call, conf: PodnetConf) -> None:
@@ -219,8 +251,11 @@ class OvnDriver(ClusterDriver):
                 f"OVN already has {', '.join(clash)}, not made by podnet for this network", 409
             )
         taken = self._taken(ctx)
+        chassis = vswitch.chassis()
+        talks_to = _talks_to(ctx, chassis)
         auto = [f for f in (4, 6) if config.get(f"ipv{f}.address", "auto") == "auto"]
-        near = _node_routes() if auto else []  # auto subnets also avoid this node's routes
+        # auto subnets also avoid this node's routes and the addresses it talks to
+        near = _node_routes() + [checked.network(str(a)) for a, _ in talks_to] if auto else []
         for family in auto:
             config[f"ipv{family}.address"] = self._auto(family, taken + near)
             config.setdefault(f"ipv{family}.nat", "true")
@@ -244,9 +279,14 @@ class OvnDriver(ClusterDriver):
             gw = checked.interface(gateway)
             uplink_ifaces.append(checked.interface(f"{own}/{gw.network.prefixlen}"))
             gateways.append(gw.ip)
-        _check_subnets(name, config, internal)
+        if internal and not uplink_ifaces:  # the router's uplink port would have no address
+            keys = " or ".join(f'"ipv{i.version}.gateway"' for i in internal)
+            raise NetworkError(
+                f'Uplink network "{config["network"]}" has no {keys} for the network\'s '
+                f"subnets: the router needs an uplink address of one of their families"
+            )
+        _check_subnets(name, config, internal, ctx.owner, talks_to)
         snat = self._snat(uplink, config)
-        chassis = vswitch.chassis()
         if "bridge.mtu" not in config:
             mtu, family = _underlay_mtu(chassis.encap_ip)
             config["bridge.mtu"] = str(ovnconfig.default_mtu(mtu, family))

@@ -121,13 +121,120 @@ def subnets(config: dict[str, str]) -> list[Any]:
             if config.get(k, "none") not in ("", "none", "auto")]  # fmt: skip
 
 
-def check_node(network: str, config: dict[str, str], started: Any = None) -> None:
+#: Where the node's resolver addresses are (resolv.conf(5)).
+RESOLV_CONF = "/etc/resolv.conf"
+#: OVS interface types of tunnels (ovn-controller makes one per other chassis).
+TUNNEL_TYPES = ("geneve", "vxlan", "stt")
+
+
+def nameservers(path: str = RESOLV_CONF) -> list[tuple[Any, str]]:
+    """``(address, why)`` of each ``nameserver`` line of resolv.conf(5) at ``path`` (an IPv6
+    zone index dropped); [] when it cannot be read. Lines that are not an address are passed
+    by."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            try:
+                found.append((checked.ip(words[1].partition("%")[0]),
+                              f"a nameserver of this node ({path})"))  # fmt: skip
+            except checked.BadValue:
+                continue
+    return found
+
+
+def _remote_addresses(text: str, what: str) -> list[tuple[Any, str]]:
+    """``(address, why)`` of each ``tcp:``/``ssl:`` item of an OVSDB remote list ``text``
+    (comma-separated, ovsdb(7)); items without an IP address (``unix:``) are passed by."""
+    from podnet.networks import server
+
+    found = []
+    for item in text.split(","):
+        try:
+            remotes = server.remotes(item.strip())
+        except ValueError:
+            continue
+        found += [(r.address, f"{what} ({r.text()})") for r in remotes
+                  if r.address is not None]  # fmt: skip
+    return found
+
+
+def peers(nb_remotes: Any = (), chassis: Chassis | None = None, *, tunnels: bool = True,
+          resolv_conf: str = RESOLV_CONF) -> list[tuple[Any, str]]:  # fmt: skip
+    """The addresses this node talks to whatever its routes say, as ``(address, why)``: the NB
+    remotes it uses (``nb_remotes``: OVSDB remote texts, ``network.ovn.northbound_connection``),
+    the SB remotes and tunnel endpoint of its ``chassis`` (OVS ``external_ids:ovn-remote``,
+    ``ovn-encap-ip``), the tunnel endpoints of the other chassis (``options:remote_ip`` of the
+    tunnel interfaces ovn-controller made in the local OVS, when ``tunnels``) and its
+    nameservers (:func:`nameservers`). A subnet holding one of them would take that traffic
+    into the network when the node reaches it through a default route (:func:`check_node`).
+    Unreachable (11) when ``tunnels`` and the local OVS does not answer."""
+    found = []
+    for text in nb_remotes:
+        found += _remote_addresses(str(text), "the OVN northbound database this node uses")
+    if chassis is not None:
+        found += _remote_addresses(chassis.ovn_remote,
+                                   "the OVN southbound database this node uses")  # fmt: skip
+        for item in chassis.encap_ip.split(","):
+            try:
+                found.append((checked.ip(item.strip()), "this node's tunnel endpoint "
+                              "(ovn-encap-ip)"))  # fmt: skip
+            except checked.BadValue:
+                continue
+    if tunnels and chassis is not None:
+        from podnet.ovn import vswitch
+        from podnet.ovn.ovsdb import pymap
+
+        rows = vswitch.local_db().select(
+            "Interface", [["type", "!=", ""], ["type", "!=", "internal"]],
+            ["name", "type", "options"],
+        )
+        for row in rows:
+            if row.get("type") not in TUNNEL_TYPES:
+                continue
+            try:
+                address = checked.ip(str(pymap(row.get("options")).get("remote_ip", "")))
+            except checked.BadValue:
+                continue  # "flow" and the like
+            name = str(row.get("name"))
+            plain = name.isascii() and name.replace("-", "").replace("_", "").isalnum()
+            shown = name if plain and len(name) <= 15 else checked.show(name, 40)
+            found.append((address, f"another chassis's tunnel endpoint (OVS interface "
+                                   f"{shown})"))  # fmt: skip
+    return found + nameservers(resolv_conf)
+
+
+def node_peers(nb_connection: str) -> list[tuple[Any, str]]:
+    """:func:`peers` of this node for NB connection text ``nb_connection``, its chassis read
+    from the local OVS (its SB remotes, tunnels); only the NB's and the nameservers when OVS
+    is not set up for OVN or does not answer."""
+    from podnet.ovn import vswitch
+
+    try:
+        chassis: Chassis | None = vswitch.chassis()
+    except errors.CNIError:
+        chassis = None
+    try:
+        return peers([nb_connection] if nb_connection else [], chassis)
+    except errors.CNIError:
+        return peers([nb_connection] if nb_connection else [], chassis, tunnels=False)
+
+
+def check_node(network: str, config: dict[str, str], started: Any = None, *, owner: str = "",
+               talks_to: Any = ()) -> None:  # fmt: skip
     """Refuse (InvalidConfig, 7) to put anything of OVN network ``network`` on this node when
-    one of its subnets is not a private range (:func:`podnet.checked.pod_range_problem`) or
-    overlaps a route of this node (:func:`podnet.link.local.routes_over`) other than its
-    management port's own or one via its router's uplink address: the management port's
-    address would take that route's traffic into the network (the node's route to the NB,
-    say). The message names the route. ``started``: the routes being read already
+    one of its subnets is not a private range (:func:`podnet.checked.pod_range_problem`),
+    holds an address the node talks to (``talks_to``: ``(address, why)``, :func:`peers` — the
+    NB it uses, say, reached through the default route, which no route check sees), or
+    overlaps a route of this node (:func:`podnet.link.local.routes_over`) other than those on
+    its own management link (which carries ``owner``'s alias): the management port's address
+    would take that traffic into the network. The message names the address and why, or the
+    route. ``started``: the routes being read already
     (:func:`podnet.link.local.start_reading_routes`). KernelError (104) when the routes cannot
     be read."""
     from podnet.link.local import routes_over
@@ -137,9 +244,7 @@ def check_node(network: str, config: dict[str, str], started: Any = None) -> Non
         problem = checked.pod_range_problem(net)
         if problem:
             raise errors.InvalidConfig(f"network {network}: its subnet {problem}")
-    via = [config[k] for k in ("volatile.network.ipv4.address", "volatile.network.ipv6.address")
-           if config.get(k)]  # fmt: skip
-    clash = routes_over(nets, skip_dev=mgmt_ifname(network), skip_via=via,
+    clash = routes_over(nets, skip_dev=mgmt_ifname(network), owner=owner,
                         started=started) if nets else []  # fmt: skip
     if clash:
         dst, dev = clash[0]
@@ -148,6 +253,19 @@ def check_node(network: str, config: dict[str, str], started: Any = None) -> Non
             f"network {network}: its subnet {mine} overlaps this node's route to {dst} (dev "
             f"{dev}); refusing to take that route over"
         )
+    held = holds(nets, talks_to)
+    if held:
+        raise errors.InvalidConfig(f"network {network}: {held}; refusing to take it over")
+
+
+def holds(nets: Any, talks_to: Any) -> str:
+    """"its subnet N holds A, WHY" for the first address of ``talks_to`` (``(address, why)``)
+    inside one of ``nets``; "" when none is."""
+    for net in nets:
+        for address, why in talks_to:
+            if address.version == net.version and address in net:
+                return f"its subnet {net} holds {address}, {why}"
+    return ""
 
 
 def fits(config: dict[str, str], found: list[str]) -> bool:
@@ -252,9 +370,11 @@ def ensure_mgmt(
     bridge: str,
     owner: str,
     deadline: float,
+    talks_to: Any = None,
 ) -> str:
     """The node's management port on ``network`` (see the module), made when missing and
-    checked otherwise; returns the link's name. Errors: 7 a subnet of the network is not a
+    checked otherwise; returns the link's name. ``talks_to``: :func:`peers`, when read
+    already. Errors: 7 a subnet of the network is not a
     private range or overlaps a route of this node, named (:func:`check_node`, before anything
     is made), or the NB gave the port a MAC or address that is not one (:func:`own`); 11 northd
     gave no address in time,
@@ -266,7 +386,9 @@ def ensure_mgmt(
 
     dev = mgmt_ifname(network)
     port = mgmt_port(network, chassis.system_id)
-    check_node(network, config)  # before anything is made: the port's address takes a route
+    # before anything is made: the port's address takes a route
+    talks = peers(nb.remotes, chassis) if talks_to is None else talks_to
+    check_node(network, config, owner=owner, talks_to=talks)
     rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
     ids = {MGMT_ID: chassis.system_id}
     if not rows:

@@ -133,7 +133,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
     from podnet import reconcile
     from podnet.cni.netconf import parse_requested_mac
     from podnet.cni.result import attachment
-    from podnet.drivers.ovn_hostports import ensure_mgmt
+    from podnet.drivers.ovn_hostports import ensure_mgmt, peers
     from podnet.drivers.pods import check_hostports, mappings_for
     from podnet.link import veth
     from podnet.link.local import start_reading_routes
@@ -156,8 +156,10 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
         nb = _nb(store)
         entries: list[PortMapping] = []
         try:
+            talks_to = peers(nb.remotes, chassis)  # checked with the routes
             config, port, (pod_mac, alloc, prefixes) = _port(
-                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes
+                store, nb, call, conf, chassis.system_id, requested, undo, deadline, routes,
+                talks_to,
             )
             entries = mappings_for(conf, call.container_id, {f: a[0] for f, a in alloc.items()})
             if entries:  # refused early, before any link is made; checked again at the COMMIT
@@ -195,7 +197,8 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
                 tx_off.check()
             _wait_installed(host_if, port, deadline)
             if entries:
-                ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline)
+                ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline,
+                            talks_to)  # fmt: skip
             with store.write():
                 check_hostports(store, entries)
                 store.pods.insert(
@@ -234,7 +237,7 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
 
 def _port(
     store: Store, nb: Ovsdb, call: Call, conf: PodnetConf, chassis: str, requested: str | None,
-    undo: Any, deadline: float, routes: Any = None,
+    undo: Any, deadline: float, routes: Any = None, talks_to: Any = (),
 ) -> tuple[dict[str, str], str, tuple[str, dict[int, Any], dict[int, int]]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
     (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
@@ -242,7 +245,8 @@ def _port(
     are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
     mirrored network record, re-read when it changed, and only once the network's subnets
     passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
-    node's routes, being read since the ADD began). The port's
+    node's routes, being read since the ADD began; ``talks_to``: the addresses it talks to,
+    :func:`podnet.drivers.ovn_hostports.peers`). The port's
     ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
     them: :func:`podnet.ovn.ports.secure_port`). ``(network config, port name, (MAC,
     {family: (address, gateway, subnet)}, {family: prefix}))``
@@ -263,19 +267,19 @@ def _port(
     owner = link_alias(conf)
     ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis, owner), strict=True))
     known = mirrored(store, network)
-    pool = [] if requested else ports.spares(nb, network, chassis)
+    pool = [] if requested else ports.spare_rows(nb, network, chassis)
     port = ports.port_name(network, call.container_id, call.ifname)
     passed: dict[str, str] | None = None  # the config check_node passed (``routes``: read)
     for _ in range(ADD_TRIES):
         known = known or network_record(store, nb, network)
         config = known[0]
         if config != passed:
-            check_node(network, config, routes)
+            check_node(network, config, routes, owner=owner, talks_to=talks_to)
             passed, routes = config, None  # a changed record: the routes are read anew
         ready = []
-        for name, text in pool:
+        for name, text, uuid in pool:
             try:  # a spare's addresses as they will reach the tools, parsed now
-                ready.append((name, text, own(config, text.split(), f"port {name}")))
+                ready.append((name, text, own(config, text.split(), f"port {name}"), uuid))
             except errors.CNIError:
                 continue  # not fitting (yet), or not podnet's shape: never claimed
         ready = [r for r in ready if fits(config, r[1].split())]
@@ -284,9 +288,9 @@ def _port(
         refill = 1 if len(ready) == len(pool) <= ports.SPARES else 0
         random.shuffle(ready)  # parallel ADDs on this node try different spares
         try:
-            for spare, dynamic, mine in ready:
+            for spare, dynamic, mine, uuid in ready:
                 if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill,
-                                    security(mine[0], mine[1])):  # fmt: skip
+                                    security(mine[0], mine[1]), uuid):  # fmt: skip
                     undo.push(f"deleting port {spare}",
                               functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
                     return config, spare, mine

@@ -93,15 +93,21 @@ def start_reading_routes() -> proc.Spawned:
     return proc.spawn(["ip", "-j", "route", "show", "table", "all"], die_with_parent=True)
 
 
-def routes_over(nets: Sequence[Net], *, skip_dev: str = "", skip_via: Sequence[str] = (),
+def routes_over(nets: Sequence[Net], *, skip_dev: str = "", owner: str = "",
                 started: proc.Spawned | None = None) -> list[tuple[str, str]]:  # fmt: skip
     """``(destination, device)`` of the node netns's routes (every table, both families, the
-    local table's addresses included; default routes and broadcast/multicast entries not) that
-    overlap one of ``nets``, but those through ``skip_dev`` (the link the subnet is meant to
-    be on) and those inside one of ``nets`` via a gateway in ``skip_via`` (canonical text: a
-    route into the subnet through its own router; a wider one via it still counts). Whatever
-    made them: an address there would take their traffic. ``started``: the routes as
-    :func:`start_reading_routes` read them. KernelError (104) when ``ip`` fails."""
+    local table's addresses included; broadcast/multicast entries not) that overlap one of
+    ``nets``. Routes that cover everything are left out like the default route: prefix length
+    0, and the halves ``0.0.0.0/1``/``128.0.0.0/1`` (``::/1``/``8000::/1``) that VPN clients
+    (OpenVPN's ``redirect-gateway def1``, WireGuard's ``AllowedIPs``) add to win over it —
+    every subnet overlaps them; the destinations the node talks to through them are checked by
+    address instead. Left out too: the routes on ``skip_dev`` when that link carries
+    ``owner``'s alias (the network's own management link, podnet's); a route on a link of the
+    same name that is not podnet's, and every route via a gateway, counts whatever the gateway
+    is. Whatever made them: an address there would take their traffic. ``started``: the routes
+    as :func:`start_reading_routes` read them. KernelError (104) when ``ip`` fails."""
+    from podnet.link.veth import alias_of
+
     found = []
     for route in _routes("routes", started=started):
         if not isinstance(route, dict) or route.get("type") in _PASSIVE:
@@ -111,12 +117,11 @@ def routes_over(nets: Sequence[Net], *, skip_dev: str = "", skip_via: Sequence[s
             prefix = checked.network(dst, strict=False)
         except checked.BadValue:
             continue  # "default" and the like
-        if prefix.prefixlen == 0 or (skip_dev and dev == skip_dev):
+        if prefix.prefixlen <= 1:
             continue
-        inside = [n for n in nets if n.version == prefix.version and n.overlaps(prefix)]
-        if inside and route.get("gateway") in skip_via:
-            if any(prefix.subnet_of(n) for n in inside):  # type: ignore[arg-type]
-                continue
-        if inside:
-            found.append((str(prefix), dev or "?"))
+        if not any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
+            continue
+        if skip_dev and owner and dev == skip_dev and alias_of(dev) == owner:
+            continue
+        found.append((str(prefix), dev or "?"))
     return found

@@ -152,21 +152,38 @@ def spare_ops(network: str, chassis: str, count: int) -> list[dict[str, Any]]:
 
 def spares(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str]]:
     """``(name, dynamic_addresses)`` of ``network``'s spare ports for ``chassis``
+    (:func:`spare_rows`)."""
+    return [(name, dynamic) for name, dynamic, _ in spare_rows(nb, network, chassis)]
+
+
+def spare_rows(nb: Ovsdb, network: str, chassis: str) -> list[tuple[str, str, str]]:
+    """``(name, dynamic_addresses, _uuid)`` of ``network``'s spare ports for ``chassis``
     (``dynamic_addresses`` ``"MAC IPv4 [IPv6]"``, ``""`` while northd has not assigned them).
-    Only ports named as :func:`spare_ops` names them: the name becomes an OVS interface's
-    ``iface-id`` on this node, so another NB writer's row of another shape is never taken."""
+    Only ports named as :func:`spare_ops` names them and in the ``ports`` of the network's
+    own internal switch (read in the same transaction): the name becomes an OVS interface's
+    ``iface-id`` on this node, so another NB writer's row of another shape, or on another
+    logical switch, is never taken."""
     from podnet.ovn.ovsdb import pyset
 
     where = [["external_ids", "includes", omap({TAG: network, "podnet-chassis": chassis,
                                                 SPARE: "true"})]]  # fmt: skip
-    rows = nb.select("Logical_Switch_Port", where, ["name", "dynamic_addresses"])
+    switch, ports = nb.transact([
+        {"op": "select", "table": "Logical_Switch",
+         "where": [["name", "==", names(network)["ls_int"]]], "columns": ["ports"]},
+        {"op": "select", "table": "Logical_Switch_Port", "where": where,
+         "columns": ["_uuid", "name", "dynamic_addresses"]},
+    ])  # fmt: skip
+    members = {str(u) for row in switch.get("rows", []) for u in pyset(row.get("ports"))}
     found = []
     prefix = f"pn-{network}-pod-"
-    for row in rows:
+    for row in ports.get("rows", []):
         name, values = str(row["name"]), pyset(row["dynamic_addresses"])
         tail = name[len(prefix) :]
+        uuid = str(pyatom(row.get("_uuid")) or "")
+        if not (uuid and uuid in members):
+            continue  # on another switch (or none): not the network's
         if name.startswith(prefix) and len(tail) == 20 and set(tail) <= set("0123456789abcdef"):
-            found.append((name, str(values[0]) if values else ""))
+            found.append((name, str(values[0]) if values else "", uuid))
     return found
 
 
@@ -201,7 +218,7 @@ def top_up(nb: Ovsdb, network: str, chassis: str, target: int) -> int:
 
 def claim_port(
     nb: Ovsdb, network: str, spare: str, dynamic: str, ids: Mapping[str, str],
-    registered: str | None, refill: int, security: str = "",
+    registered: str | None, refill: int, security: str = "", uuid: str = "",
 ) -> bool:
     """Make spare port ``spare`` (read with ``dynamic_addresses`` ``dynamic``) the pod's: its
     ``external_ids`` become {network tag, ``ids``} and its ``port_security`` ``security`` (the
@@ -209,16 +226,24 @@ def claim_port(
     ``refill`` new spares for the same
     chassis are made, in one transaction on the conditions that the NB still holds
     ``registered`` (as :func:`add_port`), the switch, and the spare unclaimed with those
-    addresses, and no port held by the attachment. False when another ADD claimed it first or
+    addresses, in the ``ports`` of the network's internal switch (``uuid``: the spare's
+    ``_uuid``, :func:`spare_rows`; without it the spare is never claimed), and no port held
+    by the attachment. False when another ADD claimed it first or
     northd changed its addresses; Conflict when the record differs; InterfaceExists (102)
     when the attachment in ``ids`` already has a port."""
     from podnet.ovn.ovsdb import Conflict
 
+    if not uuid:
+        return False
+    ls_int = names(network)["ls_int"]
     held = _registered(network, registered)
     try:
         nb.transact(
             [
                 *_conditions(network, registered, ids),
+                {"op": "wait", "table": "Logical_Switch",
+                 "where": [["name", "==", ls_int], ["ports", "includes", ["uuid", uuid]]],
+                 "columns": ["name"], "until": "==", "rows": [{"name": ls_int}], "timeout": 0},
                 {"op": "wait", "table": "Logical_Switch_Port",
                  "where": [["name", "==", spare],
                            ["external_ids", "includes", omap({TAG: network, SPARE: "true"})]],
