@@ -439,7 +439,7 @@ def test_used_by_and_delete_name_the_pods_of_every_node(cluster: Cluster) -> Non
     delete is refused naming them; after their DEL ``used_by`` is empty and delete goes. The
     uplink's ``used_by`` is its OVN network only."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.ok(n1, "network", "create", "up6", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items()])
+    cluster.uplink(n1, "up6", UPLINK)
     cluster.ok(n1, "network", "create", "ovn6", "--type=ovn", "network=up6", "ipv6.address=none")
     pods = {"ua": (n1, f"{cluster.lab.prefix}-ua"), "ub": (n2, f"{cluster.lab.prefix}-ub")}
     try:
