@@ -37,12 +37,14 @@ UNREACHABLE = 503
 @dataclass
 class Context:
     """One cluster operation: the NB connection, the registry as read in this attempt, this
-    node's owner mark and the warning sink."""
+    node's owner mark and the warning sink. ``attach_new``: ``network restore --attach-new``
+    (an uplink's parent not attached yet may be attached, :mod:`podnet.drivers.physical`)."""
 
     nb: Ovsdb
     registry: nbmod.Registry
     owner: str
     warn: Callable[[str], None] | None = None
+    attach_new: bool = False
     _pods: dict[str, list[str]] | None = None
 
     def pods(self, network: str) -> list[str]:
@@ -547,11 +549,12 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
 
 
 def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = None,
-            failed: list[str] | None = None) -> list[str]:
+            failed: list[str] | None = None, attach_new: bool = False) -> list[str]:
     """Every cluster network's side on this node (``network restore``). ``uplinks``: this
     node's bridge uplinks, whose OVS side is theirs (not forgotten as a deleted uplink's).
     ``failed``: what the node's own networks could not restore, named with this one's failures
-    in the NetworkError raised once every network was tried."""
+    in the NetworkError raised once every network was tried. ``attach_new``: uplink parents not
+    attached yet are attached (``--attach-new``); otherwise they are named among the failures."""
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
@@ -561,7 +564,7 @@ def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = 
                                failure.status) from None  # fmt: skip
         raise failure from None
     registry.local_uplinks = dict(uplinks or {})
-    ctx = Context(nb, registry, owner)
+    ctx = Context(nb, registry, owner, attach_new=attach_new)
     done = []
     failed = [] if failed is None else failed
     for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here

@@ -404,11 +404,13 @@ class Manager:
                 sync.rebuild(store)
             remove()
 
-    def restore(self) -> list[str]:
+    def restore(self, attach_new: bool = False) -> list[str]:
         """After a reboot or a cleanup behind podnet's back: every network's links back (a
         bridge with its addresses and its pods' host ends), and table ``inet podnet`` rebuilt
         (with forwards). Idempotent. Returns what it did, one line each; NetworkError naming
-        each network that could not be restored, once the others are."""
+        each network that could not be restored, once the others are. An uplink's parent is
+        only kept, never attached anew, unless ``attach_new``
+        (:mod:`podnet.drivers.physical`)."""
         from podnet.drivers.base import restore_rows
 
         with self._store() as store, store.locked():
@@ -423,7 +425,7 @@ class Manager:
         if nb is not None:
             from podnet.drivers import cluster
 
-            done += cluster.restore(nb, self.owner, self._uplinks(), failed)
+            done += cluster.restore(nb, self.owner, self._uplinks(), failed, attach_new)
         if failed:
             raise NetworkError("Failed restoring networks: " + "; ".join(failed))
         return done
