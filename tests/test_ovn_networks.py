@@ -1861,6 +1861,25 @@ def test_restore_never_attaches_a_parent_not_in_its_bridge(cluster: Cluster) -> 
     assert _mapping(cluster, n2, "upb") is None
 
 
+def test_deleting_a_cluster_network_takes_no_target(cluster: Cluster) -> None:
+    """A cluster network is deleted on every member (LXD's DELETE has no member-specific
+    form): ``network delete NAME --target`` (the API's ``DELETE …?target=``) is 404 for a name
+    that is no member and 400 for a member, and deletes nothing; without a target it goes."""
+    n1, n2, _ = cluster.lab.nodes
+    try:
+        cluster.ok(n1, "network", "create", "upz", "--type=physical", "parent=eth7", "--target", "n3")
+        for target, message in (("nosuchmember", 'Error: Member "nosuchmember" not found'),
+                                ("n2", "Error: Deleting a network is not member specific: delete it "
+                                       "without a target (it is deleted on every member)")):  # fmt: skip
+            out = cluster.ctl(n2, "network", "delete", "upz", "--target", target)
+            assert (out.returncode, out.stderr.strip()) == (1, message), out
+            assert "upz" in cluster.networks(n1)
+        assert cluster.ok(n2, "network", "delete", "upz").strip() == "Network upz deleted"
+        assert "upz" not in cluster.networks(n1)
+    finally:
+        cluster.ctl(n1, "network", "delete", "upz")
+
+
 def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None:
     """A record with one ``parent`` for the whole cluster (as an earlier podnet wrote it, or
     any NB writer): restore on a node with a free NIC of that name (no address, no route, up:

@@ -316,9 +316,11 @@ def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
 @network.command("delete")
 @one_network
 def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
-    """Delete networks (refused while pods use them; their forwards go with them)."""
-    manager = _checked_manager(ctx, target)
-    manager.delete_network(name)
+    """Delete networks (refused while pods use them; their forwards go with them).
+
+    --target must name this node; a cluster network is deleted on every member, so it takes
+    none."""
+    _manager(ctx).delete_network(name, target)
     click.echo(f"Network {name} deleted")
 
 

@@ -526,8 +526,17 @@ def _update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], 
     return as_network(ctx, name, record, target)
 
 
-def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None) -> None:
-    """Delete a cluster network and its NB objects; this node's side after. 400 in use, 404."""
+#: The refusal of a deletion with a target: a cluster network is deleted on every member
+#: (LXD's ``DELETE /1.0/networks/NAME`` has no member-specific form, lxd/networks.go).
+DELETE_TARGET = "Deleting a network is not member specific: delete it without a target (it is " \
+    "deleted on every member)"  # fmt: skip
+
+
+def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None,
+           target: str | None = None) -> None:  # fmt: skip
+    """Delete a cluster network and its NB objects; this node's side after. 400 in use, 404.
+    ``target`` (``?target=``): 404 ``Member "x" not found`` for a name that is no member
+    (:func:`check_member`), else 400 :data:`DELETE_TARGET`; nothing is deleted."""
     after: list[Callable[[], None]] = []
 
     def apply(
@@ -536,6 +545,9 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Failed loading network: Network not found", 404)
+        if target is not None:
+            check_member(Context(nb, registry, owner, warn), target)
+            raise NetworkError(DELETE_TARGET)
         ops, then = _driver(record.type).cluster_delete(Context(nb, registry, owner, warn), name)
         after[:] = [then]
         return {name: None}, ops
