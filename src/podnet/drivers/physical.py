@@ -371,7 +371,8 @@ class PhysicalDriver(ClusterDriver):
     def member_changed(self, ctx: Context, name: str, record: nbmod.Record,
                        member: str) -> list[str]:  # fmt: skip
         """This node's new parent (or none) applied at once when ``member`` is this node;
-        another node applies its own at its next ``network restore``."""
+        another node's new parent is attached only by that node's ``network restore
+        --attach-new`` (or a ``set`` run there); its ``network restore`` removes a parent unset."""
         if member != _me():
             return []
         return self.attach_node(ctx, name, record)
