@@ -829,6 +829,49 @@ def test_unknown_network_and_forward_are_404(api: Api, forward: str) -> None:
     assert_error(c.delete(missing), 404, "Failed deleting forward: Network forward not found")
 
 
+def test_target_names_this_node_on_every_endpoint(api: Api, forward: str) -> None:
+    """``?target=`` is taken by every network, forward and server endpoint (LXD's forward to a
+    member, lxd/networks.go, lxd/network_forwards.go, lxd/api_1.0.go): a name that is no member
+    is 404 ``Member "x" not found`` and changes nothing — a DELETE least of all; this node's
+    name is served as without a target."""
+    c = api.c
+    bogus = {"target": "nosuchmember"}
+    config = {"ipv4.address": "10.7.0.1/24", "ipv6.address": "none"}
+    assert_sync(c.post("/1.0/networks", json={"name": "brtg", "config": config}), 201, None)
+    try:
+        fwd = f"{FWD}/{forward}"
+        for method, url, body in (
+            ("DELETE", "/1.0/networks/brtg", None),
+            ("GET", "/1.0/networks", None),
+            ("GET", "/1.0/networks/brtg", None),
+            ("PATCH", "/1.0/networks/brtg", {"config": {"user.x": "1"}}),
+            ("GET", FWD, None),
+            ("POST", FWD, {"listen_address": "198.51.100.61"}),
+            ("GET", fwd, None),
+            ("PUT", fwd, {"config": {"target_address": "10.0.0.9"}}),
+            ("PATCH", fwd, {"description": "changed"}),
+            ("DELETE", fwd, None),
+            ("GET", "/1.0", None),
+            ("PATCH", "/1.0", {"config": {}}),
+        ):
+            r = c.request(method, url, params=bogus, json=body)
+            assert_error(r, 404, 'Member "nosuchmember" not found')
+        assert _bridge_exists(api, "brtg")
+        meta, _ = api.network("brtg")
+        assert meta["config"] == config, meta
+        assert [f["listen_address"] for f in api.listed()] == [forward]
+        got, _ = api.forward(forward)
+        assert got["description"] == "fixture" and got["config"]["target_address"] == "10.0.0.2", got
+        here = {"target": HOST}
+        assert "/1.0/networks/brtg" in assert_sync(c.get("/1.0/networks", params=here))
+        assert assert_sync(c.get(FWD, params=here)) == [f"{FWD}/{forward}"]
+        assert assert_sync(c.get(fwd, params=here))["description"] == "fixture"
+        assert_sync(c.delete("/1.0/networks/brtg", params=here), 200, {})
+        assert not _bridge_exists(api, "brtg")
+    finally:
+        c.delete("/1.0/networks/brtg")
+
+
 def test_duplicate_is_409(api: Api, forward: str) -> None:
     assert_error(api.c.post(FWD, json={"listen_address": forward}), 409,
                  "Failed creating forward: A forward for that listen address already exists")

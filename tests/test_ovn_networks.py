@@ -1704,7 +1704,8 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
     once, from another node at that node's next restore (the old parent leaves the bridge);
     ``unset`` leaves the member without a parent and its node detaches. A parent recorded for
     a node that lacks it is named by that node's restore (exit 1) and by ``show --target``
-    (Unavailable), and is refused when the node sets it for itself."""
+    (Unavailable), and is refused when the node sets it for itself. (A parent recorded from
+    another node is attached by that node's ``restore --attach-new``.)"""
     n1, n2, n3 = cluster.lab.nodes
     _dummies(cluster, n2, "ext0", "upl2", "upl3")
     _dummies(cluster, n3, "ext0", "upl2")
@@ -1715,7 +1716,7 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
         assert bridge1 and _in_ovs(cluster, n1, "ext0") == bridge1
         assert _mapping(cluster, n2, "upq") is None  # n2 attaches at its restore
         assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
-        done = cluster.ok(n2, "network", "restore")
+        done = cluster.ok(n2, "network", "restore", "--attach-new")
         bridge2 = _mapping(cluster, n2, "upq")
         assert bridge2 and f"uplink upq: upl2 in OVS bridge {bridge2}, mapped for OVN" in done, done
         assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl2"]
@@ -1734,7 +1735,7 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
         cluster.ok(n1, "network", "set", "upq", "parent=upl3", "--target", "n2")
         assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
         assert shown.returncode == 0
-        cluster.ok(n2, "network", "restore")
+        cluster.ok(n2, "network", "restore", "--attach-new")
         assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl3"]
         assert _in_ovs(cluster, n2, "upl2") == ""
         # from n2 itself: at once, and unset detaches
@@ -1767,11 +1768,11 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
 
 
 def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> None:
-    """At boot a NIC is down until networking brings it up (and may give it addresses then):
-    ``network restore`` does not attach a parent that is administratively down, nor one that
-    is up without a carrier (operational state LOWERLAYERDOWN): it exits 1 naming the parent
-    and its state, and attaches nothing; run again once the parent is up, it attaches it. A
-    parent already in the uplink's bridge stays there whatever its state."""
+    """``network restore --attach-new`` does not attach a parent that is administratively down,
+    nor one that is up without a carrier (operational state LOWERLAYERDOWN): it exits 1 naming
+    the parent and its state, and attaches nothing; run again once the parent is up, it
+    attaches it. A parent already in the uplink's bridge stays there whatever its state, with
+    a plain restore too."""
     n1, n2, _ = cluster.lab.nodes
     lab = cluster.lab
     lab.run(n2.netns, "ip", "link", "add", "upd0", "type", "veth", "peer", "name", "upd1")
@@ -1779,17 +1780,17 @@ def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> No
         cluster.ok(n1, "network", "create", "upr", "--type=physical", "parent=upd0", "--target", "n2")
         cluster.ok(n1, "network", "create", "upr", "--type=physical",
                    *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
-        out = cluster.ctl(n2, "network", "restore")
+        out = cluster.ctl(n2, "network", "restore", "--attach-new")
         assert out.returncode == 1 and 'Parent interface "upd0" is not up yet (administratively down): ' \
-            'not attached; run "podnetctl network restore" again once it is up' in out.stderr, out.stderr
+            'not attached; run "podnetctl network restore --attach-new" again once it is up' in out.stderr, out.stderr
         assert _in_ovs(cluster, n2, "upd0") == "" and _mapping(cluster, n2, "upr") is None
         assert "UP" not in _link(cluster, n2, "upd0")["flags"]  # restore did not bring it up either
         lab.run(n2.netns, "ip", "link", "set", "upd0", "up")  # its peer is down: no carrier
-        out = cluster.ctl(n2, "network", "restore")
+        out = cluster.ctl(n2, "network", "restore", "--attach-new")
         assert out.returncode == 1 and '"upd0" is not up yet (operational state LOWERLAYERDOWN)' in out.stderr, out.stderr
         assert _in_ovs(cluster, n2, "upd0") == ""
         lab.run(n2.netns, "ip", "link", "set", "upd1", "up")
-        done = cluster.ok(n2, "network", "restore")
+        done = cluster.ok(n2, "network", "restore", "--attach-new")
         bridge = _mapping(cluster, n2, "upr")
         assert bridge and _in_ovs(cluster, n2, "upd0") == bridge, done
         lab.run(n2.netns, "ip", "link", "set", "upd1", "down")  # attached: kept, not re-judged
@@ -1800,6 +1801,83 @@ def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> No
         cluster.ctl(n2, "network", "restore")
         lab.run(n2.netns, "ip", "link", "del", "upd0", check=False)
     assert _mapping(cluster, n2, "upr") is None
+
+
+def test_restore_never_attaches_a_parent_not_in_its_bridge(cluster: Cluster) -> None:
+    """A boot: n2's NIC is up, its DHCP has not answered yet (no address, no route: it looks
+    free). Its parent was recorded from n1 (``create --target n2``). ``network restore`` (the
+    boot unit) adds nothing to OVS: exit 1 naming the parent and how to attach it, the NIC no
+    port, no mapping, once the NIC then gets its address too; everything else is restored.
+    ``restore --attach-new`` on n2 attaches a free one; a plain restore then keeps it. A new
+    parent set from n1 is likewise not attached by n2's restore (the old one is kept); set on
+    n2 itself it is attached at once."""
+    n1, n2, _ = cluster.lab.nodes
+    lab = cluster.lab
+    nic, nic2 = "nbt0", "nbt2"
+    for name in (nic, nic2):
+        lab.run(n2.netns, "ip", "link", "add", name, "type", "veth", "peer", "name", name + "p")
+        lab.run(n2.netns, "ip", "link", "set", name + "p", "up")
+        lab.run(n2.netns, "ip", "link", "set", name, "up")
+    try:
+        cluster.ok(n1, "network", "create", "upb", "--type=physical", f"parent={nic}", "--target", "n2")
+        cluster.ok(n1, "network", "create", "upb", "--type=physical",
+                   *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+        out = cluster.ctl(n2, "network", "restore")
+        assert out.returncode == 1, out.stdout
+        assert f'network upb: Parent interface "{nic}" recorded for member "n2" is not attached: ' \
+            f"restore keeps only a parent already in OVS bridge " in out.stderr, out.stderr
+        assert 'attach it on this node with "podnetctl network restore --attach-new" (or "podnetctl ' \
+            f'network set upb parent={nic} --target n2")' in out.stderr, out.stderr
+        lab.run(n2.netns, "ip", "addr", "add", "192.0.2.50/24", "dev", nic)  # DHCP answers now
+        assert _in_ovs(cluster, n2, nic) == "" and _mapping(cluster, n2, "upb") is None
+        assert "master" not in _link(cluster, n2, nic)
+        assert yaml_load(cluster.ok(n2, "network", "show", "upb", "--target", "n2"))["status"] == "Unavailable"
+        # the operator on n2: a parent with an address is refused, a free one attached
+        out = cluster.ctl(n2, "network", "restore", "--attach-new")
+        assert out.returncode == 1 and f'Parent interface "{nic}" is used by routes (192.0.2.0/24)' in out.stderr, \
+            out.stderr
+        assert _in_ovs(cluster, n2, nic) == ""
+        lab.run(n2.netns, "ip", "addr", "flush", "dev", nic)
+        done = cluster.ok(n2, "network", "restore", "--attach-new")
+        bridge = _mapping(cluster, n2, "upb")
+        assert bridge and f"uplink upb: {nic} in OVS bridge {bridge}, mapped for OVN" in done, done
+        assert f"uplink upb: {nic} in OVS bridge {bridge}" in cluster.ok(n2, "network", "restore")  # kept
+        assert lab.vsctl(n2, "list-ports", bridge).split() == [nic]
+        # a new parent set from n1: n2's restore does not take it, keeps the old one
+        cluster.ok(n1, "network", "set", "upb", f"parent={nic2}", "--target", "n2")
+        out = cluster.ctl(n2, "network", "restore")
+        assert out.returncode == 1 and f'Parent interface "{nic2}" recorded for member "n2" is not attached' \
+            in out.stderr, out.stderr
+        assert lab.vsctl(n2, "list-ports", bridge).split() == [nic] and _in_ovs(cluster, n2, nic2) == ""
+        # set on n2 itself: checked and attached at once
+        cluster.ok(n2, "network", "set", "upb", f"parent={nic2}", "--target", "n2")
+        assert lab.vsctl(n2, "list-ports", bridge).split() == [nic2]
+        cluster.ok(n2, "network", "restore")
+    finally:
+        cluster.ctl(n1, "network", "delete", "upb")
+        cluster.ctl(n2, "network", "restore")
+        for name in (nic, nic2):
+            lab.run(n2.netns, "ip", "link", "del", name, check=False)
+    assert _mapping(cluster, n2, "upb") is None
+
+
+def test_deleting_a_cluster_network_takes_no_target(cluster: Cluster) -> None:
+    """A cluster network is deleted on every member (LXD's DELETE has no member-specific
+    form): ``network delete NAME --target`` (the API's ``DELETE …?target=``) is 404 for a name
+    that is no member and 400 for a member, and deletes nothing; without a target it goes."""
+    n1, n2, _ = cluster.lab.nodes
+    try:
+        cluster.ok(n1, "network", "create", "upz", "--type=physical", "parent=eth7", "--target", "n3")
+        for target, message in (("nosuchmember", 'Error: Member "nosuchmember" not found'),
+                                ("n2", "Error: Deleting a network is not member specific: delete it "
+                                       "without a target (it is deleted on every member)")):  # fmt: skip
+            out = cluster.ctl(n2, "network", "delete", "upz", "--target", target)
+            assert (out.returncode, out.stderr.strip()) == (1, message), out
+            assert "upz" in cluster.networks(n1)
+        assert cluster.ok(n2, "network", "delete", "upz").strip() == "Network upz deleted"
+        assert "upz" not in cluster.networks(n1)
+    finally:
+        cluster.ctl(n1, "network", "delete", "upz")
 
 
 def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None:

@@ -356,23 +356,28 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     # -- server --------------------------------------------------------------------------------
     @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
-    def server(request: Request) -> JSONResponse:
+    def server(request: Request, target: str | None = None) -> JSONResponse:
+        check_target(target)
         config, tag = server_config.read(manager)
         return sync(server_document(True, manager.data_dir, config), headers={"ETag": f'"{tag}"'})
 
-    def _update_server(body: ServerPut, patch: bool, if_match: str | None) -> JSONResponse:
+    def _update_server(body: ServerPut, patch: bool, if_match: str | None,
+                       target: str | None) -> JSONResponse:  # fmt: skip
+        check_target(target)
         server_config.update(manager, body.config or {}, patch=patch, etag=if_match or None)
         return sync({})
 
     @app.put("/1.0", response_model=Envelope, responses=ERRORS,
              summary="Replace the server config (network.ovn.*)")  # fmt: skip
-    def put_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
-        return _update_server(body, False, if_match)
+    def put_server(body: ServerPut, if_match: str | None = Header(None),
+                   target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_server(body, False, if_match, target)
 
     @app.patch("/1.0", response_model=Envelope, responses=ERRORS,
                summary="Merge into the server config")  # fmt: skip
-    def patch_server(body: ServerPut, if_match: str | None = Header(None)) -> JSONResponse:
-        return _update_server(body, True, if_match)
+    def patch_server(body: ServerPut, if_match: str | None = Header(None),
+                     target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_server(body, True, if_match, target)
 
     @app.post("/1.0/certificates", status_code=201, response_model=Envelope, responses=ERRORS,
               summary="Trust the client's certificate (a trust token) or a given one")
@@ -435,8 +440,9 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     # -- networks -------------------------------------------------------------------------------
     @app.get("/1.0/networks", response_model=Envelope, responses=ERRORS,
              summary="List networks")  # fmt: skip
-    def list_networks(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
-        nets = manager.list_networks()
+    def list_networks(recursion: int = Query(0, ge=0, le=2),
+                      target: str | None = None) -> JSONResponse:  # fmt: skip
+        nets = manager.list_networks(target)
         if recursion:
             return sync([n.to_api() for n in nets])
         return sync([f"/1.0/networks/{quote(n.name, safe='')}" for n in nets])
@@ -480,15 +486,17 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     @app.delete("/1.0/networks/{name}", response_model=Envelope, responses=ERRORS,
                 summary="Delete a network with its forwards")  # fmt: skip
-    def delete_network(name: str) -> JSONResponse:
-        manager.delete_network(name)
+    def delete_network(name: str, target: str | None = None) -> JSONResponse:
+        manager.delete_network(name, target)
         return sync({})
 
     # -- forwards -------------------------------------------------------------------------------
     base = "/1.0/networks/{name}/forwards"
 
     @app.get(base, response_model=Envelope, responses=ERRORS, summary="List forwards")
-    def list_forwards(name: str, recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
+    def list_forwards(name: str, recursion: int = Query(0, ge=0, le=2),
+                      target: str | None = None) -> JSONResponse:  # fmt: skip
+        check_target(target)
         forwards = manager.list_forwards(name)
         if recursion:
             return sync([f.to_api() for f in forwards])
@@ -510,12 +518,14 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     @app.get(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
              summary="One forward (with its ETag)")  # fmt: skip
-    def get_forward(name: str, listen_address: str) -> JSONResponse:
+    def get_forward(name: str, listen_address: str, target: str | None = None) -> JSONResponse:
+        check_target(target)
         forward = manager.get_forward(name, listen_address)
         return sync(forward.to_api(), headers={"ETag": f'"{forward.etag()}"'})
 
     def _update_forward(name: str, listen: str, body: ForwardPut, patch: bool,
-                        if_match: str | None) -> JSONResponse:  # fmt: skip
+                        if_match: str | None, target: str | None) -> JSONResponse:  # fmt: skip
+        check_target(target)
         if any(getattr(body, f) is not None for f in FORWARD_READ_ONLY):
             current = manager.get_forward(name, listen).to_api()  # both fields never change
             try:
@@ -530,18 +540,22 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     @app.put(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
              summary="Replace a forward's description, config and ports")  # fmt: skip
     def put_forward(name: str, listen_address: str, body: ForwardPut,
-                    if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_forward(name, listen_address, body, False, if_match)
+                    if_match: str | None = Header(None),
+                    target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_forward(name, listen_address, body, False, if_match, target)
 
     @app.patch(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
                summary="Merge into a forward (config keys; ports and description when given)")
     def patch_forward(name: str, listen_address: str, body: ForwardPut,
-                      if_match: str | None = Header(None)) -> JSONResponse:  # fmt: skip
-        return _update_forward(name, listen_address, body, True, if_match)
+                      if_match: str | None = Header(None),
+                      target: str | None = None) -> JSONResponse:  # fmt: skip
+        return _update_forward(name, listen_address, body, True, if_match, target)
 
     @app.delete(base + "/{listen_address}", response_model=Envelope, responses=ERRORS,
                 summary="Delete a forward")  # fmt: skip
-    def delete_forward(name: str, listen_address: str) -> JSONResponse:
+    def delete_forward(name: str, listen_address: str,
+                       target: str | None = None) -> JSONResponse:  # fmt: skip
+        check_target(target)
         manager.delete_forward(name, listen_address)
         return sync({})
 

@@ -316,20 +316,26 @@ def network_edit(ctx: click.Context, name: str, target: str | None) -> None:
 @network.command("delete")
 @one_network
 def network_delete(ctx: click.Context, name: str, target: str | None) -> None:
-    """Delete networks (refused while pods use them; their forwards go with them)."""
-    manager = _checked_manager(ctx, target)
-    manager.delete_network(name)
+    """Delete networks (refused while pods use them; their forwards go with them).
+
+    --target must name this node; a cluster network is deleted on every member, so it takes
+    none."""
+    _manager(ctx).delete_network(name, target)
     click.echo(f"Network {name} deleted")
 
 
 @network.command("restore")
+@click.option("--attach-new", is_flag=True,
+              help="Also attach an uplink parent recorded for this node that is not attached "
+              "yet (restore alone only keeps one already in its OVS bridge).")  # fmt: skip
 @click.pass_context
-def network_restore(ctx: click.Context) -> None:
+def network_restore(ctx: click.Context, attach_new: bool) -> None:
     """Bring bridges, their pods' ports and table inet podnet back from the store (at boot).
 
     One line per bridge, port, uplink and the table: what was changed, or that it was already
-    as the store has it."""
-    for line in _manager(ctx).restore():
+    as the store has it. A physical uplink's parent not attached yet is named, not attached,
+    unless --attach-new."""
+    for line in _manager(ctx).restore(attach_new=attach_new):
         click.echo(line)
 
 

@@ -37,12 +37,14 @@ UNREACHABLE = 503
 @dataclass
 class Context:
     """One cluster operation: the NB connection, the registry as read in this attempt, this
-    node's owner mark and the warning sink."""
+    node's owner mark and the warning sink. ``attach_new``: ``network restore --attach-new``
+    (an uplink's parent not attached yet may be attached, :mod:`podnet.drivers.physical`)."""
 
     nb: Ovsdb
     registry: nbmod.Registry
     owner: str
     warn: Callable[[str], None] | None = None
+    attach_new: bool = False
     _pods: dict[str, list[str]] | None = None
 
     def pods(self, network: str) -> list[str]:
@@ -524,8 +526,17 @@ def _update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], 
     return as_network(ctx, name, record, target)
 
 
-def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None) -> None:
-    """Delete a cluster network and its NB objects; this node's side after. 400 in use, 404."""
+#: The refusal of a deletion with a target: a cluster network is deleted on every member
+#: (LXD's ``DELETE /1.0/networks/NAME`` has no member-specific form, lxd/networks.go).
+DELETE_TARGET = "Deleting a network is not member specific: delete it without a target (it is " \
+    "deleted on every member)"  # fmt: skip
+
+
+def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None,
+           target: str | None = None) -> None:  # fmt: skip
+    """Delete a cluster network and its NB objects; this node's side after. 400 in use, 404.
+    ``target`` (``?target=``): 404 ``Member "x" not found`` for a name that is no member
+    (:func:`check_member`), else 400 :data:`DELETE_TARGET`; nothing is deleted."""
     after: list[Callable[[], None]] = []
 
     def apply(
@@ -534,6 +545,9 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Failed loading network: Network not found", 404)
+        if target is not None:
+            check_member(Context(nb, registry, owner, warn), target)
+            raise NetworkError(DELETE_TARGET)
         ops, then = _driver(record.type).cluster_delete(Context(nb, registry, owner, warn), name)
         after[:] = [then]
         return {name: None}, ops
@@ -547,11 +561,12 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None)
 
 
 def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = None,
-            failed: list[str] | None = None) -> list[str]:
+            failed: list[str] | None = None, attach_new: bool = False) -> list[str]:
     """Every cluster network's side on this node (``network restore``). ``uplinks``: this
     node's bridge uplinks, whose OVS side is theirs (not forgotten as a deleted uplink's).
     ``failed``: what the node's own networks could not restore, named with this one's failures
-    in the NetworkError raised once every network was tried."""
+    in the NetworkError raised once every network was tried. ``attach_new``: uplink parents not
+    attached yet are attached (``--attach-new``); otherwise they are named among the failures."""
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
@@ -561,7 +576,7 @@ def restore(nb: Ovsdb, owner: str, uplinks: Mapping[str, nbmod.Record] | None = 
                                failure.status) from None  # fmt: skip
         raise failure from None
     registry.local_uplinks = dict(uplinks or {})
-    ctx = Context(nb, registry, owner)
+    ctx = Context(nb, registry, owner, attach_new=attach_new)
     done = []
     failed = [] if failed is None else failed
     for kind in ("physical", "ovn"):  # what networks deleted on other nodes left here

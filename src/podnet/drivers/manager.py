@@ -195,11 +195,13 @@ class Manager:
 
         return cluster.connect(store.config.all(), store.path)
 
-    def list_networks(self) -> list[Network]:
+    def list_networks(self, target: str | None = None) -> list[Network]:
         """Every network: this node's (bridge, ptp) and the cluster's (physical, ovn; from
-        OVN's NB when the server config names it), by name. 503 when the NB does not answer."""
+        OVN's NB when the server config names it), by name. 503 when the NB does not answer.
+        ``target``: this node (:meth:`check_target`, 404 otherwise)."""
         from podnet.drivers import cluster
 
+        self.check_target(target)
         with self._store() as store:
             local = [self._as_network(store, row) for row in store.networks.all()
                      if not _driver(row.type).cluster]  # fmt: skip
@@ -378,18 +380,22 @@ class Manager:
                 _rebuild_or_undo(store, driver.update(name, row.config, valid, self.owner))
             return self._as_network(store, self._network(store, name))
 
-    def delete_network(self, name: str) -> None:
+    def delete_network(self, name: str, target: str | None = None) -> None:
         """Delete a network with its forwards, and what its driver made on the node (a bridge
         network's bridge, only a bridge podnet made); a ptp network (a conflist that no longer
         exists, say) with its ranges, which leave the masquerade sets. 400 while pods use it,
-        404 unknown."""
+        404 unknown. ``target``: for a node's network this node (404 ``Member "x" not found``
+        otherwise, :meth:`check_target`); a cluster network is deleted on every member, so a
+        target is refused (:func:`podnet.drivers.cluster.delete`). Nothing changes when
+        refused."""
         with self._store() as store:
             nb = self._cluster_nb(store, name)
         if nb is not None:
             from podnet.drivers import cluster
 
-            cluster.delete(nb, self.owner, name, self.warn)
+            cluster.delete(nb, self.owner, name, self.warn, target)
             return
+        self.check_target(target)
         with self._store() as store, store.locked():
             row = self._network(store, name, "Failed loading network: ")
             driver = _driver(row.type)
@@ -404,11 +410,13 @@ class Manager:
                 sync.rebuild(store)
             remove()
 
-    def restore(self) -> list[str]:
+    def restore(self, attach_new: bool = False) -> list[str]:
         """After a reboot or a cleanup behind podnet's back: every network's links back (a
         bridge with its addresses and its pods' host ends), and table ``inet podnet`` rebuilt
         (with forwards). Idempotent. Returns what it did, one line each; NetworkError naming
-        each network that could not be restored, once the others are."""
+        each network that could not be restored, once the others are. An uplink's parent is
+        only kept, never attached anew, unless ``attach_new``
+        (:mod:`podnet.drivers.physical`)."""
         from podnet.drivers.base import restore_rows
 
         with self._store() as store, store.locked():
@@ -423,7 +431,7 @@ class Manager:
         if nb is not None:
             from podnet.drivers import cluster
 
-            done += cluster.restore(nb, self.owner, self._uplinks(), failed)
+            done += cluster.restore(nb, self.owner, self._uplinks(), failed, attach_new)
         if failed:
             raise NetworkError("Failed restoring networks: " + "; ".join(failed))
         return done

@@ -13,10 +13,14 @@ and the bridge mapping ``<network>:<bridge>`` — the node is then a gateway cha
 on this uplink. A node with no parent recorded attaches nothing (and drops the bridge it had).
 ``parent`` must hold no IP address (LXD's rule: its addresses would be bypassed) and be free.
 
-``network restore`` (run at boot) attaches a parent for the first time only once the interface
-is up (``IFF_UP`` and an operational state ``UP`` or ``UNKNOWN``): before, networking may not
-have configured it yet, and taking it then would take an interface the node needs. It then
-fails naming the parent, to be run again; a parent already in the uplink's bridge is kept.
+A parent is first attached only by a run on its own node that an operator sees: ``network
+create``/``network set … --target <this node>`` (its checks answer there and then), or ``network
+restore --attach-new``. ``network restore`` as the boot unit runs it keeps a parent that is
+already a port of the uplink's bridge (Open vSwitch's database keeps ports across reboots) and
+never adds one: at boot an interface may be up without its addresses yet (DHCP has not answered),
+looking free, and taking it would take an interface the node needs. It names a parent left
+unattached and how to attach it (exit 1, after everything else). ``--attach-new`` attaches it
+once it is up (``IFF_UP`` and an operational state ``UP`` or ``UNKNOWN``) and free.
 """
 
 from __future__ import annotations
@@ -246,8 +250,10 @@ class PhysicalDriver(ClusterDriver):
         """This node's side of uplink ``name`` as ``record`` has it: the parent recorded for
         this node's chassis in the uplink's OVS bridge and mapped for OVN; nothing (and the
         bridge it had removed) when none is. What was done, one line each. NetworkError (400)
-        naming the parent when it does not exist here, is not free, or — ``boot`` (restore) and
-        not in the bridge yet — is not up."""
+        naming the parent when it does not exist here or is not free. ``boot`` (``network
+        restore``): a parent not in the bridge yet is never added — NetworkError (400) naming
+        it and how to attach it, nothing changed — unless ``ctx.attach_new`` (``restore
+        --attach-new``), which adds it only once it is up."""
         from podnet.ovn import vswitch
 
         chassis = vswitch.chassis()
@@ -272,11 +278,18 @@ class PhysicalDriver(ClusterDriver):
                     f'Parent interface "{parent}" recorded for member "{me}" does not exist on '
                     "this node"
                 )
+            if boot and not ctx.attach_new:
+                raise NetworkError(
+                    f'Parent interface "{parent}" recorded for member "{me}" is not attached: '
+                    f"restore keeps only a parent already in OVS bridge {bridge}; attach it on "
+                    'this node with "podnetctl network restore --attach-new" (or "podnetctl '
+                    f'network set {name} parent={parent} --target {me}")'
+                )
             up, state = link_state(parent)
             if boot and not up:
                 raise NetworkError(
                     f'Parent interface "{parent}" is not up yet ({state}): not attached; run '
-                    '"podnetctl network restore" again once it is up'
+                    '"podnetctl network restore --attach-new" again once it is up'
                 )
             self.check_parent(name, parent)
         for stale in ports:  # a parent this node had before: podnet's port of its own bridge
@@ -358,7 +371,8 @@ class PhysicalDriver(ClusterDriver):
     def member_changed(self, ctx: Context, name: str, record: nbmod.Record,
                        member: str) -> list[str]:  # fmt: skip
         """This node's new parent (or none) applied at once when ``member`` is this node;
-        another node applies its own at its next ``network restore``."""
+        another node's new parent is attached only by that node's ``network restore
+        --attach-new`` (or a ``set`` run there); its ``network restore`` removes a parent unset."""
         if member != _me():
             return []
         return self.attach_node(ctx, name, record)

@@ -616,7 +616,11 @@ def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> s
     container runtimes start: bridges, their pods' ports and table ``inet podnet`` (with
     hostPorts and forwards) come back from the store — which, being first, is then the owner of
     the node's table for this boot (``--init``: a node with no store yet gets an empty one).
-    ``data_dir``: the store, default the node configuration's when the unit runs."""
+    It runs before ``network.target``, so without ``--attach-new``: an OVN uplink's parent
+    already in its OVS bridge is kept, one not attached yet is left alone and named (the unit
+    then fails), never taken while networking may still be configuring it
+    (:mod:`podnet.drivers.physical`). ``data_dir``: the store, default the node
+    configuration's when the unit runs."""
     store = f" --data-dir {data_dir}" if data_dir else ""  # else the node config's store
     command = f"{podnetctl or _podnetctl()} network{store} --init"
     return (
