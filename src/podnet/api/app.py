@@ -79,8 +79,8 @@ OVSDB_SECONDS = 5.0
 
 class _OvsdbDeadline:
     """ASGI middleware: each HTTP request's OVSDB transactions share :data:`OVSDB_SECONDS`
-    (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker thread runs in a copy of
-    this context)."""
+    from the request's start (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker
+    thread runs in a copy of this context)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -89,7 +89,8 @@ class _OvsdbDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        with shared_deadline(OVSDB_SECONDS):
+        with shared_deadline(OVSDB_SECONDS) as deadline:
+            deadline.left()  # counted from the request's start: waits for a thread or the lock
             await self.app(scope, receive, send)
 
 
