@@ -397,3 +397,39 @@ def test_a_trusted_client_presenting_a_token_uses_it_up(node: Node) -> None:
         assert (r.status_code, r.json()["error"]) == (403, "not authorized"), r.text
         r = c.post("/1.0/certificates", json={"trust_token": "bm90IGEgdG9rZW4="})
         assert r.status_code == 403, r.text
+
+
+def test_the_root_is_answered_to_everyone(node: Node) -> None:
+    """``GET /`` (what ``lxc remote add`` asks first, without a certificate) is LXD's
+    ``["/1.0"]`` to an untrusted client, one without a certificate and a trusted one; not a
+    refusal in the log."""
+    for cert in (None, node.client_cert):
+        status, doc, connection = node.https("GET", "/", cert=cert)
+        assert (status, doc["metadata"], connection) == (200, ["/1.0"], "close"), doc
+    with node.server.client() as c:
+        assert assert_sync(c.get("/")) == ["/1.0"]
+    assert "refused GET  of" not in node.server.stderr()
+
+
+def test_refusals_are_logged_with_their_path_and_not_flooded(node: Node) -> None:
+    """A refused request is logged with the path it asked for (``/1.0/networks/`` as sent);
+    forty refused requests of one client in a row leave the burst of lines a client gets a
+    minute (10), not forty."""
+    cert = _cert(node.tmp / "certs", "flooder")
+    fp = _fingerprint_pem(Path(cert[0]).read_text())
+    code = f"""
+import httpx, ssl
+ctx = ssl.create_default_context(cafile={node.server_cert!r})
+ctx.load_cert_chain(*{list(cert)!r})
+with httpx.Client(verify=ctx, timeout=30) as c:
+    print(sorted({{c.get({URL + "/1.0/networks/"!r}).status_code for _ in range(40)}}))
+"""
+    proc = in_ns_python(node.lab.node, code)
+    out, _ = proc.communicate(timeout=120)
+    assert out.strip() == "[403]", out
+    time.sleep(0.5)
+    log = node.server.stderr()
+    mine = [line for line in log.splitlines() if fp in line]
+    assert len(mine) == 10, (len(mine), log[-3000:])
+    assert all("refused GET /1.0/networks/ of untrusted client 127.0.0.1:" in line
+               for line in mine), mine[:3]  # fmt: skip

@@ -356,6 +356,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         manager.check_target(target)
 
     # -- server --------------------------------------------------------------------------------
+    @app.get("/", response_model=Envelope, responses=ERRORS, summary="The API versions")
+    def root() -> JSONResponse:
+        return sync(["/1.0"])
+
     @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
     def server(request: Request) -> JSONResponse:
         config, tag = server_config.read(manager)
@@ -575,7 +579,7 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
     import ssl
 
     from podnet.api import tokens
-    from podnet.api.guard import describe_client
+    from podnet.api.guard import REFUSALS, client_key, describe_client
     from podnet.api.listener import fingerprint
     from podnet.checked import one_line, show
 
@@ -611,8 +615,9 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
         presented = body.trust_token or body.password
         pem = _client_certificate(scope)
         if not presented:
-            log.warning("refused POST /1.0/certificates of untrusted client %s: no trust "
-                        "token", describe_client(scope))  # fmt: skip
+            REFUSALS.warn(client_key(scope), "refused POST /1.0/certificates of untrusted "
+                          "client %s: no trust "
+                          "token", describe_client(scope))  # fmt: skip
             return error(403, "not authorized", close=True)
         if pem is None:
             return error(400, "No client certificate provided", close=True)
@@ -623,8 +628,8 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
                 name, added = tokens.redeem(store, presented,
                                             trust=(fp, ssl.DER_cert_to_PEM_cert(der)))
         except tokens.Refused as err:
-            log.warning("refused a trust token from untrusted client %s: %s",
-                        describe_client(scope), err)  # fmt: skip
+            REFUSALS.warn(client_key(scope), "refused a trust token from untrusted client %s: %s",
+                          describe_client(scope), err)  # fmt: skip
             return error(403, str(err), close=True)
     if not added:
         return error(409, "Certificate already in trust store")
