@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -97,8 +98,16 @@ class RefusalLog:
         self.burst, self.total, self.every = burst, total, every
         self.window, self.said = -every, 0
         self.clients: dict[str, list[float]] = {}  # key -> [window start, said, left out]
+        self._lock = threading.Lock()  # the event loop and the handlers' worker threads
 
     def warn(self, client: str, message: str, *args: Any) -> None:
+        with self._lock:
+            line = self._count(client, message, args)
+        if line is not None:
+            log.warning(line[0], *line[1])
+
+    def _count(self, client: str, message: str,
+               args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]] | None:  # fmt: skip
         now = time.monotonic()
         if now - self.window >= self.every:
             self.window, self.said = now, 0
@@ -111,14 +120,14 @@ class RefusalLog:
                 del self.clients[oldest]
         if mine[1] >= self.burst or self.said >= self.total:
             mine[2] += 1
-            return
+            return None
         mine[1] += 1
         self.said += 1
         if mine[2]:
             message += " (%d refusals of this client not logged before this one)"
             args = (*args, int(mine[2]))
             mine[2] = 0
-        log.warning(message, *args)
+        return message, args
 
 
 #: The process's refusals (the guard's and the application's own, a token refused).
