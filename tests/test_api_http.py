@@ -881,9 +881,14 @@ def test_duplicate_is_409(api: Api, forward: str) -> None:
 
 @pytest.mark.parametrize("path", ["/nope", "/1.0/nope", "/2.0", "/1.0/networks/br0/nope",
                                   "/1.0/networks/br0/forwards/198.51.100.50/extra",
-                                  "/1.0/instances", "/"])
+                                  "/1.0/instances"])
 def test_unknown_url_is_404(api: Api, path: str) -> None:
     assert_error(api.c.get(path), 404, "not found")
+
+
+def test_the_root_lists_the_api_versions(api: Api) -> None:
+    """``GET /`` is LXD's list of API versions, ``["/1.0"]``."""
+    assert assert_sync(api.c.get("/")) == ["/1.0"]
 
 
 @pytest.mark.parametrize("method, path", [

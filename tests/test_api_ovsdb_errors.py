@@ -12,14 +12,16 @@ neighbour entries are permanent, so no ARP failure ends the wait)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from api_helpers import ApiServer, in_ns_python, serving
+from api_helpers import PODNETCTL, ApiServer, in_ns_python, serving
 from envgate import need
 from netns import Lab, sh
 
@@ -133,11 +135,9 @@ def test_tcp_reasons_and_no_byte_of_the_remote(api: tuple[Lab, ApiServer, Path])
     assert "invalid character 'S'" in server.stderr()
 
 
-def test_blackholed_remotes_share_one_deadline(api: tuple[Lab, ApiServer, Path]) -> None:
-    """Three tcp remotes whose SYNs are dropped (routed into a veth): the request is
-    answered 503 "timed out" within the request's one OVSDB deadline (5 s), not after a
-    10 s timeout per remote; the next request is as quick."""
-    lab, server, _ = api
+@contextmanager
+def _blackholed(lab: Lab) -> Iterator[None]:
+    """:data:`BLACKHOLED` routed, in the node, into a veth whose peer drops every frame."""
     sh("ip", "-n", lab.node, "link", "add", "pnblack0", "type", "veth", "peer", "name",
        "pnblack1")
     try:
@@ -147,16 +147,71 @@ def test_blackholed_remotes_share_one_deadline(api: tuple[Lab, ApiServer, Path])
         for remote in BLACKHOLED:
             sh("ip", "-n", lab.node, "neigh", "replace", remote.split(":")[1], "lladdr",
                "02:00:5e:00:53:01", "dev", "pnblack0", "nud", "permanent")
-        with server.client() as c:
-            for _ in range(2):
-                status, message, took = _answer(c, ",".join(BLACKHOLED))
-                assert status == 503, message
-                assert message == "OVN OVN_Northbound database unreachable at " + ", ".join(
-                    f"{r} (timed out)" for r in BLACKHOLED), message
-                assert took < 15, f"{took:.1f} s for one request with three blackholed remotes"
-            c.patch("/1.0", json={"config": {"network.ovn.northbound_connection": ""}})
-            r = c.get("/1.0/networks")
-            assert r.status_code == 200, r.text
+        yield
     finally:
         sh("ip", "-n", lab.node, "link", "del", "pnblack0")
+
+
+def test_blackholed_remotes_share_one_deadline(api: tuple[Lab, ApiServer, Path]) -> None:
+    """Three tcp remotes whose SYNs are dropped (routed into a veth): the request is
+    answered 503 "timed out" within the request's one OVSDB deadline (5 s), not after a
+    10 s timeout per remote; the next request is as quick."""
+    lab, server, _ = api
+    with _blackholed(lab), server.client() as c:
+        for _ in range(2):
+            status, message, took = _answer(c, ",".join(BLACKHOLED))
+            assert status == 503, message
+            assert message == "OVN OVN_Northbound database unreachable at " + ", ".join(
+                f"{r} (timed out)" for r in BLACKHOLED), message
+            assert took < 15, f"{took:.1f} s for one request with three blackholed remotes"
+        c.patch("/1.0", json={"config": {"network.ovn.northbound_connection": ""}})
+        r = c.get("/1.0/networks")
+        assert r.status_code == 200, r.text
     assert json.dumps(BLACKHOLED[0])[1:-1] in server.stderr()
+
+
+def test_a_blackholed_nb_never_holds_the_store_lock(api: tuple[Lab, ApiServer, Path]) -> None:
+    """Three uplink bridges (``ipv4.ovn.ranges``: the NB is asked whether the name is a
+    cluster network's) created at once while the NB is blackholed: each is answered 503 within
+    its own deadline, not one after the other, and a store writer running meanwhile (``podnetctl
+    trust add``, which waits on the lock the plugin's ADD and DEL take) is not kept
+    waiting by the NB at all. No network is made."""
+    lab, server, tmp = api
+    answers: dict[int, tuple[int, float]] = {}
+    cert = tmp / "pnlock.pem"
+    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+       "-nodes", "-keyout", str(tmp / "pnlock.key"), "-out", str(cert), "-days", "2", "-subj",
+       "/CN=pnlock")
+
+    def create(i: int) -> None:
+        body = {"name": f"pnup{i}", "type": "bridge", "config": {
+            "ipv4.address": f"10.231.{20 + i}.1/24", "ipv6.address": "none",
+            "ipv4.ovn.ranges": f"10.231.{20 + i}.100-10.231.{20 + i}.110"}}  # fmt: skip
+        start = time.monotonic()
+        with server.client() as c:
+            r = c.post("/1.0/networks", json=body)
+        answers[i] = (r.status_code, time.monotonic() - start)
+
+    with _blackholed(lab), server.client() as c:
+        r = c.patch("/1.0", json={"config": {
+            "network.ovn.northbound_connection": ",".join(BLACKHOLED)}})  # fmt: skip
+        assert r.status_code == 200, r.text
+        try:
+            threads = [threading.Thread(target=create, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)  # the three are waiting on the NB
+            start = time.monotonic()
+            out = lab.exec(lab.node, PODNETCTL, "trust", "add", str(cert), "--data-dir",
+                           str(server.data), check=False)  # fmt: skip
+            writer = time.monotonic() - start
+            for t in threads:
+                t.join(60)
+        finally:
+            c.patch("/1.0", json={"config": {"network.ovn.northbound_connection": ""}})
+        assert out.returncode == 0 and writer < 2.5, (out, f"{writer:.1f} s")
+        assert {s for s, _ in answers.values()} == {503}, answers
+        assert max(t for _, t in answers.values()) < 8, answers
+        names = [n["name"] for n in c.get("/1.0/networks", params={"recursion": 1}).json()[
+            "metadata"]]  # fmt: skip
+        assert not [n for n in names if n.startswith("pnup")], names

@@ -45,8 +45,9 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(tmp_path: Path) -> No
             proc.wait()
         lab.close()
     cases = report["cases"]
-    assert len(cases) == 21, cases  # every operation of the schema was exercised (PUT and PATCH /1.0, /1.0/certificates included)
+    assert len(cases) == 22, cases  # every operation of the schema was exercised (PUT and PATCH /1.0, /1.0/certificates, GET / included)
     assert cases.pop("GET /1.0") >= 1  # no parameters: one request is all there is
+    assert cases.pop("GET /") >= 1
     assert all(n >= MAX_EXAMPLES // 2 for n in cases.values()), cases
     failures = report["failures"]
     summary = "\n\n".join(f"{f['operation']} [{f['mode']}] -> {f['status']}\n{f['error']}"

@@ -7,10 +7,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sqlite3
+import ssl
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from envgate import need
 from podnet.api import tokens
 from podnet.store import open_store
 
@@ -69,7 +73,7 @@ def test_redeem_once_and_expired_ones_are_used_up(tmp_path: Path) -> None:
                                       for t in (good, late))
         assert good.secret not in json.dumps(store.conn.execute(
             "SELECT * FROM trust_tokens").fetchall())  # only the hash is kept
-        assert tokens.redeem(store, good.encode(), now=2000) == "alice"
+        assert tokens.redeem(store, good.encode(), now=2000) == ("alice", False)
         with pytest.raises(tokens.Refused, match="not authorized"):
             tokens.redeem(store, good.encode(), now=2000)  # single use
         with pytest.raises(tokens.Refused, match="Token has expired"):
@@ -80,3 +84,43 @@ def test_redeem_once_and_expired_ones_are_used_up(tmp_path: Path) -> None:
         with pytest.raises(tokens.Refused, match="not authorized"):
             tokens.redeem(store, forged.encode(), now=1001)
         assert store.trust.tokens() == []
+
+
+def _self_signed(tmp: Path) -> bytes:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(tmp / "k.pem"),
+                    "-out", str(tmp / "c.pem"), "-days", "2", "-subj", "/CN=pntok"],
+                   check=True, capture_output=True)  # fmt: skip
+    return ssl.PEM_cert_to_DER_cert((tmp / "c.pem").read_text())
+
+
+def test_redeeming_trusts_in_the_same_transaction(tmp_path: Path) -> None:
+    """The token is used up and the certificate trusted in one write: when the insert of the
+    certificate fails (an SQLite trigger aborting it, as a full disk would), the token is still
+    pending and nothing is trusted; then it works once."""
+    need("openssl")
+    der = _self_signed(tmp_path)
+    pem, fp = ssl.DER_cert_to_PEM_cert(der), hashlib.sha256(der).hexdigest()
+    with open_store(str(tmp_path)) as store:
+        token = tokens.issue(store, "carol", "ab" * 32, ["192.0.2.1:8443"], 3600)
+        store.conn.execute("CREATE TEMP TRIGGER pn_full BEFORE INSERT ON certificates "
+                           "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+        with pytest.raises(sqlite3.DatabaseError, match="disk is full"):
+            tokens.redeem(store, token.encode(), trust=(fp, pem))
+        assert [n for n, _ in store.trust.tokens()] == ["carol"]
+        assert store.trust.all() == []
+        store.conn.execute("DROP TRIGGER pn_full")
+        assert tokens.redeem(store, token.encode(), trust=(fp, pem)) == ("carol", True)
+        assert store.trust.tokens() == [] and [r[:2] for r in store.trust.all()] == [(fp, "carol")]
+
+
+def test_check_certificate(tmp_path: Path) -> None:
+    """One X.509 certificate in DER passes; a DER SEQUENCE that is no certificate, two
+    certificates, one with bytes after it, and no DER at all are refused."""
+    need("openssl")
+    der = _self_signed(tmp_path)
+    tokens.check_certificate(der)
+    for bad in (b"\x30\x03\x02\x01\x00", b"\x30" + b"\x00" * 40, der + der, der + b"\x00",
+                der[:-1], b"not a cert", b""):
+        with pytest.raises(ValueError, match="DER certificate"):
+            tokens.check_certificate(bad)

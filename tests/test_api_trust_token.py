@@ -321,3 +321,115 @@ print("done")
     while "TLS handshake refused for 127.0.0.1:" not in node.server.stderr():
         assert time.monotonic() < deadline, node.server.stderr()[-2000:]
         time.sleep(0.2)
+
+
+def _pending(node: Node) -> list[str]:
+    from podnet.store import open_store
+
+    with open_store(str(node.data)) as store:
+        return [name for name, _ in store.trust.tokens()]
+
+
+def test_what_is_not_a_certificate_is_never_trusted(node: Node) -> None:
+    """A DER SEQUENCE that is no X.509 certificate, from a trusted client (``lxc config trust
+    add`` sends base64 DER) or ``podnetctl trust add`` (PEM armour around it): 400 ``Invalid
+    certificate material`` / exit 1, and the trust store is left as it was (the TLS listener
+    would otherwise fail to load it, and every ``lxc config trust list`` with it)."""
+    junk = b"\x30\x0a\x02\x01\x00\x30\x05\x06\x03\x2a\x03\x04"
+    before = node.ctl("trust", "list").stdout
+    with node.server.client() as c:
+        r = c.post("/1.0/certificates", json={"name": "junk",
+                                              "certificate": base64.b64encode(junk).decode()})
+        assert (r.status_code, r.json()["error"]) == (
+            400, "Invalid certificate material: not a DER certificate"), r.text
+        pem = Path(node.client_cert[0]).read_text()
+        two = base64.b64encode(ssl.PEM_cert_to_DER_cert(pem) * 2).decode()
+        r = c.post("/1.0/certificates", json={"name": "two", "certificate": two})
+        assert r.status_code == 400 and "Invalid certificate material" in r.json()["error"]
+    armoured = node.tmp / "junk.pem"
+    armoured.write_text(ssl.DER_cert_to_PEM_cert(junk))
+    out = node.ctl("trust", "add", str(armoured), "--name", "junk")
+    assert out.returncode == 1 and "not a PEM certificate: not a DER certificate" in out.stderr, out
+    assert node.ctl("trust", "list").stdout == before
+
+
+def test_a_row_that_is_no_certificate_is_skipped_once(node: Node) -> None:
+    """A trust store row that no TLS library reads (written by an older podnet or by hand):
+    the listener logs it once, with its fingerprint, and keeps re-reading the store every
+    second; a certificate trusted after it still gets in."""
+    import hashlib
+
+    from podnet.store import open_store
+
+    junk = b"\x30\x0a\x02\x01\x00\x30\x05\x06\x03\x2a\x03\x04"
+    bad_fp = hashlib.sha256(junk).hexdigest()
+    pem = Path(node.client_cert[0]).read_text()
+    fp = _fingerprint_pem(pem)
+    with open_store(str(node.data)) as store, store.write():
+        store.trust.add(bad_fp, "junk-row", ssl.DER_cert_to_PEM_cert(junk))
+    try:
+        time.sleep(1.5)
+        assert node.ctl("trust", "add", node.client_cert[0], "--name", "after-junk").returncode == 0
+        deadline = time.monotonic() + 30
+        while (status := node.https("GET", "/1.0/networks", cert=node.client_cert)[0]) != 200:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.2)
+        time.sleep(2.5)  # two more re-reads
+        log = node.server.stderr()
+        assert log.count(f"trusted certificate {bad_fp}") == 1, log[-3000:]
+        assert "cannot re-read the trust store" not in log, log[-3000:]
+    finally:
+        node.ctl("trust", "remove", bad_fp)
+        node.ctl("trust", "remove", fp)
+
+
+def test_a_trusted_client_presenting_a_token_uses_it_up(node: Node) -> None:
+    """As LXD: a trusted client sending a pending ``trust_token`` gets 409 ``Client is already
+    trusted`` and the token is used up; a token that is not pending (or not a token) is
+    403."""
+    token = node.token("already")
+    assert "already" in _pending(node)
+    with node.server.client() as c:
+        r = c.post("/1.0/certificates", json={"trust_token": token})
+        assert (r.status_code, r.json()["error"]) == (409, "Client is already trusted"), r.text
+        assert "already" not in _pending(node)
+        r = c.post("/1.0/certificates", json={"trust_token": token})
+        assert (r.status_code, r.json()["error"]) == (403, "not authorized"), r.text
+        r = c.post("/1.0/certificates", json={"trust_token": "bm90IGEgdG9rZW4="})
+        assert r.status_code == 403, r.text
+
+
+def test_the_root_is_answered_to_everyone(node: Node) -> None:
+    """``GET /`` (what ``lxc remote add`` asks first, without a certificate) is LXD's
+    ``["/1.0"]`` to an untrusted client, one without a certificate and a trusted one; not a
+    refusal in the log."""
+    for cert in (None, node.client_cert):
+        status, doc, connection = node.https("GET", "/", cert=cert)
+        assert (status, doc["metadata"], connection) == (200, ["/1.0"], "close"), doc
+    with node.server.client() as c:
+        assert assert_sync(c.get("/")) == ["/1.0"]
+    assert "refused GET  of" not in node.server.stderr()
+
+
+def test_refusals_are_logged_with_their_path_and_not_flooded(node: Node) -> None:
+    """A refused request is logged with the path it asked for (``/1.0/networks/`` as sent);
+    forty refused requests of one client in a row leave the burst of lines a client gets a
+    minute (10), not forty."""
+    cert = _cert(node.tmp / "certs", "flooder")
+    fp = _fingerprint_pem(Path(cert[0]).read_text())
+    code = f"""
+import httpx, ssl
+ctx = ssl.create_default_context(cafile={node.server_cert!r})
+ctx.load_cert_chain(*{list(cert)!r})
+with httpx.Client(verify=ctx, timeout=30) as c:
+    print(sorted({{c.get({URL + "/1.0/networks/"!r}).status_code for _ in range(40)}}))
+"""
+    proc = in_ns_python(node.lab.node, code)
+    out, _ = proc.communicate(timeout=120)
+    assert out.strip() == "[403]", out
+    time.sleep(0.5)
+    log = node.server.stderr()
+    mine = [line for line in log.splitlines() if fp in line]
+    assert len(mine) == 10, (len(mine), log[-3000:])
+    assert all("refused GET /1.0/networks/ of untrusted client 127.0.0.1:" in line
+               for line in mine), mine[:3]  # fmt: skip

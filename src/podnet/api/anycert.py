@@ -14,10 +14,14 @@ the client. The callback is installed on the ``SSL_CTX`` of a Python :class:`ssl
 through :mod:`ctypes`, on the libssl that :mod:`ssl` itself loaded.
 
 Finding that ``SSL_CTX``: CPython's ``PySSLContext`` starts with the object header and then
-the ``SSL_CTX *`` (Modules/_ssl.c, 3.7 to 3.13). That layout is not an API, so the pointer is
-checked before anything is written: OpenSSL must report, for it, the options and the verify
-mode the Python object reports. When anything does not match, :func:`accept_any` returns False
-and leaves the context as it was (untrusted certificates then fail the handshake, as before).
+the ``SSL_CTX *`` (Modules/_ssl.c, 3.7 to 3.13). That layout is not an API, so nothing is read
+through it unless, first, the interpreter is a CPython of :data:`CPYTHON` with the GIL (a
+free-threaded build has another object header), and the libssl found reports the very
+OpenSSL :mod:`ssl` reports (``OpenSSL_version_num() == ssl.OPENSSL_VERSION_NUMBER``); then
+the pointer is checked before anything is written: OpenSSL must report, for it, the options
+and the verify mode the Python object reports. When anything does not match, :func:`accept_any`
+returns False, logs a warning and leaves the context as it was (untrusted certificates then
+fail the handshake; trusted ones, loaded as the context's verification store, still pass).
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ import ctypes
 import logging
 import ssl
 import sys
+import sysconfig
 
-__all__ = ["accept_any"]
+__all__ = ["CPYTHON", "accept_any"]
+
+#: CPython versions (first, last; major and minor) whose ``PySSLContext`` layout is known.
+CPYTHON = ((3, 8), (3, 13))
 
 log = logging.getLogger("podnet.api")
 
@@ -55,9 +63,21 @@ def _libssl() -> ctypes.CDLL | None:
     return ctypes.CDLL(paths.pop())
 
 
+def layout_known(lib: ctypes.CDLL) -> bool:
+    """Whether this interpreter and ``lib`` are ones whose ``PySSLContext`` layout is known
+    (see the module): checked before any read through it."""
+    if sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    if not CPYTHON[0] <= sys.version_info[:2] <= CPYTHON[1]:
+        return False
+    lib.OpenSSL_version_num.restype = ctypes.c_ulong
+    lib.OpenSSL_version_num.argtypes = []
+    return bool(lib.OpenSSL_version_num() == ssl.OPENSSL_VERSION_NUMBER)
+
+
 def _ssl_ctx(context: ssl.SSLContext, lib: ctypes.CDLL) -> int | None:
     """The ``SSL_CTX *`` of ``context``, when OpenSSL confirms it (see the module)."""
-    if sys.implementation.name != "cpython":
+    if not layout_known(lib):
         return None
     pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
     if not pointer:

@@ -79,8 +79,8 @@ OVSDB_SECONDS = 5.0
 
 class _OvsdbDeadline:
     """ASGI middleware: each HTTP request's OVSDB transactions share :data:`OVSDB_SECONDS`
-    (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker thread runs in a copy of
-    this context)."""
+    from the request's start (:func:`podnet.ovn.ovsdb.shared_deadline`; the handler's worker
+    thread runs in a copy of this context)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -89,7 +89,8 @@ class _OvsdbDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        with shared_deadline(OVSDB_SECONDS):
+        with shared_deadline(OVSDB_SECONDS) as deadline:
+            deadline.left()  # counted from the request's start: waits for a thread or the lock
             await self.app(scope, receive, send)
 
 
@@ -355,6 +356,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
         manager.check_target(target)
 
     # -- server --------------------------------------------------------------------------------
+    @app.get("/", response_model=Envelope, responses=ERRORS, summary="The API versions")
+    def root() -> JSONResponse:
+        return sync(["/1.0"])
+
     @app.get("/1.0", response_model=Envelope, responses=ERRORS, summary="The server document")
     def server(request: Request, target: str | None = None) -> JSONResponse:
         check_target(target)
@@ -577,14 +582,18 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
     """``POST /1.0/certificates`` as lxd/certificates.go ``certificatesPost`` answers it for
     what podnet supports: an untrusted client redeeming a trust token gets its connection's
     certificate trusted (403 ``not authorized`` for no token or an unknown one, ``Token has
-    expired``); a trusted client adds a ``certificate`` (400 ``Client is already trusted``
-    without one). Tokens are issued by ``podnetctl trust add-token`` (400 for ``token``)."""
+    expired``; the token used up and the certificate trusted in one write); a trusted client
+    adds a ``certificate`` (400 ``Invalid certificate material: …`` unless it is one X.509
+    certificate in DER, 400 ``Client is already trusted`` without one); a trusted client
+    presenting a ``trust_token`` has it checked and used up and gets 409 ``Client is already
+    trusted`` (403 for a token that is not pending). Tokens are issued by ``podnetctl trust
+    add-token`` (400 for ``token``)."""
     import base64
     import binascii
     import ssl
 
     from podnet.api import tokens
-    from podnet.api.guard import describe_client
+    from podnet.api.guard import REFUSALS, client_key, describe_client
     from podnet.api.listener import fingerprint
     from podnet.checked import one_line, show
 
@@ -593,37 +602,49 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
     if trusted:
         if body.token:
             return error(400, "Tokens are issued on the node: podnetctl trust add-token NAME")
+        if body.trust_token:  # LXD: the token is checked and used up, the client told so
+            try:
+                with manager.store() as store:
+                    tokens.redeem(store, body.trust_token)
+            except tokens.Refused as err:
+                return error(403, str(err))
+            return error(409, "Client is already trusted")
         if not body.certificate:
             return error(400, "Client is already trusted")
         try:
             der = base64.b64decode(body.certificate, validate=True)
         except (binascii.Error, ValueError):
             return error(400, "Invalid certificate material: not base64")
-        if not der.startswith(b"\x30"):  # a DER SEQUENCE, as every X.509 certificate
-            return error(400, "Invalid certificate material: not a DER certificate")
+        try:
+            tokens.check_certificate(der)
+        except ValueError as err:
+            return error(400, f"Invalid certificate material: {err}")
         name = body.name or "client"
         if one_line(name) != name or len(name) > 255:
             return error(400, "Invalid certificate name: one line of at most 255 characters")
+        fp = fingerprint(der)
+        with manager.store() as store, store.write():
+            added = store.trust.add(fp, name, ssl.DER_cert_to_PEM_cert(der))
     else:
         presented = body.trust_token or body.password
         pem = _client_certificate(scope)
         if not presented:
-            log.warning("refused POST /1.0/certificates of untrusted client %s: no trust "
-                        "token", describe_client(scope))  # fmt: skip
+            REFUSALS.warn(client_key(scope), "refused POST /1.0/certificates of untrusted "
+                          "client %s: no trust "
+                          "token", describe_client(scope))  # fmt: skip
             return error(403, "not authorized", close=True)
         if pem is None:
             return error(400, "No client certificate provided", close=True)
+        der = ssl.PEM_cert_to_DER_cert(pem)
+        fp = fingerprint(der)
         try:
             with manager.store() as store:
-                name = tokens.redeem(store, presented)
+                name, added = tokens.redeem(store, presented,
+                                            trust=(fp, ssl.DER_cert_to_PEM_cert(der)))
         except tokens.Refused as err:
-            log.warning("refused a trust token from untrusted client %s: %s",
-                        describe_client(scope), err)  # fmt: skip
+            REFUSALS.warn(client_key(scope), "refused a trust token from untrusted client %s: %s",
+                          describe_client(scope), err)  # fmt: skip
             return error(403, str(err), close=True)
-        der = ssl.PEM_cert_to_DER_cert(pem)
-    fp = fingerprint(der)
-    with manager.store() as store, store.write():
-        added = store.trust.add(fp, name, ssl.DER_cert_to_PEM_cert(der))
     if not added:
         return error(409, "Certificate already in trust store")
     log.info("trusted certificate %s as %r (%s)", fp, name,

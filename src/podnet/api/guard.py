@@ -7,8 +7,9 @@ ASGI middleware (no per-request task or copy of the response), in this order:
    kept — except what LXD answers such a client: ``GET /1.0`` (the untrusted server document,
    so that ``lxc remote add`` shows the server and asks for a token) and the routes in
    ``open_to_untrusted`` (``POST /1.0/certificates``, redeeming a trust token), which go on to
-   the application, still with ``Connection: close``. Each refusal is logged (the client's
-   address and certificate fingerprint).
+   the application, still with ``Connection: close``; ``GET /`` (``["/1.0"]``) is answered to
+   everyone, as LXD does. Refusals are logged (the client's address and certificate
+   fingerprint), at most :class:`RefusalLog`'s burst a minute.
 2. **Content type** — POST, PUT and PATCH need ``Content-Type: application/json`` (parameters
    allowed, a ``charset`` must be UTF-8, the only encoding of JSON, RFC 8259 §8.1): 415 naming
    the header and what was sent. LXD and its clients (``lxc``, pylxd) send exactly that. A
@@ -25,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import ssl
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,7 +38,7 @@ from podnet.api.envelopes import error, sync
 
 log = logging.getLogger("podnet.api")
 
-__all__ = ["MAX_BODY", "Guard"]
+__all__ = ["MAX_BODY", "REFUSALS", "Guard", "RefusalLog"]
 
 #: Largest request body in bytes (1 MiB: a forward with thousands of port specifications fits).
 MAX_BODY = 1 << 20
@@ -82,6 +85,63 @@ def describe_client(scope: Scope) -> str:
     return f"{client[0]}:{client[1]} ({f'certificate {fp}' if fp else 'no certificate'})"
 
 
+class RefusalLog:
+    """Warnings of refused requests, at most ``burst`` lines per ``every`` seconds for one
+    client (its certificate's fingerprint, or its address without one) and ``total`` for all:
+    past that they are counted, and the client's next line allowed says how many of its own
+    were left out. A flood of untrusted requests is no flood of the log (as refused TLS
+    handshakes, :meth:`podnet.api.listener.Listener._handshake_refused`)."""
+
+    MAX_CLIENTS = 1024  # clients remembered; past that the oldest windows are dropped
+
+    def __init__(self, burst: int = 10, total: int = 50, every: float = 60.0) -> None:
+        self.burst, self.total, self.every = burst, total, every
+        self.window, self.said = -every, 0
+        self.clients: dict[str, list[float]] = {}  # key -> [window start, said, left out]
+        self._lock = threading.Lock()  # the event loop and the handlers' worker threads
+
+    def warn(self, client: str, message: str, *args: Any) -> None:
+        with self._lock:
+            line = self._count(client, message, args)
+        if line is not None:
+            log.warning(line[0], *line[1])
+
+    def _count(self, client: str, message: str,
+               args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]] | None:  # fmt: skip
+        now = time.monotonic()
+        if now - self.window >= self.every:
+            self.window, self.said = now, 0
+        mine = self.clients.get(client)
+        if mine is None or now - mine[0] >= self.every:
+            left = mine[2] if mine is not None else 0
+            mine = self.clients[client] = [now, 0, left]
+            if len(self.clients) > self.MAX_CLIENTS:
+                oldest = min(self.clients, key=lambda k: self.clients[k][0])
+                del self.clients[oldest]
+        if mine[1] >= self.burst or self.said >= self.total:
+            mine[2] += 1
+            return None
+        mine[1] += 1
+        self.said += 1
+        if mine[2]:
+            message += " (%d refusals of this client not logged before this one)"
+            args = (*args, int(mine[2]))
+            mine[2] = 0
+        return message, args
+
+
+#: The process's refusals (the guard's and the application's own, a token refused).
+REFUSALS = RefusalLog()
+
+
+def client_key(scope: Scope) -> str:
+    """Who a refusal is counted against: the certificate's fingerprint, else the address."""
+    chain = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or []
+    if chain:
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(chain[0])).hexdigest()
+    return str((scope.get("client") or ("?", 0))[0])
+
+
 def _closing(send: Send) -> Send:
     """``send`` adding ``Connection: close`` to the response's head: an untrusted client's
     connection ends with its answer."""
@@ -123,13 +183,17 @@ class Guard:
             return
         if self.authorize is not None and not self.authorize(scope):
             method, path = scope["method"], scope["path"].rstrip("/")
+            if method == "GET" and path == "":
+                # LXD answers the API's root to everyone: lxc remote add asks it first
+                await sync(["/1.0"], headers={"Connection": "close"})(scope, receive, send)
+                return
             if method == "GET" and path == "/1.0" and self.untrusted is not None:
                 await sync(self.untrusted(), headers={"Connection": "close"})(scope, receive,
                                                                               send)  # fmt: skip
                 return
             if (method, path) not in self.open_to_untrusted:
-                log.warning("refused %s %s of untrusted client %s", method, path[:200],
-                            describe_client(scope))  # fmt: skip
+                REFUSALS.warn(client_key(scope), "refused %s %s of untrusted client %s", method,
+                              scope["path"][:200], describe_client(scope))  # fmt: skip
                 await error(403, "not authorized", close=True)(scope, receive, send)
                 return
             send = _closing(send)

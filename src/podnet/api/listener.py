@@ -9,8 +9,9 @@ received cancels it). About 250 cert-less TLS connections that send nothing exha
 - :class:`Listener` — an accept loop per listening socket (public asyncio only:
   ``sock_accept`` + ``connect_accepted_socket``), at most ``cap`` connections at a time, with
   ``ssl_handshake_timeout`` and ``ssl_shutdown_timeout``. At the cap it first evicts a
-  connection that is not serving a request — one whose client is not trusted, then one still
-  in its TLS handshake, then a trusted idle one, oldest first within each — and when every
+  connection that is not serving a request (a request is being served once its body is in,
+  trusted or not) — one whose client is not trusted, then one still in its TLS handshake, then
+  a trusted idle one, oldest first within each — and when every
   connection is serving a request it stops accepting until one ends (new clients wait in the
   kernel's backlog). The caps come from :func:`budget`, below RLIMIT_NOFILE, so the other
   listener, the store and the tools always find descriptors.
@@ -281,11 +282,12 @@ class Listener:
             if self.context is None and time.monotonic() - conn.accepted < FIRST_REQUEST_GRACE:
                 return None  # no handshake here: a connection being set up, just accepted
             return _HANDSHAKE
-        untrusted = protocol.closing or not self.trusted(conn.fingerprint)
-        if untrusted:  # busy or not: its request can only be refused (403) anyway
-            return _UNTRUSTED
+        if protocol.busy and protocol.conn.their_state is not h11.SEND_BODY:
+            return None  # serving a request (an untrusted GET /1.0 or token redemption too)
+        if protocol.closing or not self.trusted(conn.fingerprint):
+            return _UNTRUSTED  # idle, or an untrusted client still sending its body
         if protocol.busy:
-            return None
+            return None  # a trusted client sending its body (the body timer bounds it)
         if not protocol.served and time.monotonic() - conn.accepted < FIRST_REQUEST_GRACE:
             return None  # a new client gets a moment to send its first request
         return _TRUSTED_IDLE

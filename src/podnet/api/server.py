@@ -203,6 +203,7 @@ class Trust:
         self.context = context
         self.fingerprints: set[str] = set()
         self.loaded: set[str] = set()
+        self.unusable: set[str] = set()  # rows that would not load, logged once
         self._lock = threading.Lock()  # the timer (event loop) and a request's worker thread
 
     def refresh(self) -> None:
@@ -212,11 +213,26 @@ class Trust:
             with open_store(self.manager.data_dir,
                             busy_timeout=self.manager.busy_timeout) as store:  # fmt: skip
                 rows = store.trust.all()
-            self.fingerprints = {fp for fp, _, _ in rows}
-            for fp, _, pem in rows:
-                if fp not in self.loaded:
+            good = set()
+            for fp, name, pem in rows:
+                if fp in self.loaded:
+                    good.add(fp)
+                    continue
+                if fp in self.unusable:
+                    continue
+                try:
                     self.context.load_verify_locations(cadata=pem)
-                    self.loaded.add(fp)
+                except (ssl.SSLError, ValueError) as err:
+                    # a row no TLS library can read (written by hand, or by an older podnet):
+                    # said once, left out; the other certificates stay trusted
+                    self.unusable.add(fp)
+                    log.warning("trusted certificate %s (%r) is not a certificate, ignored: "
+                                "%s; remove it: podnetctl trust remove %s", fp, name[:80],
+                                err, fp[:12])  # fmt: skip
+                    continue
+                self.loaded.add(fp)
+                good.add(fp)
+            self.fingerprints = good
 
     def trusted(self, fp: str | None) -> bool:
         return fp is not None and fp in self.fingerprints

@@ -31,7 +31,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.store import Store
 
-__all__ = ["Token", "decode", "issue", "redeem", "parse_expiry", "Refused"]
+__all__ = ["Token", "check_certificate", "decode", "issue", "redeem", "parse_expiry", "Refused"]
 
 #: Longest token text accepted from a client (a token with a few addresses is ~400 bytes).
 MAX_TOKEN = 8192
@@ -104,24 +104,50 @@ def issue(store: Store, name: str, fingerprint: str, addresses: list[str], secon
     return token
 
 
-def redeem(store: Store, presented: str, *, now: float | None = None) -> str:
-    """Use up the token ``presented`` (its whole text); the client name it grants. Refused
-    (``not authorized``, LXD's 403 text) when it is not a token or not a pending one,
-    ``Token has expired`` when its time is over (it is used up all the same)."""
+def redeem(store: Store, presented: str, *, now: float | None = None,
+           trust: tuple[str, str] | None = None) -> tuple[str, bool]:
+    """Use up the token ``presented`` (its whole text) and, with ``trust`` (``(fingerprint,
+    pem)`` of the client's certificate), trust that certificate under the token's client name
+    in the same write transaction: a token is never spent without its certificate trusted, nor
+    the reverse. Returns ``(client name, whether the certificate was added)`` (False: it was
+    trusted already, or no ``trust``). Refused (``not authorized``, LXD's 403 text) when it is
+    not a token or not a pending one, ``Token has expired`` when its time is over (it is used
+    up all the same, and nothing is trusted)."""
     token = decode(presented)
     if token is None:
         raise Refused("not authorized")
     digest = _digest(token.secret)
     if not store.trust.has_token(digest):  # no write lock for a guess: plugins share it
         raise Refused("not authorized")
+    at = time.time() if now is None else now
+    added = False
     with store.write():
         found = store.trust.redeem(digest)
+        if found is not None and at < found[1] and trust is not None:
+            added = store.trust.add(trust[0], found[0], trust[1])
     if found is None:
         raise Refused("not authorized")
-    name, expires_at = found
-    if (time.time() if now is None else now) >= expires_at:
+    if at >= found[1]:
         raise Refused("Token has expired")
-    return name
+    return found[0], added
+
+
+def check_certificate(der: bytes) -> None:
+    """ValueError (its text the reason, one line) unless ``der`` is exactly one X.509
+    certificate in DER (RFC 5280 §4.1), as OpenSSL parses it for the TLS listener's
+    verification store: what the trust store keeps must load there and in every client that
+    lists it (LXD: ``x509.ParseCertificate``, lxd/certificates.go ``certificatesPost``)."""
+    import ssl
+
+    if not der.startswith(b"\x30"):
+        raise ValueError("not a DER certificate")
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_verify_locations(cadata=der)
+    except (ssl.SSLError, ValueError):
+        raise ValueError("not a DER certificate") from None
+    if probe.get_ca_certs(binary_form=True) != [der]:
+        raise ValueError("not exactly one DER certificate")
 
 
 def listen_addresses(listen: str, node_addresses: list[str]) -> list[str]:

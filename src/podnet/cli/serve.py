@@ -76,10 +76,15 @@ def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
     import ssl
 
     from podnet.api.server import fingerprint
+    from podnet.api.tokens import check_certificate
 
     pem = certificate.read()
     try:
         der = ssl.PEM_cert_to_DER_cert(pem.strip())
+    except ValueError as err:
+        raise click.ClickException(f"not a PEM certificate: {err}") from None
+    try:
+        check_certificate(der)
     except ValueError as err:
         raise click.ClickException(f"not a PEM certificate: {err}") from None
     fp = fingerprint(der)

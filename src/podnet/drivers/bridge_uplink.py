@@ -29,7 +29,7 @@ from podnet import proc
 from podnet.networks.errors import NetworkError
 
 if TYPE_CHECKING:
-    from podnet.ovn.nb import Record
+    from podnet.ovn.nb import Record, Registry
     from podnet.store import Store
 
 #: Keys that make a bridge an uplink.
@@ -86,29 +86,55 @@ def ovn_users(store: Store, name: str) -> list[str]:
                   if r.type == "ovn" and r.config.get("network") == name)  # fmt: skip
 
 
-def check_change(store: Store, name: str, before: Mapping[str, str],
-                 config: Mapping[str, str]) -> None:  # fmt: skip
-    """Before bridge ``name`` goes from ``before`` to ``config``: becoming an uplink, its name
-    must be no cluster network's (409: the two would share the OVN mapping and the listing);
-    ceasing to be one, no OVN network may use it (400). NetworkError 503 when the NB that
-    would tell does not answer."""
+def needs_registry(before: Mapping[str, str], config: Mapping[str, str]) -> bool:
+    """Whether :func:`check_change` from ``before`` to ``config`` reads the NB (the bridge
+    becomes an uplink, or ceases to be one)."""
+    return is_uplink(before) != is_uplink(config)
+
+
+def read_registry(store: Store) -> Registry | None:
+    """The NB's networks as the store's server config names the NB (None: no NB set), read
+    without the store's lock held (the NB's deadline must never be the lock's). NetworkError
+    503 when the NB does not answer."""
     from podnet.drivers import cluster
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Unreachable
 
-    if is_uplink(before) and not is_uplink(config):
-        users = ovn_users(store, name)
-        if users:
-            raise NetworkError(f"The network is currently in use (OVN network {users[0]})")
-    if not is_uplink(config) or is_uplink(before):
-        return
     nb = cluster.connect(store.config.all(), store.path)
     if nb is None:
-        return
+        return None
     try:
-        registry = nbmod.read(nb)
+        return nbmod.read(nb)
     except Unreachable as err:
         raise cluster._failure(err) from None
+
+
+class Unread(Exception):
+    """:func:`check_change` needs the NB but was given no snapshot of it (the network changed
+    between the read and the lock): read it again, without the lock, and retry."""
+
+
+def check_change(store: Store, name: str, before: Mapping[str, str],
+                 config: Mapping[str, str], registry: Registry | None | bool = False,
+                 ) -> None:  # fmt: skip
+    """Before bridge ``name`` goes from ``before`` to ``config``: becoming an uplink, its name
+    must be no cluster network's (409: the two would share the OVN mapping and the listing);
+    ceasing to be one, no OVN network may use it (400). ``registry``: the NB's networks as
+    :func:`read_registry` read them before the store's lock was taken (None: no NB), or False
+    when not read (:class:`Unread` is raised when they are needed)."""
+    if not needs_registry(before, config):
+        return
+    if registry is False:
+        raise Unread(name)
+    assert registry is not True
+    if registry is None:
+        return
+    if is_uplink(before):
+        users = sorted(n for n, r in registry.records.items()
+                       if r.type == "ovn" and r.config.get("network") == name)  # fmt: skip
+        if users:
+            raise NetworkError(f"The network is currently in use (OVN network {users[0]})")
+        return
     if name in registry.records:
         raise NetworkError(
             f'A {registry.records[name].type} network "{name}" exists in the cluster: an '

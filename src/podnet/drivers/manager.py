@@ -38,7 +38,7 @@ from podnet.values import Dnat, PortMapping
 if TYPE_CHECKING:
     from podnet.checked import Net
     from podnet.drivers.base import Driver
-    from podnet.ovn.nb import Record
+    from podnet.ovn.nb import Record, Registry
     from podnet.ovn.ovsdb import Ovsdb
 
 __all__ = ["Manager"]
@@ -321,15 +321,27 @@ class Manager:
                                   local, self._uplinks(), target)  # fmt: skip
         self.check_target(target)
         valid = driver.validate(name, config)
+        registry = self._registry({}, valid)  # the NB is read before the lock, never under it
         with self._store() as store, store.locked():
             if store.networks.get(name) is not None:
                 raise NetworkError("The network already exists", 409)
             valid = driver.settle(name, valid, self._taken_subnets(store), self.owner)
-            bridge_uplink.check_change(store, name, {}, valid)
+            bridge_uplink.check_change(store, name, {}, valid, registry)
             with store.write():
                 store.networks.insert(name, type, description, valid)
                 _rebuild_or_undo(store, driver.create(name, valid, self.owner))
             return self._as_network(store, self._network(store, name))
+
+    def _registry(self, before: Mapping[str, str], config: Mapping[str, str], *,
+                  force: bool = False) -> Registry | None | bool:  # fmt: skip
+        """The NB's networks when a bridge going from ``before`` to ``config`` needs them
+        (:func:`podnet.drivers.bridge_uplink.read_registry`; None: no NB set), False when it
+        does not (``force``: read all the same): read without the store's lock, so that a slow
+        or blackholed NB never holds the lock the plugin's ADD and DEL wait for."""
+        if not force and not bridge_uplink.needs_registry(before, config):
+            return False
+        with self._store() as store:
+            return bridge_uplink.read_registry(store)
 
     def update_network(self, name: str, *, description: str | None = None,
                        config: Mapping[str, str] | None = None, patch: bool = False,
@@ -349,6 +361,25 @@ class Manager:
             return cluster.update(nb, self.owner, name, text, values, patch, etag, self._uplinks(),
                                   target)  # fmt: skip
         self.check_target(target)
+        sent = {clean(k): clean(v) for k, v in (config or {}).items()}
+        force = False
+        for _ in range(3):  # the NB is read before the lock: again when the network changed
+            with self._store() as store:
+                before = dict(self._network(store, name).config)
+            after = {**before, **sent} if patch else sent
+            registry = self._registry(before, after, force=force)
+            try:
+                return self._update_locked(name, description, config, patch, etag, registry)
+            except bridge_uplink.Unread:
+                force = True
+        raise NetworkError(f'Network "{name}" kept changing while it was updated; try again',
+                           409)  # fmt: skip
+
+    def _update_locked(self, name: str, description: str | None,
+                       config: Mapping[str, str] | None, patch: bool, etag: str | None,
+                       registry: Registry | None | bool) -> Network:  # fmt: skip
+        """:meth:`update_network` under the store's lock, the NB's networks read before it
+        (``registry``, as :meth:`_registry` returns)."""
         with self._store() as store, store.locked():
             row = self._network(store, name)
             current = self._as_network(store, row)
@@ -365,7 +396,7 @@ class Manager:
             valid = driver.validate(name, merged)
             valid = driver.settle(name, valid, self._taken_subnets(store, skip=name), self.owner,
                                   row.config)  # fmt: skip
-            bridge_uplink.check_change(store, name, row.config, valid)
+            bridge_uplink.check_change(store, name, row.config, valid, registry)
             old, new = driver.subnets(row.config), driver.subnets(valid)
             moved = [f for f in (4, 6) if old.get(f, []) != new.get(f, [])]
             if moved and (store.networks.pods(row.id) or store.networks.forwards(row.id)):
