@@ -20,12 +20,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import ipaddress
 import json
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from podnet import checked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -155,13 +156,13 @@ def listen_addresses(listen: str, node_addresses: list[str]) -> list[str]:
     that address, or for a wildcard (``0.0.0.0``, ``::``) each of ``node_addresses`` of a
     family it covers (``::`` covers both), as lxd/util ``ListenAddresses`` does."""
     host, _, port = listen.rpartition(":")
-    addr = ipaddress.ip_address(host.removeprefix("[").removesuffix("]") or "::")
+    addr = checked.ip(host.removeprefix("[").removesuffix("]") or "::")
     if not addr.is_unspecified:
         found = [addr]
     else:
         found = []
         for text in node_addresses:
-            node = ipaddress.ip_address(text)
+            node = checked.ip(text)
             if addr.version == 6 or node.version == 4:
                 found.append(node)
     return [f"[{a}]:{port}" if a.version == 6 else f"{a}:{port}" for a in found]
