@@ -525,7 +525,7 @@ def test_an_unexpected_exception_tells_the_log_not_the_client(tmp_path: Path,
     from podnet.drivers.manager import Manager
 
     class Broken(Manager):
-        def list_networks(self) -> Any:
+        def list_networks(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError(f"cannot read {tmp_path}/secret.conf")
 
     app = create_app(Broken(str(tmp_path)))
