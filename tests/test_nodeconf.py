@@ -405,11 +405,11 @@ def test_uninstall_leaves_another_stores_table(tmp_path: Path) -> None:
 def node_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``PODNET_CONF`` (the file the plugins read) in ``tmp_path/etc``; no table is touched
     (``_remove_table`` reads this namespace's table: not what these tests are about)."""
-    from podnet.runtime import installer
+    from podnet.runtime import uninstaller
 
     conf = tmp_path / "etc" / "podnet.conf"
     monkeypatch.setenv("PODNET_CONF", str(conf))
-    monkeypatch.setattr(installer, "_remove_table", lambda _store: [])
+    monkeypatch.setattr(uninstaller, "_remove_table", lambda _store: [])
     nodeconf.forget()
     yield conf
     nodeconf.forget()
@@ -433,7 +433,7 @@ def test_uninstall_checks_every_store_of_the_node_config(tmp_path: Path, node_en
     """Whatever --data-dir names, a store the node configuration still lets plugins use that
     holds a network refuses the uninstall, and nothing is removed."""
     from podnet.errors import CNIError
-    from podnet.runtime import installer
+    from podnet.runtime import installer, uninstaller
 
     real = tmp_path / "realstore"
     installer.install(**_dirs(tmp_path), data_dir=str(real), plugins=["podnet"],
@@ -451,7 +451,7 @@ def test_uninstall_checks_every_store_of_the_node_config(tmp_path: Path, node_en
     other.mkdir()
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     with pytest.raises(CNIError) as err:
-        installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True)
+        uninstaller.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True)
     assert err.value.code == 7, err.value.msg
     assert f"the store in {busy} still holds network(s) busy" in err.value.msg
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing removed
@@ -464,14 +464,14 @@ def test_purge_deletes_only_a_podnet_store(tmp_path: Path, node_env: Path) -> No
     import sqlite3
 
     from podnet.errors import CNIError
-    from podnet.runtime import installer
+    from podnet.runtime import installer, uninstaller
     from podnet.store import open_store
 
     other = tmp_path / "otherapp"
     other.mkdir()
     for name in ("unix.socket", "podnet.lock", "app.data"):
         (other / name).write_text("not podnet's\n")
-    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True, force=True)
+    done = uninstaller.uninstall(**_dirs(tmp_path), data_dir=str(other), purge=True, force=True)
     assert sorted(os.listdir(other)) == ["app.data", "podnet.lock", "unix.socket"], done
     assert installer.Installed(str(other), "left (not a podnet store: no podnet.db)") in done
 
@@ -480,7 +480,7 @@ def test_purge_deletes_only_a_podnet_store(tmp_path: Path, node_env: Path) -> No
     with sqlite3.connect(foreign / "podnet.db") as db:
         db.execute("CREATE TABLE notes (x)")
     (foreign / "podnet.lock").write_text("theirs\n")
-    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(foreign), purge=True)
+    done = uninstaller.uninstall(**_dirs(tmp_path), data_dir=str(foreign), purge=True)
     assert sorted(os.listdir(foreign)) == ["podnet.db", "podnet.lock"], done
     with sqlite3.connect(foreign / "podnet.db") as db:  # not migrated into a podnet store
         assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["notes"]
@@ -493,21 +493,21 @@ def test_purge_deletes_only_a_podnet_store(tmp_path: Path, node_env: Path) -> No
     plugin = tmp_path / "bin" / "podnet"
     plugin.write_text(installer.plugin_script(installer.PLUGINS["podnet"]))
     with pytest.raises(CNIError) as err:
-        installer.uninstall(**_dirs(tmp_path), data_dir=str(link), purge=True)
+        uninstaller.uninstall(**_dirs(tmp_path), data_dir=str(link), purge=True)
     assert err.value.code == 7 and "is a symlink" in err.value.msg
     assert plugin.exists() and (store / "podnet.db").exists()  # refused: nothing removed
 
-    done = installer.uninstall(**_dirs(tmp_path), data_dir=str(store), purge=True)
+    done = uninstaller.uninstall(**_dirs(tmp_path), data_dir=str(store), purge=True)
     assert not store.exists() and not plugin.exists(), done
 
 
 def test_uninstall_leaves_a_node_config_podnet_did_not_write(tmp_path: Path,
                                                               node_env: Path) -> None:  # fmt: skip
-    from podnet.runtime import installer
+    from podnet.runtime import installer, uninstaller
 
     node_env.parent.mkdir()
     node_env.write_text(f"data_dir = {tmp_path / 'data'}\n")  # the administrator's own file
-    done = installer.uninstall(**_dirs(tmp_path))
+    done = uninstaller.uninstall(**_dirs(tmp_path))
     assert node_env.exists(), done
     assert installer.Installed(str(node_env), "left (not written by podnetctl install)") in done
 

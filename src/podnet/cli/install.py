@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from podnet.runtime import installer
+from podnet.runtime import installer, uninstaller
 
 
 @click.command()
@@ -118,7 +118,7 @@ def uninstall(bin_dir: str, conf_dir: str, name: str, unit_dir: str, data_dir: s
     the restore unit, the node config, table inet podnet of this network namespace and its
     owner records in /run/podnet/tables — each only when podnet made it — and with --purge the
     store. Refused while the store holds pods or networks (--force). Prints what it did."""
-    done = installer.uninstall(bin_dir=bin_dir, conf_dir=conf_dir, name=name, unit_dir=unit_dir,
+    done = uninstaller.uninstall(bin_dir=bin_dir, conf_dir=conf_dir, name=name, unit_dir=unit_dir,
                                data_dir=data_dir, node_conf=node_conf, purge=purge,
                                force=force)  # fmt: skip
     if not done:
