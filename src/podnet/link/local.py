@@ -61,6 +61,22 @@ def is_local(address: str, prefixes: Sequence[Net]) -> bool:
 _PASSIVE = ("broadcast", "multicast", "anycast")
 
 
+def _route_prefixes(started: proc.Spawned | None = None) -> list[tuple[Net, str]]:
+    """``(destination, device)`` of the node netns's routes in every table, both families,
+    broadcast/multicast/anycast entries and destinations that are no prefix (``default``) left
+    out; ``started``: an ``ip -j route show table all`` already running. KernelError (104)."""
+    out = []
+    for route in _routes("routes", started=started):
+        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
+            continue
+        try:
+            prefix = checked.network(route.get("dst"), strict=False)
+        except checked.BadValue:
+            continue  # "default" and the like
+        out.append((prefix, str(route.get("dev") or "")))
+    return out
+
+
 def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
     """``(destination, device)`` of the node netns's routes (every table, both families, the
     local table's addresses included; default routes and broadcast/multicast entries not) that
@@ -71,14 +87,7 @@ def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
     from podnet.link.veth import alias_of
 
     found = []
-    for route in _routes("routes"):
-        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
-            continue
-        dst, dev = route.get("dst"), str(route.get("dev") or "")
-        try:
-            prefix = checked.network(dst, strict=False)
-        except checked.BadValue:
-            continue  # "default" and the like
+    for prefix, dev in _route_prefixes():
         if prefix.prefixlen == 0:
             continue
         if any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
@@ -109,14 +118,7 @@ def routes_over(nets: Sequence[Net], *, skip_dev: str = "", owner: str = "",
     from podnet.link.veth import alias_of
 
     found = []
-    for route in _routes("routes", started=started):
-        if not isinstance(route, dict) or route.get("type") in _PASSIVE:
-            continue
-        dst, dev = route.get("dst"), str(route.get("dev") or "")
-        try:
-            prefix = checked.network(dst, strict=False)
-        except checked.BadValue:
-            continue  # "default" and the like
+    for prefix, dev in _route_prefixes(started):
         if prefix.prefixlen <= 1:
             continue
         if not any(n.version == prefix.version and n.overlaps(prefix) for n in nets):
