@@ -192,3 +192,52 @@ def test_forward_rows_cascade_with_their_network(tmp_path: Path) -> None:
         store.networks.delete(nid)
         for table in ("networks_forwards", "networks_forwards_config", "forward_dnats", "networks_config"):
             assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+class _FailingConn:
+    """A connection whose statements starting with ``failing`` raise SQLite's own error; the
+    rest go to ``raw``."""
+
+    def __init__(self, raw: sqlite3.Connection, failing: str) -> None:
+        self.raw, self.failing = raw, failing
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.in_transaction
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql.startswith(self.failing):
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.raw.execute(sql, *args)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def test_a_failing_first_query_is_code_5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version query of a fresh connection failing is an I/O error (5) naming the file, not
+    a Python error from the handler."""
+    import podnet.store.db as db
+
+    real = db._connect
+    monkeypatch.setattr(db, "_connect", lambda path, timeout: _FailingConn(real(path, timeout),
+                                                                           "PRAGMA user_version"))
+    with pytest.raises(CNIError) as err:
+        open_store(str(tmp_path))
+    assert err.value.code == 5 and "podnet.db" in err.value.msg, err.value.msg
+
+
+def test_a_failing_rollback_keeps_the_error(tmp_path: Path) -> None:
+    """A write that fails and whose ROLLBACK fails too raises the write's error; the lock is
+    let go, so the next writer gets it."""
+    with open_store(str(tmp_path)) as store:
+        raw = store.conn.raw
+        store.conn.raw = _FailingConn(raw, "ROLLBACK")  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="the write's own"):
+            with store.write():
+                store.conn.execute("INSERT INTO ipam_ranges (subnet) VALUES ('10.1.0.0/24')")
+                raise ValueError("the write's own")
+        store.conn.raw = raw
+        raw.execute("ROLLBACK")
+        with store.write():
+            assert store.conn.execute("SELECT count(*) FROM ipam_ranges").fetchone()[0] == 0

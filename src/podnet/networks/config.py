@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Callable, Iterable, Mapping
 
 from podnet import checked
 from podnet.networks.errors import NetworkError
@@ -75,6 +74,7 @@ def _bool(value: str) -> None:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a plugin ~10 ms: reconcile reads bridge configs here
+    from collections.abc import Callable, Iterable, Mapping
     from typing import TypeVar
 
     _T = TypeVar("_T")

@@ -22,7 +22,14 @@ from __future__ import annotations
 import os
 
 from podnet.errors import TryAgainLater
-from podnet.store.conn import _Conn, _connect, _open_error, _prepare_files, _require_trusted
+from podnet.store.conn import (
+    SQLiteError,
+    _Conn,
+    _connect,
+    _open_error,
+    _prepare_files,
+    _require_trusted,
+)
 from podnet.store.pods import Pods, Ranges
 from podnet.store.schema import MIGRATIONS
 
@@ -230,7 +237,7 @@ class _WriteTxn:
         if raw.in_transaction:
             try:
                 raw.execute("ROLLBACK")
-            except sqlite3.Error:
+            except SQLiteError:
                 pass
 
 
@@ -256,7 +263,7 @@ def open_store(data_dir: str, *, busy_timeout: float = 5.0, create: bool = True)
     conn = _connect(path, busy_timeout)
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.Error as err:
+    except SQLiteError as err:
         conn.close()
         raise _open_error(err, path) from err
     store = Store(conn, path, busy_timeout)
