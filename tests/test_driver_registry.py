@@ -233,3 +233,44 @@ def test_node_config_registers_a_driver(lab: Lab, tmp_path: Path) -> None:
     rc, out = lab.cni("DEL", _conf(data), container_id="c1", netns=pod, env=env)
     assert (rc, out) == (0, None)
     assert result["interfaces"][0]["name"] not in _links(lab)
+
+
+@pytest.mark.parametrize("kind", ["ptp", "bridge"])
+def test_plain_veth_teardown_types_have_no_del_step(kind: str) -> None:
+    """The types whose DEL loads no driver (:data:`podnet.drivers.VETH_TEARDOWN`) are exactly
+    those whose class keeps the generic veth DEL and adds no release step."""
+    from podnet import drivers
+    from podnet.drivers.base import Driver
+    from podnet.drivers.pods import VethDriver
+
+    assert kind in drivers.VETH_TEARDOWN
+    cls = type(drivers.get(kind))
+    assert cls.detach is VethDriver.detach and cls.release is Driver.release, cls
+
+
+def test_plain_veth_teardown_is_only_for_builtin_veth_types(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:  # fmt: skip
+    """Every other built-in type adds DEL steps of its own (or replaces DEL), so it is not on
+    the plain path; nor is a conflist with ``ipam``, nor a type a driver registered in this
+    process replaces."""
+    from podnet import drivers
+    from podnet.drivers.base import Driver
+    from podnet.drivers.conf import StoreConf
+    from podnet.drivers.pods import VethDriver
+
+    for kind in set(drivers.BUILTIN) - set(drivers.VETH_TEARDOWN):
+        cls = type(drivers.get(kind))
+        assert cls.detach is not VethDriver.detach or cls.release is not Driver.release, kind
+    base = {"cniVersion": "1.1.0", "name": "n", "type": "podnet", "dataDir": str(tmp_path)}
+    conf = StoreConf(base)
+    assert drivers.plain_veth_teardown(conf, None)
+    assert drivers.plain_veth_teardown(conf, "bridge")
+    assert not drivers.plain_veth_teardown(conf, "ovn")
+    assert not drivers.plain_veth_teardown(conf, "extbridge")
+    ipam = StoreConf({**base, "ipam": {"type": "host-local"}})
+    assert not drivers.plain_veth_teardown(ipam, None)
+    monkeypatch.setattr(drivers, "_loaded", {})
+    monkeypatch.setattr(drivers, "_registered", set())
+    drivers.register("bridge", VethDriver())
+    assert not drivers.plain_veth_teardown(conf, "bridge")
+    assert drivers.plain_veth_teardown(conf, "ptp")

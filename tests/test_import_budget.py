@@ -236,3 +236,7 @@ def test_podnet_add_check_del_within_budget(lab: Lab, plugin_files: dict[str, Pa
                     wrap=wrap, **env)  # fmt: skip
     assert delete.rc == 0, (delete.stdout, delete.stderr[-2000:])
     assert_within_budget(delete, budget.HOT_PATH_MODULES, ("DEL", "pod"))
+    # a ptp pod's DEL has no driver step: the driver layer is never loaded
+    driver_layer = {"podnet.drivers.base", "podnet.drivers.pods", "podnet.drivers.ptp"}
+    loaded = {name for name, _ in delete.imports}
+    assert "podnet.drivers.teardown" in loaded and not driver_layer & loaded, sorted(loaded)

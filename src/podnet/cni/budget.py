@@ -13,8 +13,8 @@ hostPort, and fails when
 
 - podnet's code (or the plugin file) imports a module that is neither one of podnet's outside
   :data:`COLD_PACKAGES` nor in :data:`HOT_PATH_MODULES` (:data:`VERSION_MODULES` for VERSION).
-  What an allowed library module imports itself (``sqlite3`` → ``datetime``; ``hashlib`` →
-  ``_hashlib``) is that module's business and differs between Python versions;
+  What an allowed library module imports itself (``hashlib`` → ``_hashlib``) is that module's
+  business and differs between Python versions;
 - any module of :data:`NEVER` is loaded, by whomever;
 - the imports after the interpreter's own start-up take more than :data:`IMPORT_BUDGET_MS`.
 
@@ -36,7 +36,7 @@ HOT_PATH_MODULES = frozenset({
     "select",  # podnet.proc: poll on children's pipes
     "errno",  # podnet.trusted
     "fcntl",  # podnet.store.lock (flock), podnet.link.mtu (ioctl)
-    "sqlite3",  # podnet.store.db: 2.9 ms with datetime
+    "_sqlite3",  # podnet.store.conn: the C module, without the package's datetime adapters
     "socket",  # podnet.link.mtu, podnet.firewall.conntrack: 4.7 ms with enum and selectors
     "hashlib",  # podnet.firewall.portmap_iptables: the chain name's sha512, 3-5 ms
     "ipaddress",  # podnet.checked: portmap's prevResult addresses, CHECK (docs/benchmarks.md)
@@ -48,7 +48,7 @@ HOT_PATH_MODULES = frozenset({
 VERSION_MODULES = frozenset({"__future__", "os", "time", "zlib", "jiter"})
 
 #: podnet's packages for people and daemons, never on a plugin's path.
-COLD_PACKAGES = ("podnet.api", "podnet.cli", "podnet.runtime")
+COLD_PACKAGES = ("podnet.agent", "podnet.api", "podnet.cli", "podnet.runtime")
 
 #: Modules no plugin process may load at all, even through a module allowed above. ``enum``
 #: and ``selectors`` are not here only because ``socket`` loads them (ADD's MTU lookup); a
@@ -57,6 +57,7 @@ NEVER = frozenset({
     "json", "re", "typing", "dataclasses", "inspect", "subprocess", "signal", "logging",
     "asyncio", "threading", "random", "uuid", "pathlib", "tempfile", "shutil",
     "textwrap", "pyroute2", "yaml", "click", "rich", "fastapi", "pydantic",
+    "datetime",  # the ``sqlite3`` package's adapters: podnet.store.conn takes ``_sqlite3``
 })  # fmt: skip
 
 #: Cumulative import time of one plugin call, after the interpreter's own start-up. A guard

@@ -42,9 +42,15 @@ BUILTIN = {
 #: Types the ``network`` commands and the API may create (``ptp`` networks come from conflists,
 #: ``delegated`` attachments have no network of their own).
 CREATABLE_BUILTIN = ("bridge", "physical", "ovn")
+#: Built-in types whose DEL is the generic veth release with no driver step of its own
+#: (:func:`podnet.drivers.teardown.detach`, ``release`` None): the plugin's DEL of their pods
+#: loads no driver (tests/test_drivers.py holds each class to it).
+VETH_TEARDOWN = ("ptp", "bridge")
 ENV = "PODNET_DRIVERS"
 
 _loaded: dict[str, Driver] = {}
+#: Types :func:`register` gave a driver in this process.
+_registered: set[str] = set()
 
 
 def _extra() -> dict[str, str]:
@@ -83,6 +89,7 @@ def creatable() -> list[str]:
 def register(kind: str, driver: Driver) -> None:
     """Register ``driver`` for ``kind`` in this process (in-process users and tests)."""
     _loaded[kind] = driver
+    _registered.add(kind)
 
 
 def get(kind: str) -> Driver:
@@ -111,6 +118,14 @@ def get(kind: str) -> Driver:
                             f"{type(err).__name__}: {err}") from None
     _loaded[kind] = driver
     return driver
+
+
+def plain_veth_teardown(conf: StoreConf, network_type: str | None) -> bool:
+    """Whether DEL of this conflist (``network_type``: its network's, None for its own ranges)
+    is :func:`podnet.drivers.teardown.detach` with no driver step: a built-in type of
+    :data:`VETH_TEARDOWN` that no driver registered in this process replaces."""
+    kind = network_type or "ptp"
+    return not conf.ipam_type and kind in VETH_TEARDOWN and kind not in _registered
 
 
 def for_netconf(conf: StoreConf, network_type: str | None) -> Driver:

@@ -375,7 +375,7 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
     never fails for what is already gone or for an NB that does not answer (warned; GC later).
     The pod's hostPort elements and rows go as for any podnet pod."""
     from podnet import reconcile
-    from podnet.drivers.pods import flush_udp
+    from podnet.drivers.teardown import flush_udp
     from podnet.link import veth
     from podnet.ovn import ports, vswitch
 

@@ -74,12 +74,19 @@ def cmd_del(call: Call) -> None:
     """DEL (spec "DEL"): release (CNI_CONTAINERID, CNI_IFNAME, network); idempotent, works with
     an empty, stale or deleted CNI_NETNS. Reads only the config keys it uses
     (:class:`~podnet.drivers.conf.StoreConf`), so it is not refused over, say, a range,
-    and never needs the network to still exist (:func:`podnet.drivers.pods.detach`) nor its
-    type's driver (:func:`_teardown_driver`)."""
+    and never needs the network to still exist (:func:`podnet.drivers.teardown.detach`) nor its
+    type's driver (:func:`_teardown_driver`); a ``ptp`` or ``bridge`` pod's loads none
+    (:func:`podnet.drivers.plain_veth_teardown`)."""
+    from podnet import drivers
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
     network, network_type = _stored_network(call, conf)
+    if drivers.plain_veth_teardown(conf, network_type):
+        from podnet.drivers import teardown
+
+        teardown.detach(call, conf, None)  # no driver step: the driver layer stays unloaded
+        return
     driver = _teardown_driver(call, conf, network_type, "DEL")
     try:
         driver.detach(call, conf, network)
@@ -130,9 +137,9 @@ def _stored_network(call: Call, conf: StoreConf) -> tuple[str | None, str | None
         checked.name(network)
     except checked.BadValue:
         return None, None
-    from podnet.drivers.base import open_store
+    from podnet.store import open_store
 
-    with open_store(conf) as store:
+    with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store:
         row = store.networks.get(network)
     return network, (row.type if row is not None and row.type != "ptp" else None)
 
