@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("reconcile",),
     ("drivers",),
     ("plugins",),
-    ("runtime", "api"),
+    ("runtime", "api", "agent"),
     ("cli",),
 ]
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
