@@ -7,22 +7,14 @@ CNI error (code 11 when the database stayed locked, 5 otherwise)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 
 from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError, TryAgainLater
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Callable, Iterable, Sequence
     from typing import Any
-else:
-    try:
-        # The C module itself: the ``sqlite3`` package adds only the default datetime adapters
-        # (unused here, deprecated since Python 3.12) and imports ``datetime`` for them, about
-        # 4 M instructions of every plugin call. Same classes, same exceptions.
-        import _sqlite3 as sqlite3
-    except ImportError:  # pragma: no cover - a Python built without the split module
-        import sqlite3
 
 __all__ = ["Queries", "SQLiteError", "_Conn", "db_error"]
 
