@@ -33,6 +33,7 @@ import copy
 import ipaddress
 import json
 import queue
+import select
 import socket
 import threading
 import time
@@ -44,6 +45,8 @@ from urllib.parse import parse_qs, urlsplit
 
 Obj = dict[str, Any]
 
+#: Seconds within which a watch's handler sees that its client has gone.
+CLIENT_GONE_CHECK = 0.2
 #: The server's ``gitVersion`` (``/version``).
 GIT_VERSION = "v1.31.0-podnet-standin"
 
@@ -125,6 +128,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (EOF waiting to be read on the connection)."""
+        ready, _, _ = select.select([self.connection], [], [], 0)
+        if not ready:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         api = self.server.api
         url = urlsplit(self.path)
@@ -198,6 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
         stream = _Stream(self.connection, bookmarks, query)
         with api._cond:
             api.watches.append(query)
+            api._waiting += 1
+            api._cond.notify_all()
+            api._cond.wait_for(lambda: not api._held)
+            api._waiting -= 1
             gone = start is not None and start < api._oldest
             if not gone:
                 if start is None:
@@ -231,9 +248,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 wait = left if api.bookmark_every is None else min(left, api.bookmark_every)
                 try:
-                    what, data = stream.items.get(timeout=wait)
+                    # the client's leaving is seen within CLIENT_GONE_CHECK seconds
+                    what, data = stream.items.get(timeout=min(wait, CLIENT_GONE_CHECK))
                 except queue.Empty:
-                    if api.bookmark_every is not None and bookmarks:
+                    if self._client_gone():
+                        self.close_connection = True
+                        return
+                    if wait <= CLIENT_GONE_CHECK and api.bookmark_every is not None \
+                            and bookmarks and time.monotonic() < deadline:  # fmt: skip
                         self._chunk(api._bookmark_line())
                     continue
                 if what == "drop":
@@ -291,6 +313,9 @@ class KubeAPI:
         self._streams: set[_Stream] = set()
         self._conns: set[socket.socket] = set()
         self._failing: int | None = None
+        self._held = False
+        self._waiting = 0
+        self._muted = False
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         #: requests by kind: list, watch, get, discovery, gone (410s), unauthorized
@@ -372,6 +397,7 @@ class KubeAPI:
         server, self._server = self._server, None
         if server is None:
             return
+        self.release()
         server.shutdown()
         server.server_close()
         for conn in list(self._conns):
@@ -438,10 +464,40 @@ class KubeAPI:
             if self.retain is not None:
                 while len(self._history) > self.retain:
                     self._oldest = self._history.pop(0)[0]
-            for stream in self._streams:
-                stream.items.put(("event", line))
+            if not self._muted:
+                for stream in self._streams:
+                    stream.items.put(("event", line))
             self._cond.notify_all()
             return str(self._rv)
+
+    def advance(self, n: int = 1) -> str:
+        """Move the resourceVersion on by ``n`` with no Node changing (as writes of other
+        resources move etcd's revision); returns the newest resourceVersion."""
+        with self._cond:
+            self._rv += n
+            self._cond.notify_all()
+            return str(self._rv)
+
+    def hold(self) -> None:
+        """Keep new watch requests waiting (counted, not answered) until :meth:`release`."""
+        with self._cond:
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def waiting(self) -> int:
+        """How many watch requests :meth:`hold` keeps waiting."""
+        with self._lock:
+            return self._waiting
+
+    def mute(self, muted: bool = True) -> None:
+        """Stop (or, with False, resume) delivering changes to open watches: a watcher that
+        falls behind. Changes are still recorded in the window and listed."""
+        with self._cond:
+            self._muted = muted
 
     @staticmethod
     def _key(obj: Obj) -> str:

@@ -67,7 +67,7 @@ class AgentProcess:
         signal or :meth:`stop`, then close the watch, the sink and the server. Returns the exit
         status, 0. OSError when the metrics address cannot be bound (the sink is closed)."""
         main = threading.current_thread() is threading.main_thread()
-        saved: dict[int, object] = {}
+        saved: dict[signal.Signals, object] = {}
         old_fd = -1
         s = self.settings
         try:
@@ -87,8 +87,8 @@ class AgentProcess:
         finally:
             if main:
                 signal.set_wakeup_fd(old_fd)
-                for sig, handler in saved.items():
-                    signal.signal(sig, handler)  # type: ignore[arg-type]
+                for stop_signal, handler in saved.items():
+                    signal.signal(stop_signal, handler)  # type: ignore[arg-type]
             if self.server is not None:
                 self.server.close()
             try:
@@ -112,7 +112,9 @@ def run(settings: Settings, *, api: CoreV1Api | None = None, sink: Sink | None =
 
         api = connect(settings.kubeconfig)
     if sink is None:
-        from podnet.agent.dataplane import Dataplane  # type: ignore[import-not-found,unused-ignore]
+        from podnet.agent.dataplane import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
+            Dataplane,
+        )
 
         sink = Dataplane(settings)
     return AgentProcess(settings, api, sink).run()

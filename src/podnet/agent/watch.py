@@ -93,10 +93,10 @@ def connect(kubeconfig: str | None) -> kclient.CoreV1Api:
     try:
         if kubeconfig is None:
             conf = kclient.Configuration()
-            config.load_incluster_config(client_configuration=conf)
+            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
             api_client = kclient.ApiClient(conf)
         else:
-            api_client = config.new_client_from_config(config_file=kubeconfig)
+            api_client = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except Exception as err:  # the loaders raise ConfigException, OSError, YAML errors
         raise ApiConfigError(f"cannot load the Kubernetes API configuration "
                              f"({kubeconfig or 'in-cluster service account'}): "
@@ -118,7 +118,7 @@ class Backoff:
     def next(self) -> float:
         d = min(self.cap, self.base * 2 ** min(self.failures, 32))
         self.failures += 1
-        return d / 2 + self.rng.uniform(0, d / 2)
+        return float(d / 2 + self.rng.uniform(0, d / 2))
 
     def reset(self) -> None:
         self.failures = 0
@@ -170,7 +170,7 @@ class Reflector:
         self._stop.set()
         w = self._watch
         if w is not None:
-            w.stop()
+            w.stop()  # type: ignore[no-untyped-call]
 
     def _pause(self, what: str, err: BaseException | str) -> None:
         self.metrics.api_errors.inc()
@@ -213,8 +213,9 @@ class Reflector:
                 rv = None
 
     def _list(self) -> str:
-        resp = self.api.list_node(_preload_content=False,
-                                  _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))  # fmt: skip
+        # the raw answer (a urllib3 response): the Nodes are parsed from the JSON, not the models
+        timeouts = (CONNECT_TIMEOUT, READ_TIMEOUT)
+        resp: Any = self.api.list_node(_preload_content=False, _request_timeout=timeouts)
         try:
             data = resp.data
         finally:
@@ -235,7 +236,7 @@ class Reflector:
         """Watch from ``rv`` until the server ends the watch; the last resourceVersion and
         whether the watch did any good (an event, or it lasted :data:`MIN_WATCH`)."""
         timeout = int(self.watch_timeout * (1 + self.rng.random()))
-        w = kwatch.Watch()
+        w = kwatch.Watch()  # type: ignore[no-untyped-call]
         self._watch = w
         if self._stop.is_set():
             return rv, True
@@ -248,9 +249,10 @@ class Reflector:
         def list_node(**kwargs):  # type: ignore[no-untyped-def]
             return api.list_node(**kwargs)
 
-        for event in w.stream(list_node, resource_version=rv, allow_watch_bookmarks=True,
-                              timeout_seconds=timeout,
-                              _request_timeout=(CONNECT_TIMEOUT, timeout + READ_TIMEOUT)):
+        timeouts = (CONNECT_TIMEOUT, timeout + READ_TIMEOUT)
+        for event in w.stream(list_node, resource_version=rv,  # type: ignore[no-untyped-call]
+                              allow_watch_bookmarks=True, timeout_seconds=timeout,
+                              _request_timeout=timeouts):  # fmt: skip
             if self._stop.is_set():
                 break
             if not isinstance(event, dict) or event.get("type") not in _KINDS:
@@ -438,7 +440,7 @@ class Agent:
     def _remove(self, key: str, why: str) -> bool:
         if self.view.pop(key, None) is None:
             return False
-        log.info("node %s %s", checked.show(key), why)
+        log.info("node %s %s", key, why)  # a key of the view: a checked Node name
         return True
 
     def _event(self, kind: str, obj: object) -> bool:
