@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from kubeapi import KubeAPI, node
+from netns import Lab
 from podnet.agent.model import Node
 from podnet.agent.settings import Settings
 
@@ -660,3 +661,32 @@ def test_settings_from_options_and_environment(tmp_path: Path) -> None:
     assert (s.metrics_address, s.metrics_port) == ("::", 19080)
     assert (s.cni_conf_dir, s.data_dir, s.network_name) == ("/etc/cni/net.d", str(tmp_path),
                                                             "podnet")  # fmt: skip
+
+
+# -- the stand-in inside a node namespace ----------------------------------------------------
+
+LIST_IN_NS = textwrap.dedent("""
+    import sys
+    from kubernetes import client, config
+    v1 = client.CoreV1Api(config.new_client_from_config(sys.argv[1]))
+    print(" ".join(n.metadata.name for n in v1.list_node().items))
+""")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
+def test_standin_listens_inside_a_namespace(lab: Lab, tmp_path: Path, address: str) -> None:
+    """The listening socket is made inside the node namespace (a thread that entered it) and
+    served from the test process: a client in that namespace reaches it; nothing listens on
+    that port in the test's own namespace."""
+    with KubeAPI(address, netns=lab.node) as api:
+        api.create(A)
+        api.create(B)
+        listening = lab.exec(lab.node, "ss", "-Htln", f"sport = :{api.port}").stdout
+        assert api.hostport in listening
+        here = subprocess.run(["ss", "-Htln", f"sport = :{api.port}"], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+        assert api.hostport not in here
+        kc = api.kubeconfig(str(tmp_path / "kc"))
+        out = lab.exec(lab.node, sys.executable, "-c", LIST_IN_NS, kc).stdout
+        assert out == "a b\n"
+        assert api.requests["list"] == 1
