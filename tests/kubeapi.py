@@ -303,7 +303,7 @@ class KubeAPI:
         self.retain = retain
         self.bookmark_every = bookmark_every
         self.max_watch = max_watch
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # predicates of wait() may call the methods below
         self._cond = threading.Condition(self._lock)
         self._nodes: dict[str, Obj] = {}
         self._history: list[tuple[int, bytes]] = []
@@ -579,7 +579,7 @@ class KubeAPI:
 
     def wait_streams(self, n: int = 1, timeout: float = 30) -> bool:
         """Wait until at least ``n`` watches are open."""
-        return self.wait(lambda: len(self._streams) >= n, timeout)
+        return self.wait(lambda: self.streams() >= n, timeout)
 
     def events(self) -> Iterator[Obj]:
         """The retained change events, oldest first (decoded)."""

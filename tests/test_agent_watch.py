@@ -7,6 +7,7 @@ needed (the server listens on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -245,7 +246,7 @@ def test_bookmark_advances_the_resume(api: KubeAPI, tmp_path: Path) -> None:
         api.hold()  # the next watch waits here
         bookmarked = api.advance(5)  # other resources' writes: no Node event
         assert api.bookmark() == 1
-        assert api.wait(lambda: api._waiting == 1)  # the first watch ended (timeoutSeconds)
+        assert api.wait(lambda: api.waiting() == 1)  # the first watch ended (timeoutSeconds)
         api.expire()
         api.release()
         until(lambda: api.requests["watch"] >= 3)
@@ -292,7 +293,7 @@ def test_gone_at_watch_start_relists(api: KubeAPI, tmp_path: Path, gone: str) ->
         sink.wait(lambda me, o: names(o) == {"b"})
         assert api.wait_streams(1)
         api.hold()
-        assert api.wait(lambda: api._waiting == 1)  # between two watches
+        assert api.wait(lambda: api.waiting() == 1)  # between two watches
         _change_unseen(api)
         api.expire()
         api.release()
@@ -459,7 +460,7 @@ def test_idle_agent_sends_no_request(api: KubeAPI, tmp_path: Path) -> None:
         time.sleep(5)
         assert dict(api.requests) == before == {"list": 1, "watch": 1}
         assert sink.count() == 1 and the.syncs == 1
-    assert api.wait(lambda: not api._streams)  # stopped: the watch was closed
+    assert api.wait(lambda: api.streams() == 0)  # stopped: the watch was closed
 
 
 # -- the process: /healthz, /metrics, signals ------------------------------------------------
@@ -500,6 +501,7 @@ def test_healthz_and_metrics(api: KubeAPI, tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{port}"
         code, body = _get(base + "/healthz")
         assert (code, body) == (503, "no LIST of Nodes has succeeded yet\n")
+        until(lambda: proc.metrics.api_errors._value.get() >= 1)  # a LIST answered 503
         api.fail(None)
         sink.wait(lambda me, o: names(o) == {"b"})
         assert _get(base + "/healthz") == (200, "ok\n")
@@ -574,7 +576,7 @@ def test_signal_ends_the_process_cleanly(api: KubeAPI, tmp_path: Path, sig: int)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["others"] == ["b"] and lines[-1] == {"closed": True}
     assert f"stopped by {signal.Signals(sig).name}" in stderr
-    assert api.wait(lambda: not api._streams)  # the watch was closed
+    assert api.wait(lambda: api.streams() == 0)  # the watch was closed
     assert "Traceback" not in stderr
 
 
@@ -690,3 +692,72 @@ def test_standin_listens_inside_a_namespace(lab: Lab, tmp_path: Path, address: s
         out = lab.exec(lab.node, sys.executable, "-c", LIST_IN_NS, kc).stdout
         assert out == "a b\n"
         assert api.requests["list"] == 1
+
+
+def _until_ok(pred: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not pred():
+        assert proc.poll() is None, f"the agent exited: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_podnetctl_agent_in_a_node_namespace(lab: Lab, tmp_path: Path) -> None:
+    """``podnetctl agent`` as a process in a node namespace, against the stand-in listening in
+    it, with the real dataplane: the conflist from the Node's podCIDRs, a route to another
+    Node's podCIDR that follows it away, /healthz on kindnetd's port; SIGTERM ends it with
+    status 0, and a restart rewrites nothing."""
+    if importlib.util.find_spec("podnet.agent.dataplane") is None:
+        pytest.fail("podnet.agent.dataplane is missing: this test needs the agent's dataplane")
+    lab.client()  # 192.0.2.0/24 and 2001:db8:1::/64 on the node's up0: the "LAN"
+    conf, data = tmp_path / "net.d", tmp_path / "data"
+    podnetctl = str(Path(sys.executable).parent / "podnetctl")
+    with KubeAPI("127.0.0.1", netns=lab.node) as api:
+        api.create(node("a", ["10.244.0.0/24", "fd00:10:244::/64"], ["192.0.2.1",
+                                                                      "2001:db8:1::1"]))
+        api.create(node("b", ["10.244.1.0/24", "fd00:10:244:1::/64"], ["192.0.2.2",
+                                                                        "2001:db8:1::2"]))
+        argv = ["ip", "netns", "exec", lab.node, podnetctl, "agent", "--kubeconfig",
+                api.kubeconfig(str(tmp_path / "kc")), "--node-name", "a", "--cni-conf-dir",
+                str(conf), "--data-dir", str(data)]  # fmt: skip
+
+        def route(prefix: str) -> str:
+            return lab.exec(lab.node, "ip", "route", "show", prefix).stdout.strip()
+
+        def healthz() -> str:
+            r = lab.exec(lab.node, "curl", "-s", "-m", "5", "http://127.0.0.1:19080/healthz",
+                         check=False)  # fmt: skip
+            return r.stdout
+
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        try:
+            _until_ok(lambda: conf.is_dir() and any(conf.glob("*.conflist")), proc)
+            _until_ok(lambda: "via 192.0.2.2" in route("10.244.1.0/24"), proc)
+            _until_ok(lambda: "via 2001:db8:1::2" in lab.exec(
+                lab.node, "ip", "-6", "route", "show", "fd00:10:244:1::/64").stdout, proc)
+            (path,) = conf.glob("*.conflist")
+            text = path.read_text()
+            assert "10.244.0.0/24" in text and "fd00:10:244::/64" in text
+            _until_ok(lambda: healthz() == "ok\n", proc)
+            api.delete("b")
+            _until_ok(lambda: route("10.244.1.0/24") == "", proc)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(WAIT) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.communicate()[1]
+        assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+        assert "node b deleted" in stderr
+        written = path.stat().st_mtime_ns
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        try:
+            _until_ok(lambda: healthz() == "ok\n", proc)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(WAIT) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+        assert path.stat().st_mtime_ns == written and path.read_text() == text
+        assert api.requests["list"] == 2

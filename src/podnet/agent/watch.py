@@ -185,10 +185,8 @@ class Reflector:
         reason = ""
         while not self._stop.is_set():
             if rv is None:
-                if not first:
-                    self.metrics.relists.labels(reason).inc()
                 try:
-                    rv = self._list()
+                    rv = self._list(None if first else reason)
                 except Exception as err:
                     if not self._stop.is_set():
                         self._pause("LIST nodes", err)
@@ -212,7 +210,8 @@ class Reflector:
                     reason = "error"
                 rv = None
 
-    def _list(self) -> str:
+    def _list(self, relist: str | None) -> str:
+        """LIST the Nodes and emit them whole; ``relist``: why, for a LIST after the first."""
         # the raw answer (a urllib3 response): the Nodes are parsed from the JSON, not the models
         timeouts = (CONNECT_TIMEOUT, READ_TIMEOUT)
         resp: Any = self.api.list_node(_preload_content=False, _request_timeout=timeouts)
@@ -229,6 +228,8 @@ class Reflector:
             raise _Broken("the LIST answer has no list of items")
         rv = _rv_of(body)
         log.info("listed %d nodes at resourceVersion %s", len(items), rv)
+        if relist is not None:
+            self.metrics.relists.labels(relist).inc()
         self.emit(("list", items, rv))
         return rv
 
