@@ -407,6 +407,39 @@ def test_api_errors_back_off_exponentially(api: KubeAPI, tmp_path: Path) -> None
         assert api.wait_streams(1)
 
 
+def test_bearer_token_and_refusals(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The kubeconfig's token reaches the server as a bearer token; a wrong one is a 401, and
+    RBAC refusing the list a 403: each logged with its status and retried with backoff."""
+    caplog.set_level(logging.INFO, logger="podnet.agent")
+    with KubeAPI(token="s3cret") as api:
+        api.create(A)
+        sink = RecordingSink()
+        with agent(api, tmp_path, sink):
+            sink.wait(lambda me, o: me is not None)
+        assert api.requests["unauthorized"] == 0
+        from podnet.agent.watch import Agent, connect
+
+        bad = connect(api.kubeconfig(str(tmp_path / "bad"), token="wrong"))
+        the = Agent(bad, "a", sink, backoff_base=0.2, backoff_cap=1.0)
+        thread = threading.Thread(target=the.run)
+        thread.start()
+        try:
+            until(lambda: api.requests["unauthorized"] >= 2)
+            assert not the.health.check()[0] and sink.count() == 1
+        finally:
+            the.stop()
+            thread.join(WAIT)
+            the.close()
+    with KubeAPI() as api:
+        api.fail(403)
+        with agent(api, tmp_path, RecordingSink()) as the:
+            until(lambda: the.metrics.api_errors._value.get() >= 2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("LIST nodes failed: HTTP 401 Unauthorized; retrying in ")
+               for m in lines), lines  # fmt: skip
+    assert any(m.startswith("LIST nodes failed: HTTP 403 ") for m in lines), lines
+
+
 def test_sync_failure_is_retried_without_events(api: KubeAPI, tmp_path: Path) -> None:
     api.create(A)
     sink = RecordingSink(results=[False, False, False])
