@@ -240,7 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
             if gone:
                 self._chunk(b"")
                 return
-            deadline = time.monotonic() + (timeout if timeout is not None else api.max_watch)
+            deadline = time.monotonic() + min(api.max_watch, timeout if timeout is not None
+                                              else api.max_watch)  # fmt: skip
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -288,7 +289,7 @@ class KubeAPI:
     watch from an expired resourceVersion is refused; ``retain``: how many changes the window
     keeps (None: all, until :meth:`expire`); ``bookmark_every``: seconds of quiet after which an
     open watch that allows bookmarks gets one (None: only on :meth:`bookmark`); ``max_watch``:
-    how long a watch without ``timeoutSeconds`` lasts (seconds)."""
+    the longest a watch lasts (seconds; as the API server's own cap on requests)."""
 
     def __init__(self, address: str = "127.0.0.1", port: int = 0, *, netns: str | None = None,
                  token: str | None = None, gone: str = "event", retain: int | None = None,

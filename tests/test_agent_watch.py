@@ -269,6 +269,22 @@ def test_watch_timeout_resumes_without_relist(api: KubeAPI, tmp_path: Path) -> N
     assert sink.count() == 2
 
 
+def test_watches_the_server_ends_at_once_are_not_hammered(tmp_path: Path) -> None:
+    """A server that ends every watch at once, cleanly: each is resumed (no relist), after a
+    backoff (first delay 0.4 s, doubling): 6 s hold at most 5 watches, not thousands."""
+    with KubeAPI(max_watch=0) as api:
+        api.create(A)
+        sink = RecordingSink()
+        with agent(api, tmp_path, sink, backoff_base=0.4, backoff_cap=30.0):
+            sink.wait(lambda me, o: me is not None)
+            until(lambda: api.requests["watch"] >= 1)
+            time.sleep(6)
+            watched = api.requests["watch"]
+            assert 3 <= watched <= 6, watched
+            assert api.requests["list"] == 1
+            assert {w["resourceVersion"] for w in api.watches} == {api.resource_version}
+
+
 def _converged(me: Node | None, others: dict[str, Node]) -> bool:
     return (me is not None and str(me.internal_ips[4]) == "192.168.50.111"
             and names(others) == {"c"})  # fmt: skip

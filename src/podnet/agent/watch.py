@@ -194,7 +194,9 @@ class Reflector:
                 first = False
             try:
                 rv, worked = self._watch_from(rv)
-                if not worked and not self._stop.is_set():
+                if worked:
+                    self.backoff.reset()
+                elif not self._stop.is_set():
                     self._pause("WATCH nodes", "the server ended the watch at once")
             except Exception as err:
                 if self._stop.is_set():
@@ -251,23 +253,25 @@ class Reflector:
             return api.list_node(**kwargs)
 
         timeouts = (CONNECT_TIMEOUT, timeout + READ_TIMEOUT)
-        for event in w.stream(list_node, resource_version=rv,  # type: ignore[no-untyped-call]
-                              allow_watch_bookmarks=True, timeout_seconds=timeout,
-                              _request_timeout=timeouts):  # fmt: skip
-            if self._stop.is_set():
-                break
-            if not isinstance(event, dict) or event.get("type") not in _KINDS:
-                kind = event.get("type") if isinstance(event, dict) else event
-                raise _Broken(f"not a watch event: type {checked.show(kind)}")
-            kind, obj = event["type"], event.get("raw_object")
-            new_rv = _rv_of(obj)
-            self.metrics.events.labels(kind).inc()
-            if kind != "BOOKMARK":
-                self.emit(("event", kind, obj))
-            rv = new_rv
-            seen += 1
-            self.backoff.reset()
-        self._watch = None
+        try:
+            for event in w.stream(list_node, resource_version=rv,  # type: ignore[no-untyped-call]
+                                  allow_watch_bookmarks=True, timeout_seconds=timeout,
+                                  _request_timeout=timeouts):  # fmt: skip
+                if self._stop.is_set():
+                    break
+                if not isinstance(event, dict) or event.get("type") not in _KINDS:
+                    kind = event.get("type") if isinstance(event, dict) else event
+                    raise _Broken(f"not a watch event: type {checked.show(kind)}")
+                kind, obj = event["type"], event.get("raw_object")
+                new_rv = _rv_of(obj)
+                self.metrics.events.labels(kind).inc()
+                if kind != "BOOKMARK":
+                    self.emit(("event", kind, obj))
+                rv = new_rv
+                seen += 1
+                self.backoff.reset()
+        finally:
+            self._watch = None
         return rv, seen > 0 or self.clock() - start >= MIN_WATCH
 
 
