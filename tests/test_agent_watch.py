@@ -2,8 +2,9 @@
 unmodified ``kubernetes`` client: the first LIST, ADDED/MODIFIED/DELETED, bookmarks and the
 resume from them, watch timeouts, 410 Gone in both forms, dropped streams and garbage, the API
 down at start, sync failures retried without new events, SIGTERM/SIGINT, /healthz and /metrics,
-and that an idle agent sends no request. The sink records what the loop hands it; no root
-needed (the server listens on 127.0.0.1)."""
+and that an idle agent sends no request. The sink records what the loop hands it and the
+server listens on 127.0.0.1 (no root), except in the last tests: the server inside a node
+namespace, and ``podnetctl agent`` run there with the real dataplane."""
 
 from __future__ import annotations
 
