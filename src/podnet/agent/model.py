@@ -66,20 +66,30 @@ def node_name(value: object) -> str:
     return value
 
 
+def _short(err: Exception) -> str:
+    """An error's text on one line, at most 200 characters (a value it repeats may be long)."""
+    text = checked.one_line(str(err))
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def parse_node(obj: Mapping[str, object]) -> Node:
     """The Node of API object ``obj`` (a dict as the API's JSON gives it). :class:`BadNode`
     naming the field when a podCIDR is not a CIDR with no host bits, two podCIDRs are of one
     family, or an InternalIP is not an IP address (a zone or scope is refused). Addresses of
     other types (``ExternalIP``, ``Hostname``) are not read."""
+    if not isinstance(obj, dict):
+        raise BadNode(f"a Node must be an object, not {checked.show(obj)}")
     meta = obj.get("metadata")
     name = node_name(meta.get("name") if isinstance(meta, dict) else None)
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    spec = obj.get("spec")
+    status = obj.get("status")
+    spec = {} if spec is None else spec  # null: a Node just registered
+    status = {} if status is None else status
     if not isinstance(spec, dict) or not isinstance(status, dict):
         raise BadNode(f"Node {name}: spec and status must be objects")
     raw = spec.get("podCIDRs")
     if raw is None:
-        raw = [spec["podCIDR"]] if spec.get("podCIDR") else []
+        raw = [] if spec.get("podCIDR") in (None, "") else [spec["podCIDR"]]
     if not isinstance(raw, list):
         raise BadNode(f"Node {name}: spec.podCIDRs must be a list")
     cidrs: dict[int, Net] = {}
@@ -87,12 +97,13 @@ def parse_node(obj: Mapping[str, object]) -> Node:
         try:
             net = checked.network(item, strict=True)
         except checked.BadValue as err:
-            raise BadNode(f"Node {name}: spec.podCIDRs[{i}]: {err}") from None
+            raise BadNode(f"Node {name}: spec.podCIDRs[{i}]: {_short(err)}") from None
         if net.version in cidrs:
             raise BadNode(f"Node {name}: spec.podCIDRs[{i}]: a second IPv{net.version} podCIDR "
                           f"({net}; {cidrs[net.version]} is first)")  # fmt: skip
         cidrs[net.version] = net
-    addresses = status.get("addresses") or []
+    addresses = status.get("addresses")
+    addresses = [] if addresses is None else addresses
     if not isinstance(addresses, list):
         raise BadNode(f"Node {name}: status.addresses must be a list")
     ips: dict[int, IP] = {}
@@ -102,6 +113,7 @@ def parse_node(obj: Mapping[str, object]) -> Node:
         try:
             addr = checked.ip(entry.get("address"))
         except checked.BadValue as err:
-            raise BadNode(f"Node {name}: status.addresses[{i}] (InternalIP): {err}") from None
+            raise BadNode(f"Node {name}: status.addresses[{i}] (InternalIP): "
+                          f"{_short(err)}") from None  # fmt: skip
         ips.setdefault(addr.version, addr)
     return Node(name, cidrs, ips)

@@ -18,6 +18,7 @@ from podnet.errors import CNIError
 #: Subcommands imported only when run (or listed): ``podnetctl network …`` does not pay for the
 #: runtime's, the installer's or the API's imports (~25 ms of every call, measured).
 LAZY_COMMANDS = {
+    "agent": "podnet.cli.agent:agent",
     "config": "podnet.cli.config:config",
     "install": "podnet.cli.install:install",
     "net": "podnet.cli.net:net",
