@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,11 @@ PROTO = "113"
 #: The outside host: on the LAN, and (behind it) a no-masquerade destination.
 OUT4, OUT6 = "192.0.2.100", "2001:db8:1::100"
 NOMASQ4, NOMASQ6 = "203.0.113.1", "2001:db8:2::1"
+
+
+def peer(answer: str) -> str:
+    """The echo server's answer with an IPv4 peer as IPv4 (its dual-stack socket maps it)."""
+    return answer.replace("::ffff:", "")
 
 
 def node_obj(name: str, cidrs: list[str], ips: list[str]) -> dict[str, Any]:
@@ -202,7 +208,7 @@ def test_conflist_written_once_extra_range_kept_podcidr_followed(cluster: Cluste
 
     # a runtime's ADD with the written conflist: the pod gets addresses from the podCIDRs
     pod = cluster.add_pod("a", "pa")
-    assert pod["4"].startswith("10.244.6.") and pod["6"].startswith("fd00:10:244:1::")
+    assert ip_address(pod["4"]) in ip_network("10.244.6.0/24") and ip_address(pod["6"]) in ip_network(A6)
 
 
 def test_routes_both_families_onlink_only_followed_and_removed(cluster: Cluster) -> None:
@@ -310,12 +316,12 @@ def test_pod_to_pod_across_nodes_keeps_the_pod_address_egress_masqueraded(cluste
     lab = cluster.lab
     lab.serve(pod_b["ns"], "podb", 8080)
     lab.serve(cluster.out, "out", 8080)
-    assert lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080) == f"podb {pod_a['4']}"
-    assert lab.talk(pod_a["ns"], "tcp", pod_b["6"], 8080) == f"podb {pod_a['6']}"
-    assert lab.talk(pod_a["ns"], "tcp", OUT4, 8080) == "out 192.0.2.11"
-    assert lab.talk(pod_a["ns"], "tcp", OUT6, 8080) == "out 2001:db8:1::11"
-    assert lab.talk(pod_a["ns"], "tcp", NOMASQ4, 8080) == f"out {pod_a['4']}"
-    assert lab.talk(pod_a["ns"], "tcp", NOMASQ6, 8080) == f"out {pod_a['6']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080)) == f"podb {pod_a['4']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", pod_b["6"], 8080)) == f"podb {pod_a['6']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", OUT4, 8080)) == "out 192.0.2.11"
+    assert peer(lab.talk(pod_a["ns"], "tcp", OUT6, 8080)) == "out 2001:db8:1::11"
+    assert peer(lab.talk(pod_a["ns"], "tcp", NOMASQ4, 8080)) == f"out {pod_a['4']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", NOMASQ6, 8080)) == f"out {pod_a['6']}"
     node_a = cluster.nodes["a"]
     v4 = lab.exec(node_a, "nft", "list", "set", "inet", "podnet", "cluster_v4").stdout
     assert "elements = { 10.0.0.0/8, 203.0.113.0/24 }" in v4
@@ -325,8 +331,8 @@ def test_pod_to_pod_across_nodes_keeps_the_pod_address_egress_masqueraded(cluste
     ok, log = agent_a.sync(node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"]),
                            [node_obj("b", [B4, B6], ["192.0.2.12", "2001:db8:1::12"])])
     assert ok and any("table inet podnet rebuilt" in line for line in log), log
-    assert lab.talk(pod_a["ns"], "tcp", NOMASQ4, 8080) == f"out {pod_a['4']}"
-    assert lab.talk(pod_a["ns"], "tcp", OUT4, 8080) == "out 192.0.2.11"
+    assert peer(lab.talk(pod_a["ns"], "tcp", NOMASQ4, 8080)) == f"out {pod_a['4']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", OUT4, 8080)) == "out 192.0.2.11"
 
 
 def test_cluster_set_follows_nodes_element_by_element(cluster: Cluster) -> None:
@@ -348,11 +354,11 @@ def test_cluster_set_follows_nodes_element_by_element(cluster: Cluster) -> None:
     after = json.loads(lab.exec(node_a, "nft", "-j", "list", "table", "inet", "podnet").stdout)
     assert [i["table"]["handle"] for i in after["nftables"] if "table" in i] == table_handle  # no rebuild
     sh("ip", "-n", node_a, "route", "add", B4, "via", "192.0.2.12")  # reach it without the agent
-    assert lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080) == "podb 192.0.2.11"
+    assert peer(lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080)) == "podb 192.0.2.11"
     sh("ip", "-n", node_a, "route", "del", B4, "via", "192.0.2.12")
     ok, log = agent_a.sync(me_a, [me_b])
     assert ok and f"INFO cluster destination {B4} added (not masqueraded)" in log, log
-    assert lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080) == f"podb {pod_a['4']}"
+    assert peer(lab.talk(pod_a["ns"], "tcp", pod_b["4"], 8080)) == f"podb {pod_a['4']}"
     code = ("from podnet.store import open_store; from podnet import reconcile; "
             f"print(sorted(reconcile.state(open_store({str(cluster.tmp / 'a' / 'data')!r})).cluster))")
     rendered = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -373,9 +379,10 @@ def test_faults_logged_retried_never_fatal(cluster: Cluster) -> None:
     readonly = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                 f'mount --bind {conf_dir} {conf_dir} && mount -o remount,bind,ro {conf_dir} && exec "$@"', "-"]
     agent = cluster.agent("a", prefix=readonly)
-    for _ in range(2):
+    for said in (1, 0):  # failing each time, said once
         ok, log = agent.sync(me, [b])
-        assert not ok and any("cannot write conflist" in line and "Read-only file system" in line for line in log), log
+        assert not ok and sum("cannot write conflist" in line and "Read-only file system" in line
+                              for line in log) == said, log
         assert agent.proc.poll() is None
     assert not cluster.conflist("a").exists()
     assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12"}  # the rest proceeds
@@ -387,12 +394,12 @@ def test_faults_logged_retried_never_fatal(cluster: Cluster) -> None:
 
     capless = ["setpriv", "--bounding-set", "-net_admin", "--inh-caps", "-net_admin"]
     agent = cluster.agent("a", prefix=capless)
-    for _ in range(2):
+    for said in (1, 0):
         ok, log = agent.sync(me, [b])
         assert not ok, log
-        assert any(line.startswith(f"ERROR the kernel refused `ip route add {B4} via 192.0.2.12 proto 113`")
-                   and "Operation not permitted" in line for line in log), log
-        assert any("table inet podnet" in line and line.startswith("ERROR") for line in log), log
+        assert sum(line.startswith(f"ERROR the kernel refused `ip route add {B4} via 192.0.2.12 proto 113`")
+                   and "Operation not permitted" in line for line in log) == said, log
+        assert sum("table inet podnet" in line and line.startswith("ERROR") for line in log) == said, log
         assert agent.proc.poll() is None
     assert cluster.routes("a") == {} and cluster.conflist("a").exists()
     agent.stop()

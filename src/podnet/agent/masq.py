@@ -17,6 +17,7 @@ from the store with :func:`podnet.reconcile.rebuild`, which never takes another 
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from podnet import checked, reconcile
 from podnet.agent.notes import LOG, Notes
@@ -92,11 +93,11 @@ class Masquerade:
                 return self._kernel(store, want)
         except reconcile.TableOwned as err:
             self.notes.note(("masq", "owned"), f"cluster sets not updated: {err.msg}")
-        except KernelError as err:
-            LOG.error("cluster sets of table inet podnet not updated: %s: %s", err.msg,
-                      err.details)  # fmt: skip
         except CNIError as err:
-            LOG.error("cluster sets of table inet podnet not updated: %s", err.msg)
+            detail = f": {err.details}" if err.details else ""
+            self.notes.note(("masq", "failed", err.msg, err.details),
+                            f"cluster sets of table inet podnet not updated: {err.msg}{detail}",
+                            level=logging.ERROR)  # fmt: skip
         return False
 
     def _kernel(self, store: Store, want: dict[int, list[str]]) -> bool:
@@ -128,7 +129,9 @@ class Masquerade:
                 reconcile.rebuild(store, warn=lambda msg: LOG.warning("%s", msg))
                 LOG.info("table inet podnet rebuilt from the store")
                 return True
-            LOG.error("nft refused the cluster set update: %s", done.stderr)
+            self.notes.note(("masq", "refused", done.stderr),
+                            f"nft refused the cluster set update: {done.stderr}",
+                            level=logging.ERROR)  # fmt: skip
             return False
         for line in changes:
             LOG.info("%s", line)

@@ -20,6 +20,7 @@ and the table is listed again to tell what the kernel took.
 from __future__ import annotations
 
 import json
+import logging
 
 from podnet import checked, proc
 from podnet.agent.notes import LOG, Notes
@@ -175,7 +176,9 @@ class Routes:
         failed = _failed_lines(stderr)
         for number, (cmd, what) in enumerate(lines, 1):
             if number in failed:
-                LOG.error("the kernel refused `ip %s`: %s", cmd, failed[number])
+                self.notes.note(("route", "refused", cmd),
+                                f"the kernel refused `ip {cmd}`: {failed[number]}",
+                                level=logging.ERROR)  # fmt: skip
                 ok = False
             elif what:
                 LOG.info("%s", what)
