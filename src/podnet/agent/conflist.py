@@ -45,8 +45,8 @@ _MODE = 0o644
 def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
     """Make ``path`` hold ``data`` (mode ``mode``): nothing is written when it already does
     (returns False); else a temporary file beside it is written and fsynced, renamed over
-    ``path``, and the directory fsynced (returns True). OSError when the directory cannot be
-    written (the temporary file is removed)."""
+    ``path``, and the directory (made if missing, mode 0755) fsynced (returns True). OSError
+    when the directory cannot be written (the temporary file is removed)."""
     try:
         with open(path, "rb") as f:
             if f.read() == data and (os.fstat(f.fileno()).st_mode & 0o7777) == mode:
@@ -54,6 +54,7 @@ def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
     except FileNotFoundError:
         pass
     directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
     try:
         with os.fdopen(fd, "wb") as f:

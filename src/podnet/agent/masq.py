@@ -76,6 +76,7 @@ class Masquerade:
 
     def __init__(self, notes: Notes) -> None:
         self.notes = notes
+        self._collapsed: tuple[list[tuple[str, str]], dict[int, list[str]]] | None = None
 
     def sync(self, store: Store, rows: list[tuple[str, str]]) -> bool:
         """Make the store's ``cluster_cidrs`` be ``rows`` (``(cidr, source)``, checked CIDR
@@ -86,8 +87,10 @@ class Masquerade:
         if store.cluster_cidrs() != rows:
             with store.write():
                 store.set_cluster_cidrs(rows)
-        cidrs = [cidr for cidr, _ in rows]
-        want = {f: cluster_elements(cidrs, f) for f in (4, 6)}
+        if self._collapsed is None or self._collapsed[0] != rows:  # 1,000 Nodes: ~0.1 s
+            cidrs = [cidr for cidr, _ in rows]
+            self._collapsed = (rows, {f: cluster_elements(cidrs, f) for f in (4, 6)})
+        want = self._collapsed[1]
         try:
             with store.locked():
                 return self._kernel(store, want)

@@ -4,8 +4,10 @@ address, only when that address is on-link).
 
 On-link: the kernel's own answer for the address (``ip -j route get``, asked in one
 ``ip -batch`` for all of them) has no ``gateway`` and is of type unicast — the address is on
-one of this node's links, as kindnetd checks before it routes. Otherwise the route is not made
-(and one the agent made is removed), and that is logged once.
+one of this node's links, as kindnetd checks before it routes. Otherwise the route is not made,
+and that is logged once. It is asked for every route to be made or changed; a route the agent
+holds already through the same next hop is not asked about again (the kernel checked the
+next hop when it took the route; a Node's new InternalIP is a new next hop, asked about).
 
 Ownership: every route the agent makes carries ``proto`` :data:`PROTO`. At each sync the agent
 lists the main table (``ip -j -N route show``, numeric protocols) and knows its own routes by
@@ -139,7 +141,8 @@ class Routes:
                 return False
             ours.update(mine)
             theirs.update(other)
-        reasons = on_link(sorted({gw for gw, _ in want.values()}, key=lambda a: (a.version, a)))
+        unsure = {gw for dst, (gw, _) in want.items() if ours.get(dst, "-") != gw}
+        reasons = on_link(sorted(unsure, key=lambda a: (a.version, a)))
         target: dict[Net, tuple[IP, str]] = {}
         for dst, (gw, node) in sorted(want.items(), key=lambda i: (i[0].version, i[0])):
             if dst in theirs and dst not in ours:
