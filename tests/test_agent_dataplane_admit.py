@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import random
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 import pytest
 
@@ -18,8 +19,8 @@ from podnet.agent.routes import _failed_lines
 
 
 def node(name: str, cidrs: list[str], ips: list[str]) -> Node:
-    nets = {n.version: n for n in map(ipaddress.ip_network, cidrs)}
-    addrs = {a.version: a for a in map(ipaddress.ip_address, ips)}
+    nets: dict[int, IPv4Network | IPv6Network] = {n.version: n for n in map(ipaddress.ip_network, cidrs)}
+    addrs: dict[int, IPv4Address | IPv6Address] = {a.version: a for a in map(ipaddress.ip_address, ips)}
     return Node(name, nets, addrs)
 
 
