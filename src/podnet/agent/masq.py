@@ -120,10 +120,10 @@ class Masquerade:
             new = [e for e in want[family] if e not in have[family]]
             if gone:
                 script += f"delete element {T} {cluster_set(family)} {{ {', '.join(gone)} }}\n"
-                changes += [f"cluster destination {e} removed (masqueraded again)" for e in gone]
+                changes += [f"cluster destination {e} removed" for e in gone]
             if new:
                 script += f"add element {T} {cluster_set(family)} {{ {', '.join(new)} }}\n"
-                changes += [f"cluster destination {e} added (not masqueraded)" for e in new]
+                changes += [f"cluster destination {e} added" for e in new]
         if not script:
             return True
         done = nft.run(script, die_with_parent=False)
