@@ -8,9 +8,11 @@ import ipaddress
 import logging
 import random
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from pathlib import Path
 
 import pytest
 
+from podnet.agent.conflist import _ranges_in, write_atomic
 from podnet.agent.dataplane import admit
 from podnet.agent.masq import _element_nets
 from podnet.agent.model import Node
@@ -96,3 +98,27 @@ def test_nft_set_elements_read_as_prefixes() -> None:
     assert _element_nets({"range": ["10.0.0.0", "10.0.2.255"]}) == ["10.0.0.0/23", "10.0.2.0/24"]
     with pytest.raises(ValueError):
         _element_nets({"prefix": {"addr": "10.0.0.0; flush ruleset", "len": 8}})
+
+
+def test_only_a_podnet_conflist_of_ranges_is_the_agents(tmp_path: Path) -> None:
+    path = tmp_path / "10-podnet.conflist"
+    assert _ranges_in(str(path)) == []  # none yet: to be written
+    for text, ranges in [
+        ('{"plugins": [{"type": "podnet", "ranges": ["10.244.1.0/24", 7]}]}', ["10.244.1.0/24", 7]),
+        ('{"plugins": [{"type": "podnet", "network": "br0"}]}', None),
+        ('{"plugins": [{"type": "bridge", "ranges": []}]}', None),
+        ('{"plugins": [', None),
+    ]:
+        path.write_text(text)
+        assert _ranges_in(str(path)) == ranges, text
+
+
+def test_atomic_write_only_when_the_bytes_change(tmp_path: Path) -> None:
+    path = tmp_path / "conf" / "x.conflist"
+    assert write_atomic(str(path), b"one\n") is True
+    first = path.stat()
+    assert write_atomic(str(path), b"one\n") is False
+    assert path.stat().st_mtime_ns == first.st_mtime_ns and path.stat().st_ino == first.st_ino
+    assert write_atomic(str(path), b"two\n") is True and path.read_bytes() == b"two\n"
+    assert path.stat().st_ino != first.st_ino and oct(path.stat().st_mode & 0o7777) == "0o644"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.conflist"]

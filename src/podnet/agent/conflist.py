@@ -77,8 +77,9 @@ def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
 
 def _ranges_in(path: str) -> list[object] | None:
     """The ``ranges`` of the podnet plugin in the conflist at ``path`` as written (items
-    unchecked), [] when there is no file; None when the file is not a podnet conflist (not
-    JSON, or its first plugin is not of type ``podnet``): not the agent's to replace."""
+    unchecked), [] when there is no file; None when the file is not a podnet conflist of ranges
+    (not JSON, its first plugin not of type ``podnet``, or one of a podnet ``network``): not the
+    agent's to replace."""
     try:
         with open(path, "rb") as f:
             conf = json.loads(f.read())
@@ -89,7 +90,7 @@ def _ranges_in(path: str) -> list[object] | None:
     plugins = conf.get("plugins") if isinstance(conf, dict) else None
     if not isinstance(plugins, list) or not plugins or not isinstance(plugins[0], dict):
         return None
-    if plugins[0].get("type") != "podnet":
+    if plugins[0].get("type") != "podnet" or "network" in plugins[0]:
         return None
     ranges = plugins[0].get("ranges", [])
     return list(ranges) if isinstance(ranges, list) else None
