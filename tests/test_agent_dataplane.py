@@ -422,3 +422,28 @@ def test_faults_logged_retried_never_fatal(cluster: Cluster) -> None:
     assert ok, log
     assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12"}
     assert "10.244.2.0/24" in lab.exec(cluster.nodes["a"], "nft", "list", "set", "inet", "podnet", "cluster_v4").stdout
+
+
+def test_a_route_the_kernel_refuses_is_logged_the_others_proceed(cluster: Cluster) -> None:
+    """``ip route get`` finds Node odd's InternalIP on eth0 without a gateway (a scope-global
+    device route), but the kernel takes a gateway only through a link-scope route ("Nexthop has
+    invalid gateway"): that route is refused, said once, sync returns False; the others are
+    made; once the administrator fixes the route, the next sync makes it."""
+    cluster.node("a", 1)
+    cluster.node("b", 2)
+    node_a = cluster.nodes["a"]
+    sh("ip", "-n", node_a, "route", "add", "198.51.100.0/24", "dev", "eth0", "scope", "global")
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    b = node_obj("b", [B4, B6], ["192.0.2.12", "2001:db8:1::12"])
+    odd = node_obj("odd", ["10.244.40.0/24"], ["198.51.100.7"])
+    agent = cluster.agent("a")
+    for said in (1, 0):
+        ok, log = agent.sync(me, [b, odd])
+        assert not ok and agent.proc.poll() is None
+        assert sum(line == "ERROR the kernel refused `ip route add 10.244.40.0/24 via 198.51.100.7 proto 113`: "
+                           "Error: Nexthop has invalid gateway." for line in log) == said, log
+        assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12"}
+    sh("ip", "-n", node_a, "route", "del", "198.51.100.0/24", "dev", "eth0", "scope", "global")
+    sh("ip", "-n", node_a, "addr", "add", "198.51.100.1/24", "dev", "eth0")
+    ok, log = agent.sync(me, [b, odd])
+    assert ok and "INFO route 10.244.40.0/24 via 198.51.100.7 for Node odd added" in log, log
