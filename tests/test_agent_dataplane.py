@@ -257,6 +257,13 @@ def test_routes_both_families_onlink_only_followed_and_removed(cluster: Cluster)
     sh("ip", "-n", cluster.nodes["c"], "addr", "add", "198.51.100.7/24", "dev", "eth0")
     ok, log = a.sync(me, [b2, far, pinned])
     assert ok and cluster.routes("a")["10.244.7.0/24"] == "198.51.100.7"
+    # a changed podCIDR is followed: the old route goes, the new one comes
+    b3 = node_obj("b", ["10.244.12.0/24", B6], ["192.0.2.22", "2001:db8:1::12"])
+    ok, log = a.sync(me, [b3, far, pinned])
+    assert ok and f"INFO route {B4} via 192.0.2.22 removed" in log, log
+    assert "INFO route 10.244.12.0/24 via 192.0.2.22 for Node b added" in log
+    assert cluster.routes("a") == {"10.244.12.0/24": "192.0.2.22", B6: "2001:db8:1::12",
+                                   "10.244.7.0/24": "198.51.100.7"}
 
 
 def test_bad_nodes_refused_the_others_proceed(cluster: Cluster) -> None:
