@@ -141,8 +141,8 @@ class Dataplane:
         """Make the node hold what ``me`` (this node's Node, None while it is not seen) and
         ``others`` (every other Node by name: the whole view) call for: conflist, routes,
         cluster destinations. True when all of it is applied; False (logged) when something
-        failed and a retry is due. Never raises but for a programming error's KeyboardInterrupt
-        kind (BaseException that is not an Exception)."""
+        failed and a retry is due. Never raises an Exception (a BaseException such as
+        KeyboardInterrupt passes)."""
         self.notes.begin()
         try:
             return self._sync(me, others)
