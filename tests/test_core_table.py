@@ -56,3 +56,20 @@ def test_drops_taken_as_text_or_as_addresses() -> None:
     text = table.script(state)
     assert "set fwd_drop_v4 { type ipv4_addr; elements = { 198.51.100.7 }; }" in text
     assert "set fwd_drop_v6 { type ipv6_addr; elements = { 2001:db8:f::1 }; }" in text
+
+
+def test_cluster_sets_collapsed_per_family() -> None:
+    """The cluster's destinations (a node agent's podCIDRs and no-masquerade CIDRs) go into an
+    interval set per family, collapsed: nft refuses overlapping elements in one."""
+    cluster = ["10.244.2.0/24", "10.244.0.0/16", "10.245.0.0/16", "fd00:10:244:1::/64", "192.0.2.7/32"]
+    assert table.cluster_set(4) == "cluster_v4" and table.cluster_set(6) == "cluster_v6"
+    assert table.cluster_elements(cluster, 4) == ["10.244.0.0/15", "192.0.2.7/32"]
+    assert table.cluster_elements(cluster, 6) == ["fd00:10:244:1::/64"]
+    text = table.script(TableState(cluster=cluster))
+    assert ("  set cluster_v4 { type ipv4_addr; flags interval; elements = { 10.244.0.0/15, 192.0.2.7/32 }; }\n"
+            in text)
+    assert "  set cluster_v6 { type ipv6_addr; flags interval; elements = { fd00:10:244:1::/64 }; }\n" in text
+    assert "ip6 saddr @egress_v6 ip6 daddr != @ranges_v6 ip6 daddr != @cluster_v6 masquerade\n" in text
+    assert "  set cluster_v4 { type ipv4_addr; flags interval; }\n" in table.script(TableState())
+    with pytest.raises(ValueError):
+        table.script(TableState(cluster=["10.0.0.0/8 } ; flush ruleset"]))

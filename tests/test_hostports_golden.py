@@ -32,14 +32,20 @@ BRIDGES = [
 ]
 
 
-def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=(), drops=(), owner=""):  # type: ignore[no-untyped-def]
+#: A Kubernetes node agent's cluster destinations: podCIDRs under a no-masquerade 10.0.0.0/8, two
+#: adjacent /24s, and IPv6; the table holds them collapsed (10.0.0.0/8, 192.168.0.0/23, the /64s).
+CLUSTER = ["10.244.1.0/24", "10.0.0.0/8", "10.244.3.0/24", "192.168.0.0/24", "192.168.1.0/24",
+           "fd00:10:244:1::/64", "fd00:10:244:3::/64"]
+
+
+def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=(), drops=(), owner="", cluster=CLUSTER):  # type: ignore[no-untyped-def]
     return table.script(TableState(ranges, [hostports.dnat_of(m) for m in mappings], forwards, bridges,
-                                   drops, owner))
+                                   drops, owner, cluster=cluster))
 
 
 CASES = {
     "table_full.nft": lambda: full(),
-    "table_empty.nft": lambda: full([], []),
+    "table_empty.nft": lambda: full([], [], cluster=[]),
     # 2001:db8:f::1 has a port and no default target: its other traffic is dropped (seed 004)
     "table_networks.nft": lambda: full(forwards=FORWARDS, bridges=BRIDGES, drops=["2001:db8:f::1"],
                                        owner="podnet:/var/lib/podnet"),
@@ -52,6 +58,15 @@ CASES = {
 def test_golden(name: str) -> None:
     text = CASES[name]()
     golden.match(GOLDEN / name, text)
+
+
+def test_overlapping_cluster_destinations_collapse() -> None:
+    """An interval set refuses overlapping elements: 10.0.0.0/8 takes the podCIDRs under it."""
+    text = full([], [])
+    assert ("set cluster_v4 { type ipv4_addr; flags interval; elements = { 10.0.0.0/8, 192.168.0.0/23 }; }"
+            in text)
+    assert table.cluster_elements(CLUSTER, 6) == ["fd00:10:244:1::/64", "fd00:10:244:3::/64"]
+    assert "ip daddr != @ranges_v4 ip daddr != @cluster_v4 masquerade" in text
 
 
 def test_adjacent_ranges_collapse() -> None:

@@ -55,7 +55,7 @@ def test_connection_setup_and_migrations(tmp_path: Path) -> None:
         assert names == ["0001_seed_schema", "0002_pod_attachments_range_options", "0003_podnet_state",
                          "0004_pod_owner", "0005_networks", "0006_certificates",
                          "0007_portmap_claims", "0008_hot_indexes", "0009_server_config",
-                         "0010_ovn_port", "0011_trust_tokens"]
+                         "0010_ovn_port", "0011_trust_tokens", "0012_cluster_cidrs"]
     with open_store(str(tmp_path)) as again:  # re-open: nothing re-applied
         assert again.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
 

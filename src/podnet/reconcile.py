@@ -46,7 +46,8 @@ def epoch() -> str:
 
 def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = None) -> TableState:
     """The table's content from the store: ranges, hostPorts (leaving out the containers in
-    ``without``), forwards and bridge networks' NAT. A row whose values podnet would refuse
+    ``without``), forwards, bridge networks' NAT and the cluster's destinations (the node
+    agent's ``cluster_cidrs``). A row whose values podnet would refuse
     today (written by an older podnet: a scoped address, say) is left out and reported to
     ``warn``: it cannot be rendered, and one such row must not keep the table from being
     rebuilt for all the others."""
@@ -95,7 +96,14 @@ def state(store: Store, *, without: Collection[str] = (), warn: Warn | None = No
             drops.append(checked.ip(address))
         except ValueError as err:
             skip(f"the drop of forward {checked.show(address)}", err)
-    return table.TableState(ranges, mappings, store.networks.forward_dnats(), bridges, drops)
+    cluster = []
+    for cidr, source in store.cluster_cidrs():
+        try:
+            cluster.append(checked.text(checked.network(cidr, strict=True)))
+        except ValueError as err:
+            skip(f"cluster destination {checked.show(cidr)} ({checked.show(source)})", err)
+    return table.TableState(ranges, mappings, store.networks.forward_dnats(), bridges, drops,
+                            cluster=cluster)  # fmt: skip
 
 
 def renderable(entries: Sequence[PortMapping], warn: Warn | None) -> list[PortMapping]:

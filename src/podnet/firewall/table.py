@@ -29,6 +29,11 @@ otherwise let a pod reach services bound to the node's loopback (the CVE-2020-85
 
 Egress: traffic from an ``ipMasq`` range or a bridge network with ``ipvN.nat`` to destinations
 outside every range and subnet is masqueraded, or SNATed to the network's ``ipvN.nat.address``.
+The masquerade also leaves alone the destinations of the sets ``cluster_v4``/``cluster_v6``:
+in a Kubernetes cluster, every Node's podCIDRs and the no-masquerade CIDRs the node agent is
+given (kindnet's rule: pod to pod keeps the pod's address, traffic leaving the cluster takes the
+node's). The agent updates them element by element (:func:`cluster_elements` gives the elements
+of a list of CIDRs: interval sets refuse overlapping elements, so they are collapsed first).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ if TYPE_CHECKING:
     from podnet.values import Dnat
 
 __all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableState",
-           "add_script", "delete_script", "script"]  # fmt: skip
+           "add_script", "cluster_elements", "cluster_set", "delete_script", "script"]  # fmt: skip
 
 MASQ_MARK = 0x2000
 #: OVN management ports (:mod:`podnet.drivers.ovn_hostports`): a hostPort DNATed to a pod of
@@ -72,9 +77,11 @@ class TableState:
     """Everything the table is built from: ``ranges`` ``(cidr, ip_masq)`` of the ptp ranges,
     ``hostports`` and ``forwards`` (DNAT entries), ``bridges`` (:class:`BridgeNat`), ``drops``
     (listen addresses of forwards without a default target: the traffic no port takes is
-    dropped), ``owner`` (the mark of the store that owns the table, its comment; "" none)."""
+    dropped), ``owner`` (the mark of the store that owns the table, its comment; "" none),
+    ``cluster`` (CIDRs of either family, overlapping or not: destinations egress masquerade
+    leaves alone besides the ranges and subnets)."""
 
-    __slots__ = ("ranges", "hostports", "forwards", "bridges", "drops", "owner")
+    __slots__ = ("ranges", "hostports", "forwards", "bridges", "drops", "owner", "cluster")
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class TableState:
         bridges: Sequence[BridgeNat] = (),
         drops: Sequence[IP | str] = (),
         owner: str = "",
+        cluster: Sequence[str] = (),
     ) -> None:
         self.ranges = list(ranges)
         self.hostports = list(hostports)
@@ -91,6 +99,7 @@ class TableState:
         self.bridges = list(bridges)
         self.drops = [checked.ip(a) if isinstance(a, str) else a for a in drops]
         self.owner = owner
+        self.cluster = list(cluster)
 
 
 def _collapse(subnets: Iterable[str], family: int) -> list[str]:
@@ -101,6 +110,17 @@ def _collapse(subnets: Iterable[str], family: int) -> list[str]:
     return [checked.text(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
 
 
+def cluster_set(family: int) -> str:
+    """The set of cluster destinations of ``family`` (4, 6): ``cluster_v4``/``cluster_v6``."""
+    return f"cluster_v{family}"
+
+
+def cluster_elements(cidrs: Iterable[str], family: int) -> list[str]:
+    """The elements :func:`script` gives :func:`cluster_set` for ``cidrs`` (CIDR texts of
+    either family): those of ``family``, collapsed (``ipaddress.collapse_addresses``: one
+    covering another, or adjacent ones, become one), as nft prints them. ValueError for a text
+    that is not a CIDR."""
+    return _collapse(cidrs, family)
 
 
 def _comment(owner: str) -> str:
@@ -165,8 +185,8 @@ def script(state: TableState) -> str:
                    f'oifname "{MGMT_LINKS}" ct status dnat masquerade']  # fmt: skip
     postrouting += [f"{ip[f]} saddr {cidr} {ip[f]} daddr != @ranges_v{f} snat {ip[f]} to {addr}"
                     for f, cidr, addr in snat]  # fmt: skip
-    postrouting += [f"{ip[f]} saddr @egress_v{f} {ip[f]} daddr != @ranges_v{f} masquerade"
-                    for f in (4, 6)]  # fmt: skip
+    postrouting += [f"{ip[f]} saddr @egress_v{f} {ip[f]} daddr != @ranges_v{f} "
+                    f"{ip[f]} daddr != @{cluster_set(f)} masquerade" for f in (4, 6)]  # fmt: skip
     out = [
         f"add table {T}\n",
         f"delete table {T}\n",
@@ -180,6 +200,8 @@ def script(state: TableState) -> str:
         _set("masq_sources_v4", "ipv4_addr", _collapse([*inner, "127.0.0.0/8"], 4)),
         _set("egress_v4", "ipv4_addr", _collapse(egress, 4)),
         _set("egress_v6", "ipv6_addr", _collapse(egress, 6)),
+        _set(cluster_set(4), "ipv4_addr", _collapse(state.cluster, 4)),
+        _set(cluster_set(6), "ipv6_addr", _collapse(state.cluster, 6)),
         *(_set(drop_set(f), addr_type, [checked.text(a) for a in state.drops if a.version == f],
                interval=False) for f, addr_type in ((4, "ipv4_addr"), (6, "ipv6_addr"))),
         _chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;",

@@ -172,6 +172,20 @@ class Store:
             (key, value),
         )
 
+    # -- the cluster's destinations (table inet podnet's cluster sets) -------------------------
+    def cluster_cidrs(self) -> list[tuple[str, str]]:
+        """``(cidr, source)`` rows of ``cluster_cidrs``, sorted: the destinations egress
+        masquerade leaves alone besides the node's ranges; ``source`` is ``node:<name>`` or
+        ``no-masquerade``. Text as stored (checked by whoever renders it)."""
+        rows = self.conn.execute("SELECT cidr, source FROM cluster_cidrs").fetchall()
+        return sorted((str(c), str(s)) for c, s in rows)
+
+    def set_cluster_cidrs(self, rows: list[tuple[str, str]]) -> None:
+        """Replace every ``cluster_cidrs`` row by ``rows`` (inside :meth:`write`)."""
+        self.conn.execute("DELETE FROM cluster_cidrs")
+        self.conn.executemany("INSERT OR IGNORE INTO cluster_cidrs (cidr, source) VALUES (?, ?)",
+                              rows)  # fmt: skip
+
 
 class _Locked:
     def __init__(self, store: Store) -> None:

@@ -208,6 +208,18 @@ CREATE TABLE trust_tokens (
 )
 """
 
+# The destinations pod traffic reaches without masquerade besides the node's own ranges: every
+# Kubernetes Node's podCIDRs and the node agent's no-masquerade CIDRs, as the agent last saw
+# them. Table ``inet podnet`` renders them (collapsed) as its ``cluster_v4``/``cluster_v6`` sets,
+# so a rebuild of the table by anyone keeps them.
+CLUSTER_CIDRS = """
+CREATE TABLE cluster_cidrs (
+  cidr TEXT NOT NULL, -- canonical CIDR, no host bits
+  source TEXT NOT NULL, -- 'node:<Node name>' (a podCIDR) or 'no-masquerade' (a setting)
+  PRIMARY KEY (cidr, source)
+)
+"""
+
 #: (name, DDL) in order; append only.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_seed_schema", SEED_SCHEMA),
@@ -221,4 +233,5 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0009_server_config", SERVER_CONFIG),
     ("0010_ovn_port", OVN_PORT),
     ("0011_trust_tokens", TRUST_TOKENS),
+    ("0012_cluster_cidrs", CLUSTER_CIDRS),
 )

@@ -1,0 +1,169 @@
+"""The node's podnet conflist, written from its own Node's ``spec.podCIDRs``.
+
+The file is the one ``podnetctl install`` writes for the network (:func:`podnet.runtime.
+installer.conflist_path`: ``<cni_conf_dir>/10-<network_name>.conflist``) with the same content
+(:func:`podnet.runtime.installer.network_conflist`: ``ranges``, the ``portMappings``
+capability, ``dataDir`` when the agent's store is not the node's default), validated as the
+plugin will read it. It is replaced atomically — a temporary file in the same directory,
+fsynced, renamed over the old one, then the directory fsynced — and only when its bytes would
+change: a restarted agent writes nothing and the file keeps its mtime.
+
+Ranges an administrator added to the file ("the design of the CNI allows to add additional
+ranges", cni-kindnet's README) are kept, after the podCIDRs. To tell them from a podCIDR the
+Node no longer has, the agent records which ranges it wrote in the store (``podnet_state``,
+key ``agent_conflist:<path>``), not in the conflist: the conflist is what runtimes and
+administrators read and edit — a marker there could be edited away or copied with the file —
+while the store is podnet's record of the node, survives a restart of the agent and is written
+in a transaction. The record is widened to old and new podCIDRs before the file is replaced and
+narrowed after: an agent killed in between still knows the old podCIDR as its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from podnet import checked
+from podnet.agent.notes import LOG, Notes
+from podnet.errors import CNIError
+from podnet.runtime import installer
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from podnet.agent.model import Node
+    from podnet.agent.settings import Settings
+    from podnet.store import Store
+
+__all__ = ["STATE_PREFIX", "Conflist", "write_atomic"]
+
+#: ``podnet_state`` key prefix of the ranges the agent wrote into a conflist (then its path).
+STATE_PREFIX = "agent_conflist:"
+_MODE = 0o644
+
+
+def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
+    """Make ``path`` hold ``data`` (mode ``mode``): nothing is written when it already does
+    (returns False); else a temporary file beside it is written and fsynced, renamed over
+    ``path``, and the directory (made if missing, mode 0755) fsynced (returns True). OSError
+    when the directory cannot be written (the temporary file is removed)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data and (os.fstat(f.fileno()).st_mode & 0o7777) == mode:
+                return False
+    except FileNotFoundError:
+        pass
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
+def _ranges_in(path: str) -> list[object] | None:
+    """The ``ranges`` of the podnet plugin in the conflist at ``path`` as written (items
+    unchecked), [] when there is no file; None when the file is not a podnet conflist of ranges
+    (not JSON, its first plugin not of type ``podnet``, or one of a podnet ``network``): not the
+    agent's to replace."""
+    try:
+        with open(path, "rb") as f:
+            conf = json.loads(f.read())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        return None
+    plugins = conf.get("plugins") if isinstance(conf, dict) else None
+    if not isinstance(plugins, list) or not plugins or not isinstance(plugins[0], dict):
+        return None
+    if plugins[0].get("type") != "podnet" or "network" in plugins[0]:
+        return None
+    ranges = plugins[0].get("ranges", [])
+    return list(ranges) if isinstance(ranges, list) else None
+
+
+class Conflist:
+    """The conflist of ``settings`` (:mod:`podnet.agent.settings`): :meth:`sync` makes it
+    hold this node's podCIDRs."""
+
+    def __init__(self, settings: Settings, notes: Notes) -> None:
+        self.settings = settings
+        self.notes = notes
+        self.path = installer.conflist_path(settings.cni_conf_dir, settings.network_name)
+        self.key = STATE_PREFIX + self.path
+
+    def _data_dir(self) -> str | None:
+        """``dataDir`` for the conflist: the agent's store unless it is the node's default."""
+        from podnet.drivers import nodeconf
+
+        default = nodeconf.load().data_dir
+        same = os.path.realpath(self.settings.data_dir) == os.path.realpath(default)
+        return None if same else self.settings.data_dir
+
+    def _recorded(self, store: Store) -> list[str]:
+        value = store.get_state(self.key)
+        return [r for r in value.split(",") if r] if value else []
+
+    def _record(self, store: Store, ranges: list[str]) -> None:
+        with store.write():
+            store.set_state(self.key, ",".join(ranges))
+
+    def sync(self, me: Node | None, store: Store) -> bool:
+        """Make the conflist hold ``me``'s podCIDRs (IPv4 first) and the administrator's extra
+        ranges. Returns False, having logged why, when it cannot: the directory is not
+        writable, the file there is not a podnet conflist, the result is not a valid podnet
+        config (an extra range overlapping a podCIDR, a ``dataDir`` the node does not allow).
+        A Node without podCIDRs gets no conflist yet (said once; True)."""
+        if me is None or not me.pod_cidrs:
+            self.notes.note(("conflist", "waiting"),
+                            f"no conflist yet: Node {self.settings.node_name} has no podCIDRs "
+                            f"(waiting for spec.podCIDRs)")  # fmt: skip
+            return True
+        ours = [checked.text(net) for _, net in sorted(me.pod_cidrs.items())]
+        existing = _ranges_in(self.path)
+        if existing is None:
+            self.notes.note(("conflist", "foreign", self.path),
+                            f"conflist {self.path} is not a podnet conflist: left alone, "
+                            f"no conflist written")  # fmt: skip
+            return False
+        before = self._recorded(store)
+        extra = [r for r in existing if r not in before and r not in ours]
+        try:
+            conf = installer.network_conflist(name=self.settings.network_name,
+                                              ranges=[*ours, *extra],  # type: ignore[list-item]
+                                              data_dir=self._data_dir())  # fmt: skip
+        except (CNIError, ValueError) as err:
+            msg = getattr(err, "msg", str(err))
+            self.notes.note(("conflist", "invalid", msg),
+                            f"conflist {self.path} not written: {msg}")  # fmt: skip
+            return False
+        data = (json.dumps(conf, indent=2) + "\n").encode()
+        try:
+            if before != ours:  # know both as ours while the file may hold either
+                self._record(store, [*before, *(r for r in ours if r not in before)])
+            changed = write_atomic(self.path, data)
+        except OSError as err:
+            self.notes.note(("conflist", "unwritable", self.path),
+                            f"cannot write conflist {self.path}: {err.strerror or err}")
+            return False
+        if before != ours:
+            self._record(store, ours)
+        if changed:
+            was = [r for r in existing if isinstance(r, str)]
+            LOG.info("conflist %s: ranges %s%s", self.path, ", ".join(map(str, [*ours, *extra])),
+                     f" (was {', '.join(was)})" if was else " (created)")  # fmt: skip
+        return True
