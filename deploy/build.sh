@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build podnet's node image with podman, offline: the bundle (deploy/bundle.py) from this
 # checkout's venv, then an image FROM scratch holding it (deploy/Containerfile).
-#   bash deploy/build.sh [TAG]        (default tag: the bundle's name)
-# Prints the image name. PODMAN may name podman with options (e.g. a test's --root/--runroot);
+#   bash deploy/build.sh [TAG]
+# Tags localhost/podnet:TAG (default: the bundle's name less "podnet-", e.g. 0.1.0-0d008ca6b83f)
+# and localhost/podnet:<package version> (what deploy/podnet.yaml runs). Prints the first. PODMAN may name podman with options (e.g. a test's --root/--runroot);
 # PYTHON the interpreter whose environment is bundled (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,6 @@ name=$(basename "$bundle")
 tag=${1:-${name#podnet-}}
 image="localhost/podnet:$tag"
 "${podman[@]}" build --pull=never --network=none --layers=false -q \
-  -f deploy/Containerfile -t "$image" \
+  -f deploy/Containerfile -t "$image" -t "localhost/podnet:$(cut -d- -f2 <<<"$name")" \
   --label "io.podnet.bundle=$name" "$ctx" >/dev/null
 echo "$image"

@@ -31,7 +31,8 @@ It writes a root file system for ``FROM scratch`` under DIR and prints the bundl
   keep modification times (``kubectl cp``, an image layer) still uses the ``.pyc`` files.
 - ``/usr/sbin/{ip,nft,setpriv,nsenter}`` and ``/usr/bin/podnetctl``: symlinks into the bundle
   (the agent's ``PATH`` in the container);
-- empty ``/tmp`` (1777), ``/etc``, ``/run``, ``/var/lib/podnet``.
+- the machine's ``/etc/iproute2``, ``/etc/protocols`` and ``/etc/services`` (names ``ip`` and
+  ``nft`` resolve); empty ``/tmp`` (1777), ``/run``, ``/var/lib/podnet``.
 
 Requires ``patchelf`` (Debian package ``patchelf``) and ``ldd`` (libc-bin).
 """
@@ -213,6 +214,14 @@ def build(rootfs: Path, prefix: str) -> Path:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(target)
+    # what ip and nft read by name: routing protocol and table names, protocol numbers
+    for rel in ("etc/iproute2", "etc/protocols", "etc/services"):
+        src = Path("/", rel)
+        if src.is_dir():
+            shutil.copytree(src, rootfs / rel, dirs_exist_ok=True)
+        elif src.is_file():
+            (rootfs / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, rootfs / rel)
     for rel, mode in (("tmp", 0o1777), ("etc", 0o755), ("run", 0o755), ("var/lib/podnet", 0o755),
                       ("proc", 0o755), ("sys", 0o755), ("dev", 0o755)):  # fmt: skip
         (rootfs / rel).mkdir(parents=True, exist_ok=True)
