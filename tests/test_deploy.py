@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,16 @@ from test_import_budget import assert_within_budget, import_tree, traced
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
+
+
+def image_test(test: Callable[..., None]) -> Callable[..., None]:
+    """A test of the image: root, a runtime, and on one xdist worker with the others, so the
+    session builds the image once."""
+    marked: Callable[..., None] = pytest.mark.xdist_group("deploy-image")(
+        pytest.mark.runtime(pytest.mark.root(test)))
+    return marked
+
+
 #: What building and running the image needs here.
 IMAGE_NEEDS = ("root", "podman", "runc", "patchelf", "unshare", "chroot", "mount", "ip", "nft")
 
@@ -334,9 +344,24 @@ def install(podman: PrivatePodman, image: str, host: Host) -> list[str]:
     init = container("install", init=True)
     volumes = [f"{host.path(h)}:{m}" for h, m in mounts_of(init).items()]
     proc = podman("run", "--rm", "--network", "none", "--cgroup-parent", f"/{podman.name}",
-                  *(a for v in volumes for a in ("-v", v)), "--entrypoint", init["command"][0],
+                  *security_options(init), *(a for v in volumes for a in ("-v", v)),
+                  "--entrypoint", init["command"][0],
                   image, *init["command"][1:], *init.get("args", []))  # fmt: skip
     return proc.stdout.splitlines()
+
+
+def security_options(c: dict[str, Any]) -> list[str]:
+    """podman's options for container ``c``'s securityContext (the fields the manifests use)."""
+    sc = c.get("securityContext", {})
+    out = ["--privileged"] if sc.get("privileged") else []
+    caps = sc.get("capabilities", {})
+    out += [a for cap in caps.get("drop", []) for a in ("--cap-drop", cap.lower())]
+    out += [a for cap in caps.get("add", []) for a in ("--cap-add", cap.lower())]
+    if sc.get("readOnlyRootFilesystem"):
+        out.append("--read-only")
+    if sc.get("allowPrivilegeEscalation") is False:
+        out += ["--security-opt", "no-new-privileges"]
+    return out
 
 
 def bundle_name(host: Host) -> str:
@@ -360,6 +385,7 @@ def plugin_call(host: Host, node: str, command: str, conf: dict[str, Any], *,
                           timeout=60)  # fmt: skip
 
 
+@image_test
 def test_image_installs_podnet_on_a_host_without_python(
         image: tuple[PrivatePodman, str], lab: Lab, tmp_path: Path) -> None:  # fmt: skip
     podman, name = image
@@ -404,6 +430,7 @@ def test_image_installs_podnet_on_a_host_without_python(
     assert lab.exec(pod, "ip", "link", "show", "eth0", check=False).returncode != 0
 
 
+@image_test
 def test_reinstall_replaces_plugins_atomically_and_prunes(
         image: tuple[PrivatePodman, str], lab: Lab, tmp_path: Path) -> None:  # fmt: skip
     """A node running an older bundle: the install replaces every plugin file while a runtime
@@ -464,6 +491,7 @@ def test_reinstall_replaces_plugins_atomically_and_prunes(
     assert sorted(p.name for p in opt.iterdir()) == sorted([new, "local-notes"])
 
 
+@image_test
 def test_bundle_plugins_keep_the_import_budget(
         image: tuple[PrivatePodman, str], tmp_path: Path) -> None:  # fmt: skip
     """The bundle's plugin files import what the venv's do: VERSION and a DEL whose netns is
