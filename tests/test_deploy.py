@@ -521,3 +521,60 @@ def test_bundle_plugins_keep_the_import_budget(
                    wrap=("unshare", "--net", *wrap), CNI_NETNS="/run/netns/podnet-budget-gone")
     assert trace.rc == 0 and trace.stdout == "", (trace.stdout, trace.stderr[-2000:])
     assert_within_budget(trace, budget.HOT_PATH_MODULES, ("DEL", "podnet"))
+
+
+@image_test
+def test_agent_container_can_change_routes_and_nft_with_its_capabilities(
+        image: tuple[PrivatePodman, str], lab: Lab) -> None:  # fmt: skip
+    """The agent container's security context (NET_ADMIN only, read-only root) is enough for
+    what the agent does with the image's tools in the node's network namespace: a route with
+    podnet's own ``proto`` and an nftables table with a set updated element by element. Run
+    in a lab namespace standing for the node's; without NET_ADMIN the same is refused."""
+    podman, name = image
+    agent = container("agent")
+    table = ["inet", "podnet-deploy-test"]
+    steps = [["ip", "route", "add", "10.244.93.0/24", "via", "192.0.2.9", "proto", "113"],
+             ["ip", "-j", "route", "show", "proto", "113"],
+             ["nft", "add", "table", *table],
+             ["nft", "add", "set", *table, "cluster4", "{ type ipv4_addr; flags interval; }"],
+             ["nft", "add", "element", *table, "cluster4", "{ 10.244.0.0/16 }"],
+             ["nft", "-j", "list", "set", *table, "cluster4"]]  # fmt: skip
+    lab.exec(lab.node, "ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1")
+    lab.exec(lab.node, "ip", "addr", "add", "192.0.2.1/24", "dev", "up0")
+    lab.exec(lab.node, "ip", "link", "set", "up0", "up")
+    lab.exec(lab.node, "ip", "link", "set", "up1", "up")
+
+    def run(options: list[str]) -> subprocess.CompletedProcess[str]:
+        # the image has no shell: the bundle's interpreter runs the steps one by one
+        code = ("import subprocess, sys\n"
+                f"for step in {steps!r}:\n"
+                "    p = subprocess.run(step, capture_output=True, text=True)\n"
+                "    sys.stdout.write(p.stdout)\n"
+                "    if p.returncode:\n"
+                "        sys.exit(f'{\" \".join(step)}: {p.stderr.strip()}')\n")  # fmt: skip
+        python = f"/opt/podnet/{podman_bundle(podman, name)}/bin/python3"
+        return subprocess.run(
+            [*podman.base, "run", "--rm", "--network", f"ns:/run/netns/{lab.node}",
+             "--cgroup-parent", f"/{podman.name}", *options, "--entrypoint", python, name,
+             "-IS", "-c", code], capture_output=True, text=True, env=podman.env,
+            timeout=120)  # fmt: skip
+
+    denied = run(["--cap-drop", "all", "--read-only"])
+    assert denied.returncode != 0, denied.stdout
+    assert "ip route add" in denied.stderr and "not permitted" in denied.stderr, denied.stderr
+    allowed = run(security_options(agent))
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    routes = json.loads(allowed.stdout.splitlines()[0])
+    assert [(r["dst"], r["gateway"]) for r in routes] == [("10.244.93.0/24", "192.0.2.9")]
+    elements = json.loads(allowed.stdout.splitlines()[1])["nftables"][1]["set"]["elem"]
+    assert elements == [{"prefix": {"addr": "10.244.0.0", "len": 16}}], elements
+    # and all of it in the node's namespace, nothing in the machine's
+    assert "podnet-deploy-test" in lab.exec(lab.node, "nft", "list", "tables").stdout
+    assert "podnet-deploy-test" not in subprocess.run(["nft", "list", "tables"],
+                                                      capture_output=True, text=True).stdout
+
+
+def podman_bundle(podman: PrivatePodman, image: str) -> str:
+    """The bundle's name in ``image`` (its label, set by deploy/build.sh)."""
+    out = podman("image", "inspect", "--format", '{{index .Labels "io.podnet.bundle"}}', image)
+    return out.stdout.strip()
