@@ -85,7 +85,10 @@ def needed_libs(paths: list[Path]) -> dict[str, Path]:
 def runtime_closure(name: str = "podnet") -> list[metadata.Distribution]:
     """``name``'s distribution and every one its requirements pull in (no extras), as installed
     in this interpreter's environment."""
-    from packaging.requirements import Requirement
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # a venv without it: pip's copy
+        from pip._vendor.packaging.requirements import Requirement
 
     seen: dict[str, metadata.Distribution] = {}
     todo = [name]

@@ -578,3 +578,16 @@ def podman_bundle(podman: PrivatePodman, image: str) -> str:
     """The bundle's name in ``image`` (its label, set by deploy/build.sh)."""
     out = podman("image", "inspect", "--format", '{{index .Labels "io.podnet.bundle"}}', image)
     return out.stdout.strip()
+
+
+def test_install_bundle_dir_outside_a_bundle_is_refused(tmp_path: Path) -> None:
+    """``podnetctl install --bundle-dir`` from the venv (not a bundle): one line, exit status 2,
+    nothing written."""
+    envgate.need("root")
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "podnetctl"), "install", "--no-conflist",
+                           "--bundle-dir", str(tmp_path / "opt"), "--bin-dir",
+                           str(tmp_path / "bin")], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 2, proc
+    assert "is not the interpreter of a podnet bundle" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
