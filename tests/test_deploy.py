@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 import envgate
-from netns import Lab
+from netns import VENV_BIN, Lab
 from podnet.cni import budget
 from podnet.runtime import hostinstall
 from podnet.runtime.installer import PLUGIN_MARK, PLUGINS
@@ -307,7 +307,7 @@ def image() -> Iterator[tuple[PrivatePodman, str]]:
         build = subprocess.run(
             ["bash", str(DEPLOY / "build.sh"), f"test-{podman.name}"],
             env={**podman.env, "PODMAN": " ".join(podman.base),
-                 "PYTHON": str(REPO / ".venv" / "bin" / "python")},
+                 "PYTHON": str(VENV_BIN / "python")},
             capture_output=True, text=True, timeout=900)  # fmt: skip
         assert build.returncode == 0, build.stderr[-3000:]
         yield podman, build.stdout.strip()
@@ -584,7 +584,7 @@ def test_install_bundle_dir_outside_a_bundle_is_refused(tmp_path: Path) -> None:
     """``podnetctl install --bundle-dir`` from the venv (not a bundle): one line, exit status 2,
     nothing written."""
     envgate.need("root")
-    proc = subprocess.run([str(REPO / ".venv" / "bin" / "podnetctl"), "install", "--no-conflist",
+    proc = subprocess.run([str(VENV_BIN / "podnetctl"), "install", "--no-conflist",
                            "--bundle-dir", str(tmp_path / "opt"), "--bin-dir",
                            str(tmp_path / "bin")], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
