@@ -52,12 +52,10 @@ from pathlib import Path
 
 #: The tools the agent and the plugins run (Debian: iproute2, nftables, util-linux).
 TOOLS = ("ip", "nft", "setpriv", "nsenter")
-#: Parts of the standard library no podnet code path uses.
-STDLIB_SKIP = {
-    "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
-    "site-packages", "dist-packages", "__pycache__", "venv", "unittest", "distutils",
-    "turtle.py", "doctest.py", "pydoc.py",
-}  # fmt: skip
+#: Parts of the standard library no podnet code path or dependency uses (the kubernetes
+#: client imports ``pydoc``, libraries ``unittest.mock`` or ``doctest``: those stay).
+STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
+               "site-packages", "dist-packages", "__pycache__", "venv", "turtle.py"}
 #: Extension modules left out (the libraries they need are large and nothing imports them).
 DYNLOAD_SKIP = ("_tkinter", "_curses", "_curses_panel", "_dbm", "_gdbm", "readline", "nis",
                 "audioop", "_test", "xxlimited", "_xxtestfuzz", "_ctypes_test")  # fmt: skip
