@@ -338,6 +338,16 @@ class Host:
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
 
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    """A node root of this test, removed afterwards (a bundle is ≈100 MB)."""
+    root = tmp_path / "host"
+    try:
+        yield Host(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def install(podman: PrivatePodman, image: str, host: Host) -> list[str]:
     """Run the DaemonSet's init container as its manifest says, its hostPaths in ``host``;
     its output lines."""
@@ -387,9 +397,8 @@ def plugin_call(host: Host, node: str, command: str, conf: dict[str, Any], *,
 
 @image_test
 def test_image_installs_podnet_on_a_host_without_python(
-        image: tuple[PrivatePodman, str], lab: Lab, tmp_path: Path) -> None:  # fmt: skip
+        image: tuple[PrivatePodman, str], lab: Lab, host: Host) -> None:  # fmt: skip
     podman, name = image
-    host = Host(tmp_path / "host")
     assert not host.path("/usr").exists()  # nothing but what the init container writes
     lines = install(podman, name, host)
     bundle = bundle_name(host)
@@ -432,12 +441,11 @@ def test_image_installs_podnet_on_a_host_without_python(
 
 @image_test
 def test_reinstall_replaces_plugins_atomically_and_prunes(
-        image: tuple[PrivatePodman, str], lab: Lab, tmp_path: Path) -> None:  # fmt: skip
+        image: tuple[PrivatePodman, str], lab: Lab, host: Host) -> None:  # fmt: skip
     """A node running an older bundle: the install replaces every plugin file while a runtime
     keeps calling them (every call succeeds), keeps the bundle they ran, removes older ones
     and leftovers, and touches nothing else in /opt/podnet. A second install changes nothing."""
     podman, name = image
-    host = Host(tmp_path / "host")
     install(podman, name, host)
     new = bundle_name(host)
     opt = host.path("/opt/podnet")
@@ -493,11 +501,10 @@ def test_reinstall_replaces_plugins_atomically_and_prunes(
 
 @image_test
 def test_bundle_plugins_keep_the_import_budget(
-        image: tuple[PrivatePodman, str], tmp_path: Path) -> None:  # fmt: skip
+        image: tuple[PrivatePodman, str], host: Host, tmp_path: Path) -> None:  # fmt: skip
     """The bundle's plugin files import what the venv's do: VERSION and a DEL whose netns is
     gone, traced with ``-X importtime`` under the budget of tests/test_import_budget.py."""
     podman, name = image
-    host = Host(tmp_path / "host")
     install(podman, name, host)
     opt = host.path("/opt/podnet")
     # the plugin files' absolute /opt/podnet paths, in a private mount namespace only
