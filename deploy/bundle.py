@@ -196,16 +196,21 @@ def build(rootfs: Path, prefix: str) -> Path:
         "from podnet.cli.main import main\n"
         "sys.exit(main())\n")  # fmt: skip
     (final / "bin" / "podnetctl").chmod(0o755)
-    # byte-compile with the bundled interpreter, through its own loader (paths are the image's)
-    env = {"PATH": "/usr/bin:/bin"}
-    run(str(final / "lib" / loader), "--library-path", str(final / "lib"),
-        str(final / "bin" / "python3"), "-IS", "-c", "import sys; print(sys.prefix)")
-    subprocess.run([str(final / "lib" / loader), "--library-path", str(final / "lib"),
-                    str(final / "bin" / "python3"), "-IS", "-m", "compileall", "-q", "-j", "0",
-                    "--invalidation-mode", "unchecked-hash", "-d", f"{home}/lib",
+    # byte-compile with the bundled interpreter, run through its own loader (its PT_INTERP is
+    # the path on the node), after checking it finds its standard library beside it
+    python = [str(final / "lib" / loader), "--library-path", str(final / "lib"),
+              str(final / "bin" / "python3"), "-IS"]  # fmt: skip
+    prefix_seen = run(*python, "-c", "import sys, os; print(sys.prefix, os.__file__)").split()
+    if prefix_seen[0] != str(final) or not prefix_seen[1].startswith(str(final)):
+        raise SystemExit(f"bundle: the copied interpreter does not find its own stdlib: "
+                         f"{prefix_seen}")  # fmt: skip
+    # a file that does not compile (a template, a Python 2 example) is left as it is
+    subprocess.run([*python, "-m", "compileall", "-q", "-j", "0",
+                    "--invalidation-mode", "unchecked-hash",
                     str(final / "lib" / py), str(final / "lib" / "podnet"),
                     str(final / "lib" / "site-packages")],
-                   check=False, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+                   check=False, env={"PATH": "/usr/bin:/bin"},
+                   stdout=subprocess.DEVNULL)  # fmt: skip
     (final / "BUNDLE").write_text(name + "\n")
     # the container's view: tools and podnetctl on PATH, the usual empty directories
     for rel, target in [*((f"usr/sbin/{t}", f"{home}/sbin/{t}") for t in TOOLS),
