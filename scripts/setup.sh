@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   iproute2 nftables iptables conntrack util-linux procps
   containernetworking-plugins podman containerd runc busybox-static lxd-client openssl
-  curl python3 python3-venv strace libcap2-bin
+  curl python3 python3-venv strace libcap2-bin patchelf
   openvswitch-switch ovn-central ovn-host ethtool
 )
 

@@ -77,6 +77,7 @@ _TOOLS = {
     "runc": "runc", "lxc": "lxd-client", "strace": "strace", "openssl": "openssl",
     "setpriv": "util-linux", "unshare": "util-linux", "nsenter": "util-linux", "mount": "mount",
     "sysctl": "procps", "curl": "curl", "setcap": "libcap2-bin", "ovsdb-client": "openvswitch-common",
+    "patchelf": "patchelf", "chroot": "coreutils",
 }  # fmt: skip
 
 REQUIREMENTS: dict[str, Requirement] = {

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import click
 
 from podnet.runtime import installer, uninstaller
@@ -47,6 +50,10 @@ from podnet.runtime import installer, uninstaller
               help="Where --systemd writes units.")
 @click.option("--node-conf", default=None, metavar="FILE",
               help="The node config file [default: $PODNET_CONF, else /etc/podnet/podnet.conf].")
+@click.option("--bundle-dir", default=None, metavar="DIR",
+              help="Run from a self-contained bundle (deploy/): copy it into DIR, where the "
+              "node's /opt/podnet is mounted, and write plugin files that run it (no Python "
+              "needed on the node); bundles no plugin file runs any more are removed.")
 def install(
     bin_dir: str,
     conf_dir: str,
@@ -58,6 +65,7 @@ def install(
     systemd: bool,
     unit_dir: str,
     node_conf: str | None,
+    bundle_dir: str | None,
 ) -> None:
     """Install the podnet plugins and a conflist for network --name (idempotent).
 
@@ -73,7 +81,14 @@ def install(
     if network is not None and ranges:
         raise click.UsageError("--network and --range exclude each other")
     try:
-        done = installer.install(
+        if bundle_dir is not None:
+            from podnet.runtime import hostinstall
+
+            run: Callable[..., list[installer.Installed]] = functools.partial(
+                hostinstall.install_bundle, bundle_dir)
+        else:
+            run = installer.install
+        done = run(
             bin_dir=bin_dir,
             conf_dir=conf_dir,
             name=name or network or "podnet",

@@ -86,13 +86,16 @@ class Installed:
     action: str
 
 
-def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
+def plugin_script(entry_point: str, interpreter: str | None = None,
+                  tool_dirs: Sequence[str] = ()) -> str:
     """The executable text of a plugin file for ``entry_point`` (``"pkg.module:function"``).
 
     ``interpreter`` defaults to ``sys.executable``; it must be an absolute path without
-    whitespace that fits a ``#!`` line. ValueError otherwise. What the node allows (its data
-    dirs, its store) is not in the file: every call reads the node configuration
-    (:mod:`podnet.drivers.nodeconf`).
+    whitespace that fits a ``#!`` line. ValueError otherwise. ``tool_dirs`` (absolute paths,
+    e.g. a self-contained bundle's ``sbin``) are put before the runtime's ``PATH``, so the
+    plugin runs the ``ip`` and ``nft`` found there first (:func:`podnet.proc.which`). What the
+    node allows (its data dirs, its store) is not in the file: every call reads the node
+    configuration (:mod:`podnet.drivers.nodeconf`).
     """
     exe = interpreter or sys.executable
     if not exe or not os.path.isabs(exe):
@@ -102,8 +105,15 @@ def plugin_script(entry_point: str, interpreter: str | None = None) -> str:
     module, sep, func = entry_point.partition(":")
     if not sep or not module or not func.isidentifier():
         raise ValueError(f"entry point {entry_point!r} is not 'module:function'")
+    bad = [d for d in tool_dirs if not os.path.isabs(d) or os.pathsep in d or "\n" in d]
+    if bad:
+        raise ValueError(f"tool directories must be absolute paths without ':', got {bad!r}")
     own, *deps = _plugin_path()
     extra = f"sys.path += {deps!r}\n" if deps else ""
+    if tool_dirs:
+        extra += ("import os\n"
+                  f"os.environ['PATH'] = {os.pathsep.join(tool_dirs) + os.pathsep!r} + "
+                  "os.environ.get('PATH', '')\n")  # fmt: skip
     return (
         f"#!{exe} -IS\n"
         f"{PLUGIN_MARK}{entry_point}.\n"
@@ -494,6 +504,7 @@ def install(
     unit_dir: str = "/etc/systemd/system",
     node_conf: str | None = None,
     warn: Callable[[str], None] | None = None,
+    tool_dirs: Sequence[str] = (),
 ) -> list[Installed]:
     """Write the plugin files (``plugins``: names from :data:`PLUGINS`, default all) into
     ``bin_dir`` (mode 0755), unless ``conflist`` is False the network's conflist into
@@ -510,9 +521,10 @@ def install(
     test's, a demo's) changes nothing the plugins see, so its ``data_dir`` must be allowed
     by theirs (or ``PODNET_DATA_DIRS``).
 
-    ``warn`` (default: nothing) is told when the conflist replaces the ranges or network of
-    the one at its path, when it sorts first in ``conf_dir`` (the default network of
-    containerd's CRI and CRI-O), and when ``data_dir`` replaces the node's store.
+    ``tool_dirs``: see :func:`plugin_script`. ``warn`` (default: nothing) is told when the
+    conflist replaces the ranges or network of the one at its path, when it sorts first in
+    ``conf_dir`` (the default network of containerd's CRI and CRI-O), and when ``data_dir``
+    replaces the node's store.
 
     Raises ValueError for an unknown plugin name or an unusable interpreter, InvalidConfig (7)
     / ArgsError for a bad conflist or a malformed or untrusted node configuration,
@@ -546,7 +558,8 @@ def install(
             raise CNIError(
                 f"cannot install {plugin}: module {module} is not importable", code=IO_FAILURE
             )
-        texts[os.path.join(bin_dir, plugin)] = (plugin_script(PLUGINS[plugin], interpreter), 0o755)
+        texts[os.path.join(bin_dir, plugin)] = (
+            plugin_script(PLUGINS[plugin], interpreter, tool_dirs), 0o755)
     if conflist:
         try:
             conf = network_conflist(name=name, ranges=ranges, network=network,
