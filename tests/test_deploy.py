@@ -598,3 +598,64 @@ def test_install_bundle_dir_outside_a_bundle_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc
     assert "is not the interpreter of a podnet bundle" in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@image_test
+def test_image_agent_runs_as_the_daemonset_runs_it(image: tuple[PrivatePodman, str], lab: Lab,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    """The image's own ``podnetctl agent`` (the bundle's interpreter and its kubernetes client),
+    with the agent container's command, environment, security context and mounts, in a node
+    namespace, against the stand-in API server: it writes this node's conflist from its
+    podCIDRs, routes another Node's podCIDR through its on-link InternalIP with ``proto 113``,
+    answers ``/healthz``, and ends with status 0 on SIGTERM (``podman stop``)."""
+    from kubeapi import KubeAPI, node
+
+    podman, name = image
+    agent = container("agent")
+    argv = [*agent["command"], *agent.get("args", [])]
+    lab.exec(lab.node, "ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1")
+    lab.exec(lab.node, "ip", "addr", "add", "192.0.2.1/24", "dev", "up0")
+    lab.exec(lab.node, "ip", "link", "set", "up0", "up")
+    lab.exec(lab.node, "ip", "link", "set", "up1", "up")
+    dirs = {m: tmp_path / m.strip("/").replace("/", "-") for m in
+            ("/etc/cni/net.d", "/var/lib/podnet", "/run/podnet")}  # fmt: skip
+    for d in dirs.values():
+        d.mkdir(mode=0o700)
+    with KubeAPI("127.0.0.1", 6443, netns=lab.node) as api:
+        api.create(node("n1", ["10.244.1.0/24"], ["192.0.2.1"]))
+        api.create(node("n2", ["10.244.2.0/24"], ["192.0.2.9"]))
+        kubeconfig = api.kubeconfig(str(tmp_path / "kubeconfig"))
+        env = [a for e in agent["env"] if "value" in e
+               for a in ("--env", f"{e['name']}={e['value']}")]  # fmt: skip
+        started = podman(
+            "run", "-d", "--network", f"ns:/run/netns/{lab.node}", "--cgroup-parent",
+            f"/{podman.name}", *security_options(agent), "--env", "NODE_NAME=n1", *env,
+            *[a for m, d in dirs.items() for a in ("-v", f"{d}:{m}")],
+            "-v", f"{kubeconfig}:/kubeconfig:ro", "--tmpfs", "/tmp",
+            "--entrypoint", argv[0], name, *argv[1:], "--kubeconfig", "/kubeconfig")  # fmt: skip
+        cid = started.stdout.strip()
+        conflist = dirs["/etc/cni/net.d"] / "10-podnet.conflist"
+        try:
+            def ready() -> bool:
+                routes = lab.exec(lab.node, "ip", "-j", "route", "show", "proto", "113").stdout
+                return conflist.exists() and "10.244.2.0/24" in routes
+
+            for _ in range(300):
+                if ready():
+                    break
+                threading.Event().wait(0.2)
+            logs = podman("logs", cid).stderr
+            assert ready(), logs[-3000:]
+            plugin = json.loads(conflist.read_text())["plugins"][0]
+            assert plugin["type"] == "podnet" and plugin["ranges"] == ["10.244.1.0/24"], plugin
+            routes = json.loads(lab.exec(lab.node, "ip", "-j", "route", "show", "proto",
+                                         "113").stdout)  # fmt: skip
+            assert [(r["dst"], r["gateway"]) for r in routes] == [("10.244.2.0/24", "192.0.2.9")]
+            health = lab.exec(lab.node, str(VENV_BIN / "python"), "-c",
+                              "import urllib.request; print(urllib.request.urlopen("
+                              "'http://127.0.0.1:19080/healthz', timeout=10).status)").stdout
+            assert health.strip() == "200"
+        finally:
+            podman("stop", "--time", "20", cid)
+        state = podman("inspect", "--format", "{{.State.ExitCode}}", cid).stdout.strip()
+        assert state == "0", podman("logs", cid).stderr[-2000:]
