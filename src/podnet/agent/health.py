@@ -5,10 +5,20 @@ failing to sync for longer than a grace period; 503 with the reason otherwise (a
 probe's answer: Kubernetes "Configure Liveness, Readiness and Startup Probes", an HTTP probe
 succeeds on 200-399). ``/metrics`` is the Prometheus text format of the agent's own registry
 (``prometheus_client``; the exposition format of prometheus/docs ``exposition_formats.md``).
+
+The server listens where kindnetd's does (``0.0.0.0:19080`` by default: with ``hostNetwork``
+the kubelet's probe comes to the node's IP), so anyone who reaches the node reaches it. It is
+built to survive that: one request per connection (``Connection: close``), a socket timeout of
+:data:`CONN_TIMEOUT` per connection, at most :data:`MAX_CONNECTIONS` at once (a new one beyond
+the cap evicts the oldest that has not sent its request yet, or is closed at once when every
+slot is busy answering), and an ``accept`` failing for want of descriptors (``EMFILE``)
+pauses the accept loop instead of spinning on the still-readable listening socket.
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +33,17 @@ __all__ = ["EVENT_TYPES", "Health", "HealthServer", "Metrics", "serve"]
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 #: Seconds a sync may keep failing before ``/healthz`` says 503.
 DEFAULT_GRACE = 60.0
+#: Seconds without any sign of life from the API (a LIST, a watch opened, an event or a
+#: bookmark) before ``/healthz`` says 503. An idle cluster still re-opens its watch at least
+#: every 2 x 5 minutes (the watch's jittered ``timeoutSeconds``) plus a minute's read slack,
+#: so 15 minutes is never reached by a healthy agent.
+DEFAULT_STALE = 900.0
+#: Seconds a connection to the server may stay silent (per socket operation).
+CONN_TIMEOUT = 10.0
+#: Connections served at once; more are evicted or refused.
+MAX_CONNECTIONS = 16
+#: Seconds the accept loop pauses when ``accept`` fails for want of descriptors or memory.
+ACCEPT_PAUSE = 0.2
 
 
 class Health:
@@ -31,15 +52,23 @@ class Health:
     and read by the server's."""
 
     def __init__(self, grace: float = DEFAULT_GRACE,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic,
+                 stale: float = DEFAULT_STALE) -> None:  # fmt: skip
         self.grace = grace
+        self.stale = stale
         self.clock = clock
         self.listed = False
+        self.contact = clock()
         self.failing_since: float | None = None
         self.failure = ""
 
     def list_ok(self) -> None:
         self.listed = True
+        self.contact = self.clock()
+
+    def api_ok(self) -> None:
+        """The API answered: a LIST, a watch opened, an event or a bookmark (any thread)."""
+        self.contact = self.clock()
 
     def sync_ok(self) -> None:
         self.failing_since = None
@@ -54,6 +83,10 @@ class Health:
         """``(healthy, reason)``: the reason is ``ok`` or what is wrong, one line."""
         if not self.listed:
             return False, "no LIST of Nodes has succeeded yet"
+        silent = self.clock() - self.contact
+        if silent > self.stale:
+            return False, (f"no LIST, watch or event from the API for {silent:.0f} s "
+                           f"(bound {self.stale:.0f} s): the view may be stale")  # fmt: skip
         since = self.failing_since
         if since is not None:
             failing = self.clock() - since
@@ -108,17 +141,70 @@ class HealthServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = MAX_CONNECTIONS
 
-    def __init__(self, address: str, port: int, health: Health, metrics: Metrics) -> None:
+    def __init__(self, address: str, port: int, health: Health, metrics: Metrics, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 conn_timeout: float = CONN_TIMEOUT) -> None:  # fmt: skip
         import ipaddress
-        import socket
 
         if ipaddress.ip_address(address).version == 6:
             self.address_family = socket.AF_INET6
         self.health = health
         self.metrics = metrics
+        self.max_connections = max_connections
+        self.conn_timeout = conn_timeout
+        #: open connections → whether still waiting for their request (evictable)
+        self._conns: dict[socket.socket, bool] = {}
+        self._conns_lock = threading.Lock()
+        self._closing = threading.Event()
         super().__init__((address, port), _Handler)
         self.thread: threading.Thread | None = None
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        try:
+            return super().get_request()
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # the listening socket stays readable: without a pause the loop would spin
+                self._closing.wait(ACCEPT_PAUSE)
+            raise
+
+    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        with self._conns_lock:
+            if len(self._conns) >= self.max_connections:
+                idle = next((c for c, waiting in self._conns.items() if waiting), None)
+                if idle is None:  # every slot is answering a request: refuse this one
+                    self.shutdown_request(request)
+                    return
+                del self._conns[idle]
+                try:  # its handler's read ends (EOF); the handler closes it
+                    idle.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._conns[request] = True
+        request.settimeout(self.conn_timeout)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to serve it (e.g. RuntimeError: can't start thread)
+            self.shutdown_request(request)
+            raise
+
+    def answering(self, request: socket.socket) -> None:
+        """The request on ``request`` has been read: it is no longer evictable."""
+        with self._conns_lock:
+            if request in self._conns:
+                self._conns[request] = False
+
+    def shutdown_request(self, request):  # type: ignore[no-untyped-def]
+        with self._conns_lock:
+            self._conns.pop(request, None)
+        super().shutdown_request(request)
+
+    def connections(self) -> int:
+        """Connections open now."""
+        with self._conns_lock:
+            return len(self._conns)
 
     @property
     def port(self) -> int:
@@ -126,6 +212,7 @@ class HealthServer(ThreadingHTTPServer):
 
     def close(self) -> None:
         """Stop serving and close the listening socket."""
+        self._closing.set()
         if self.thread is not None:
             self.shutdown()
             self.thread.join()
@@ -140,7 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # a probe every few seconds is no news
 
     def _answer(self, code: int, body: bytes, content_type: str) -> None:
+        self.close_connection = True
         self.send_response(code)
+        self.send_header("Connection", "close")
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -148,6 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.answering(self.request)
         path = self.path.partition("?")[0]
         if path == "/healthz":
             ok, reason = self.server.health.check()

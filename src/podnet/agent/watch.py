@@ -12,15 +12,25 @@ it, and kindnetd's controllers sit on that reflector:
   relist;
 - ``410 Gone`` — as an HTTP status on the watch request or as an ``ERROR`` event whose
   ``Status`` has code 410 — means the resourceVersion left the server's window: relist at once;
+  a 410 again within :data:`GONE_WINDOW` relists after the backoff (a 410 storm is not a
+  relist loop, as the reflector's backoff between ``ListAndWatch`` attempts);
 - a dropped connection, bytes that are no event, an event of unknown shape, or any other API
   error: relist after a backoff (exponential with jitter, capped at :data:`BACKOFF_CAP`,
   retried for ever). Nothing is polled: between changes the agent waits on the open watch.
+
+What the server sends is bounded: the LIST is read raw (a ``Content-Encoding`` the agent did
+not ask for is refused, never decompressed), at most :data:`MAX_LIST_BYTES` within
+:data:`LIST_DEADLINE` seconds in all; the watch is read by our own line reader, a line at most
+:data:`MAX_LINE_BYTES` (more is garbage: relist after a backoff), and cut once its
+``timeoutSeconds`` plus :data:`READ_TIMEOUT` have passed. Each LIST, watch opened, event and
+bookmark tells :meth:`podnet.agent.health.Health.api_ok` the API is alive.
 
 Two threads: the *reflector* speaks to the API and queues what it reads; the *loop* (the
 caller's thread) keeps the view ``{name: Node}`` (:func:`podnet.agent.model.parse_node`; an
 object it cannot parse is logged once and left out, never half used), logs one line per Node
 that changes it, and calls ``sink.sync(me, others)`` after each batch and after each relist
-(with the complete new view). A sync that returns False is retried with backoff even when no
+(with the complete new view; a relist that leaves the view as it was is not synced unless the
+last sync failed). A sync that returns False is retried with backoff even when no
 event comes.
 
 The official ``kubernetes`` client is imported here and nowhere else in podnet.
@@ -39,7 +49,6 @@ from collections import deque
 from typing import Any, Protocol
 
 from kubernetes import client as kclient
-from kubernetes import watch as kwatch
 
 from podnet import checked
 from podnet.agent.health import Health, Metrics
@@ -47,7 +56,7 @@ from podnet.agent.model import BadNode, Node, parse_node
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = ["Agent", "ApiConfigError", "Backoff", "Reflector", "Sink", "connect"]
 
@@ -65,6 +74,17 @@ READ_TIMEOUT = 60.0
 #: A watch the server ends sooner than this, having sent nothing, counts as a failure for the
 #: backoff: a server that closes every watch at once is not hammered.
 MIN_WATCH = 1.0
+#: Seconds a whole LIST may take, however slowly its bytes come (a deadline, not a per-read
+#: timeout).
+LIST_DEADLINE = 120.0
+#: The largest LIST answer read, bytes (5,000 Nodes of 50 KiB each fit).
+MAX_LIST_BYTES = 256 * 2**20
+#: The longest watch event line, bytes (etcd's default request limit is 1.5 MiB an object).
+MAX_LINE_BYTES = 4 * 2**20
+#: Bytes asked of the socket at a time.
+READ_CHUNK = 64 * 2**10
+#: A 410 Gone within this many seconds of the previous one is relisted after a backoff.
+GONE_WINDOW = 60.0
 
 _KINDS = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 
@@ -128,6 +148,10 @@ class _Broken(Exception):
     """The stream held something that is no watch event."""
 
 
+class _Gone(Exception):
+    """410 Gone: the resourceVersion left the server's window."""
+
+
 def _describe(err: BaseException) -> str:
     if isinstance(err, kclient.ApiException):
         return f"HTTP {err.status} {checked.one_line(str(err.reason or ''))}".strip()
@@ -154,7 +178,8 @@ class Reflector:
     def __init__(self, api: kclient.CoreV1Api, emit: Callable[[Item], None], metrics: Metrics,
                  *, watch_timeout: int = WATCH_TIMEOUT, backoff: Backoff | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:  # fmt: skip
+                 rng: random.Random | None = None,
+                 contact: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.api = api
         self.emit = emit
         self.metrics = metrics
@@ -162,15 +187,19 @@ class Reflector:
         self.rng = rng or random.Random()
         self.backoff = backoff or Backoff(rng=self.rng)
         self.clock = clock
+        self.contact: Callable[[], None] = contact or (lambda: None)
         self._stop = threading.Event()
-        self._watch: kwatch.Watch | None = None
+        self._resp: Any = None
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return, cutting the open watch (safe from a signal handler)."""
+        """Ask :meth:`run` to return, cutting the open request (safe from a signal handler)."""
         self._stop.set()
-        w = self._watch
-        if w is not None:
-            w.stop()  # type: ignore[no-untyped-call]
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # already closed
+                pass
 
     def _pause(self, what: str, err: BaseException | str) -> None:
         self.metrics.api_errors.inc()
@@ -183,6 +212,7 @@ class Reflector:
         rv: str | None = None
         first = True
         reason = ""
+        last_gone: float | None = None
         while not self._stop.is_set():
             if rv is None:
                 try:
@@ -201,9 +231,12 @@ class Reflector:
             except Exception as err:
                 if self._stop.is_set():
                     break
-                if isinstance(err, kclient.ApiException) and err.headers is None:
-                    self.metrics.events.labels("ERROR").inc()  # an ERROR event, not a reply
-                if isinstance(err, kclient.ApiException) and err.status == 410:
+                if isinstance(err, _Gone):
+                    now = self.clock()
+                    again = last_gone is not None and now - last_gone < GONE_WINDOW
+                    last_gone = now
+                    if again:  # a 410 storm: the relists back off as any failure does
+                        self._pause("WATCH nodes", f"410 Gone again within {GONE_WINDOW:.0f} s")
                     log.info("watch expired (410 Gone at resourceVersion %s): relisting", rv)
                     reason = "expired"
                 else:
@@ -212,17 +245,71 @@ class Reflector:
                     reason = "error"
                 rv = None
 
-    def _list(self, relist: str | None) -> str:
-        """LIST the Nodes and emit them whole; ``relist``: why, for a LIST after the first."""
-        # the raw answer (a urllib3 response): the Nodes are parsed from the JSON, not the models
-        timeouts = (CONNECT_TIMEOUT, READ_TIMEOUT)
-        resp: Any = self.api.list_node(_preload_content=False, _request_timeout=timeouts)
+    def _get(self, timeouts: tuple[float, float], deadline: float, **query: Any) -> Any:
+        """GET ``/api/v1/nodes`` with ``query``; the raw urllib3 response, cut (shut down) once
+        the monotonic ``deadline`` passes. A non-2xx answer raises ``ApiException``; a
+        ``Content-Encoding`` other than identity (never asked for) raises :class:`_Broken`."""
+        resp: Any = self.api.list_node(_preload_content=False, _request_timeout=timeouts,
+                                       **query)  # fmt: skip
+        self._resp = resp
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._cut, (resp,))
+        timer.daemon = True
+        timer.start()
+        resp._podnet_timer = timer
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            self._done(resp)
+            raise _Broken(f"the API answered with Content-Encoding {checked.show(encoding)}, "
+                          f"which was not asked for")  # fmt: skip
+        return resp
+
+    def _cut(self, resp: Any) -> None:
+        resp._podnet_cut = True
         try:
-            data = resp.data
-        finally:
+            resp.shutdown()
+        except Exception:  # already closed
+            pass
+
+    def _done(self, resp: Any) -> None:
+        timer = getattr(resp, "_podnet_timer", None)
+        if timer is not None:
+            timer.cancel()
+        if self._resp is resp:
+            self._resp = None
+        try:  # closed first: a stream cut midway must not go back to the pool for reuse
+            resp.close()
             resp.release_conn()
+        except Exception:
+            pass
+
+    def _list(self, relist: str | None) -> str:
+        """LIST the Nodes and emit them whole; ``relist``: why, for a LIST after the first. The
+        body is read raw (no decompression), at most :data:`MAX_LIST_BYTES`, within
+        :data:`LIST_DEADLINE` seconds."""
+        deadline = time.monotonic() + LIST_DEADLINE
+        resp = self._get((CONNECT_TIMEOUT, READ_TIMEOUT), deadline)
+        parts: list[bytes] = []
+        size = 0
         try:
-            body = json.loads(data)
+            while True:
+                if time.monotonic() > deadline or getattr(resp, "_podnet_cut", False):
+                    raise _Broken(f"the LIST took longer than {LIST_DEADLINE:.0f} s")
+                try:
+                    chunk = resp.read1(READ_CHUNK, decode_content=False)
+                except Exception:
+                    if getattr(resp, "_podnet_cut", False):
+                        raise _Broken(f"the LIST took longer than {LIST_DEADLINE:.0f} s") from None
+                    raise
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_LIST_BYTES:
+                    raise _Broken(f"the LIST answer is larger than {MAX_LIST_BYTES} bytes")
+                parts.append(chunk)
+        finally:
+            self._done(resp)
+        try:
+            body = json.loads(b"".join(parts))
         except ValueError as err:
             raise _Broken(f"the LIST answer is not JSON: {err}") from None
         items = body.get("items") if isinstance(body, dict) else None
@@ -232,46 +319,88 @@ class Reflector:
         log.info("listed %d nodes at resourceVersion %s", len(items), rv)
         if relist is not None:
             self.metrics.relists.labels(relist).inc()
+        self.contact()
         self.emit(("list", items, rv))
         return rv
+
+    def _lines(self, resp: Any) -> Iterator[bytes]:
+        """The lines of a watch stream, each at most :data:`MAX_LINE_BYTES` (:class:`_Broken`
+        beyond), read raw as they come."""
+        buf = bytearray()
+        while not self._stop.is_set():
+            try:
+                chunk = resp.read1(READ_CHUNK, decode_content=False)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                if getattr(resp, "_podnet_cut", False):
+                    raise _Broken("the watch outlived its timeout") from None
+                raise
+            if not chunk:
+                if buf:
+                    raise _Broken("the watch stream ended inside a line")
+                return
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                buf += chunk[start:end]
+                if len(buf) > MAX_LINE_BYTES:
+                    break
+                yield bytes(buf)
+                buf.clear()
+                start = end + 1
+            buf += chunk[start:]
+            if len(buf) > MAX_LINE_BYTES:
+                raise _Broken(f"a watch event longer than {MAX_LINE_BYTES} bytes")
 
     def _watch_from(self, rv: str) -> tuple[str, bool]:
         """Watch from ``rv`` until the server ends the watch; the last resourceVersion and
         whether the watch did any good (an event, or it lasted :data:`MIN_WATCH`)."""
         timeout = int(self.watch_timeout * (1 + self.rng.random()))
-        w = kwatch.Watch()  # type: ignore[no-untyped-call]
-        self._watch = w
         if self._stop.is_set():
             return rv, True
         start = self.clock()
         seen = 0
-        api = self.api
-
-        # Without a return type to find (no annotation, no docstring) the client hands over
-        # each event as the JSON it read, and still turns an ERROR event into an ApiException.
-        def list_node(**kwargs):  # type: ignore[no-untyped-def]
-            return api.list_node(**kwargs)
-
         timeouts = (CONNECT_TIMEOUT, timeout + READ_TIMEOUT)
         try:
-            for event in w.stream(list_node, resource_version=rv,  # type: ignore[no-untyped-call]
-                                  allow_watch_bookmarks=True, timeout_seconds=timeout,
-                                  _request_timeout=timeouts):  # fmt: skip
+            resp = self._get(timeouts, time.monotonic() + timeout + READ_TIMEOUT, watch=True,
+                             resource_version=rv, allow_watch_bookmarks=True,
+                             timeout_seconds=timeout)  # fmt: skip
+        except kclient.ApiException as err:
+            if err.status == 410:
+                raise _Gone() from None
+            raise
+        self.contact()
+        try:
+            for line in self._lines(resp):
                 if self._stop.is_set():
                     break
-                if not isinstance(event, dict) or event.get("type") not in _KINDS:
-                    kind = event.get("type") if isinstance(event, dict) else event
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise _Broken(f"not a watch event: {checked.show(line[:80])}") from None
+                kind = event.get("type") if isinstance(event, dict) else event
+                if kind == "ERROR":
+                    self.metrics.events.labels("ERROR").inc()
+                    obj = event.get("object")
+                    code = obj.get("code") if isinstance(obj, dict) else None
+                    if code == 410:
+                        raise _Gone()
+                    why = obj.get("message") if isinstance(obj, dict) else obj
+                    raise _Broken(f"ERROR event: code {checked.show(code)}: "
+                                  f"{checked.show(why)}")  # fmt: skip
+                if kind not in _KINDS:
                     raise _Broken(f"not a watch event: type {checked.show(kind)}")
-                kind, obj = event["type"], event.get("raw_object")
+                obj = event.get("object")
                 new_rv = _rv_of(obj)
                 self.metrics.events.labels(kind).inc()
+                self.contact()
                 if kind != "BOOKMARK":
                     self.emit(("event", kind, obj))
                 rv = new_rv
                 seen += 1
                 self.backoff.reset()
         finally:
-            self._watch = None
+            self._done(resp)
         return rv, seen > 0 or self.clock() - start >= MIN_WATCH
 
 
@@ -300,13 +429,14 @@ class Agent:
         self.reflector = Reflector(api, self._receive, self.metrics,
                                    watch_timeout=watch_timeout,
                                    backoff=Backoff(backoff_base, backoff_cap, rng), clock=clock,
-                                   rng=rng)  # fmt: skip
+                                   rng=rng, contact=self.health.api_ok)  # fmt: skip
         self.sync_backoff = Backoff(backoff_base, backoff_cap, rng)
         #: the view: every Node that parsed, by name
         self.view: dict[str, Node] = {}
         #: Nodes left out: name → why (logged once per reason)
         self.refused: dict[str, str] = {}
         self.syncs = 0
+        self._synced_ok = False
         self._inbox: deque[Item] = deque()
         self._stopping = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -356,7 +486,8 @@ class Agent:
                     changed = False
                     while self._inbox:
                         item = self._inbox.popleft()
-                        changed = self._apply(item) or changed
+                        first = not listed and item[0] == "list"
+                        changed = self._apply(item) or first or changed
                         listed = listed or item[0] == "list"
                     due = retry_at is not None and self.clock() >= retry_at
                     if listed and (changed or due):
@@ -392,6 +523,7 @@ class Agent:
         except Exception as err:  # the contract says False; a bug must not end the agent
             log.exception("sync raised")
             ok, why = False, _describe(err)
+        self._synced_ok = ok
         if ok:
             if self.sync_backoff.failures:
                 log.info("sync succeeded after %d failures", self.sync_backoff.failures)
@@ -409,9 +541,9 @@ class Agent:
     def _apply(self, item: Item) -> bool:
         """Apply one queued item to the view; whether a sync is called for."""
         if item[0] == "list":
-            self._relisted(item[1])
+            # a relist whose view equals the current one is synced only to retry a failure
+            changed = self._relisted(item[1]) or not self._synced_ok
             self.health.list_ok()
-            changed = True  # every list is synced, with the complete new view
         else:
             changed = self._event(item[1], item[2])
         self.metrics.nodes.set(len(self.view))
@@ -458,7 +590,9 @@ class Agent:
             return self._remove(key, "removed from the view (refused)")
         return self._put(node)
 
-    def _relisted(self, items: list[object]) -> None:
+    def _relisted(self, items: list[object]) -> bool:
+        """Replace the view with the Nodes of a LIST; whether the view changed."""
+        changed = False
         seen: set[str] = set()
         refused_before = dict(self.refused)
         self.refused.clear()
@@ -468,11 +602,12 @@ class Agent:
                 self.refused[key] = refused_before[key]
             k, node = self._parse(obj)
             if node is not None:
-                self._put(node)
+                changed = self._put(node) or changed
                 seen.add(k)
         for key in [k for k in self.view if k not in seen]:
-            self._remove(key, "removed from the view (refused)" if key in self.refused
-                         else "gone (not in the new list)")  # fmt: skip
+            changed = self._remove(key, "removed from the view (refused)" if key in self.refused
+                                   else "gone (not in the new list)") or changed  # fmt: skip
+        return changed
 
 
 def _summary(node: Node) -> str:
