@@ -125,6 +125,45 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_gzip(self, body: Obj, pad: int) -> None:
+        """``body`` gzip-compressed with ``pad`` bytes of blanks inside the JSON (a bomb: the
+        blanks compress ~1000:1), as ``Content-Encoding: gzip``, asked for or not."""
+        import zlib
+
+        comp = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+        text = json.dumps(body).encode()
+        parts = [comp.compress(text[:-1])]
+        blanks = b" " * 2**20
+        for _ in range(pad // len(blanks)):
+            parts.append(comp.compress(blanks))
+        parts.append(comp.compress(text[-1:]))
+        parts.append(comp.flush())
+        data = b"".join(parts)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_drip(self, body: Obj, every: float) -> None:
+        """``body`` one byte every ``every`` seconds, until it ends or the client leaves."""
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(every)
+                if self._client_gone():
+                    break
+        except OSError:
+            pass
+        self.close_connection = True
+
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
@@ -182,8 +221,14 @@ class _Handler(BaseHTTPRequestHandler):
             for item in items:  # a list's items carry no kind/apiVersion
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
-            self._send(200, {"kind": "NodeList", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": rv}, "items": items})
+            body = {"kind": "NodeList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": rv}, "items": items}
+            if api.list_gzip is not None:
+                self._send_gzip(body, api.list_gzip)
+            elif api.list_drip is not None:
+                self._send_drip(body, api.list_drip)
+            else:
+                self._send(200, body)
         elif path.startswith("/api/v1/nodes/"):
             name = path.removeprefix("/api/v1/nodes/")
             with api._lock:
@@ -215,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
             api._cond.notify_all()
             api._cond.wait_for(lambda: not api._held)
             api._waiting -= 1
-            gone = start is not None and start < api._oldest
+            gone = start is not None and (start < api._oldest or api.always_gone)
             if not gone:
                 if start is None:
                     backlog = [_line("ADDED", o) for _, o in sorted(api._nodes.items())]
@@ -289,7 +334,12 @@ class KubeAPI:
     watch from an expired resourceVersion is refused; ``retain``: how many changes the window
     keeps (None: all, until :meth:`expire`); ``bookmark_every``: seconds of quiet after which an
     open watch that allows bookmarks gets one (None: only on :meth:`bookmark`); ``max_watch``:
-    the longest a watch lasts (seconds; as the API server's own cap on requests)."""
+    the longest a watch lasts (seconds; as the API server's own cap on requests).
+
+    Hostile modes, attributes set by a test: ``always_gone`` (every watch from a
+    resourceVersion is 410 Gone: a 410 storm), ``list_gzip`` (bytes of blanks: the LIST is a
+    gzip bomb sent as ``Content-Encoding: gzip``), ``list_drip`` (seconds: the LIST comes one
+    byte at a time)."""
 
     def __init__(self, address: str = "127.0.0.1", port: int = 0, *, netns: str | None = None,
                  token: str | None = None, gone: str = "event", retain: int | None = None,
@@ -301,6 +351,9 @@ class KubeAPI:
         self.netns = netns
         self.token = token
         self.gone = gone
+        self.always_gone = False
+        self.list_gzip: int | None = None
+        self.list_drip: float | None = None
         self.retain = retain
         self.bookmark_every = bookmark_every
         self.max_watch = max_watch

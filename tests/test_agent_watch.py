@@ -322,6 +322,43 @@ def test_gone_at_watch_start_relists(api: KubeAPI, tmp_path: Path, gone: str) ->
         assert api.watches[-1]["resourceVersion"] == api.resource_version
 
 
+@pytest.mark.parametrize("gone", ["http", "event"])
+def test_gone_storm_backs_off_and_does_not_resync(api: KubeAPI, tmp_path: Path,
+                                                  gone: str) -> None:
+    """Every watch is 410 Gone: the first relist comes at once, the repeated ones after a
+    growing backoff (first delay 0.2 s jittered to half, cap 2 s: at most ~10 LISTs in 5 s;
+    without backoff there are hundreds), and relists that bring the same view sync nothing."""
+    api.gone = gone
+    api.create(A)
+    api.create(B)
+    sink = RecordingSink()
+    with agent(api, tmp_path, sink) as the:
+        sink.wait(lambda me, o: names(o) == {"b"})
+        api.always_gone = True
+        assert api.drop_streams() <= 1
+        until(lambda: api.requests["gone"] >= 2)
+        lists = api.requests["list"]
+        time.sleep(5)
+        storm = api.requests["list"] - lists
+        assert 1 <= storm <= 12, storm
+        assert sink.count() == 1 and the.syncs == 1  # the same view: no sync
+        assert the.metrics.relists.labels("expired")._value.get() >= 2
+        api.always_gone = False
+        api.create(node("c", ["10.244.2.0/24"], ["192.168.50.3"]))
+        sink.wait(lambda me, o: names(o) == {"b", "c"})  # a changed view is synced
+
+
+def test_relist_with_same_view_retries_a_failed_sync(api: KubeAPI, tmp_path: Path) -> None:
+    """A relist that brings the same view syncs only when the last sync failed."""
+    api.create(A)
+    sink = RecordingSink(results=[False])
+    with agent(api, tmp_path, sink, backoff_base=30.0, backoff_cap=60.0):
+        sink.wait(lambda me, o: me is not None)
+        assert api.wait_streams(1)
+        api.expire(streams=True)  # a 410 relist at once; the sync retry is 15 s away
+        until(lambda: sink.count() == 2, timeout=10)
+
+
 def test_gone_mid_stream_relists(api: KubeAPI, tmp_path: Path) -> None:
     """An ERROR event carrying a Status with code 410 on an open watch → relist."""
     api.create(A)
@@ -351,6 +388,8 @@ GARBAGE = [
     pytest.param(b'{"type": "ERROR", "object": "boom"}\n', id="error-not-status"),
     pytest.param(b'{"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": '
                  b'"InternalError", "message": "etcd"}}\n', id="error-500"),
+    # a line that never ends: read by a bounded line reader, garbage past 4 MiB
+    pytest.param(b'{"type": "ADDED", "object": "' + b"x" * (5 * 2**20), id="line-over-4MiB"),
 ]
 
 
@@ -370,6 +409,48 @@ def test_garbage_on_the_stream_relists(api: KubeAPI, tmp_path: Path, data: bytes
         assert api.requests["list"] == 2
         assert the.metrics.relists.labels("error")._value.get() == 1
         assert the.metrics.api_errors._value.get() == 1  # after a backoff
+
+
+def test_gzip_list_is_refused_not_decoded(api: KubeAPI, tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A LIST answered with ``Content-Encoding: gzip`` (not asked for; here a bomb of 256 KiB
+    that inflates to 256 MiB) is refused without being inflated, and retried with backoff."""
+    api.create(A)
+    api.list_gzip = 2**28
+    sink = RecordingSink()
+    with agent(api, tmp_path, sink) as the:
+        until(lambda: the.metrics.api_errors._value.get() >= 2)
+        assert sink.count() == 0
+        api.list_gzip = None
+        sink.wait(lambda me, o: me is not None)
+    assert any("Content-Encoding 'gzip'" in r.getMessage() for r in caplog.records)
+
+
+def test_dripping_list_has_a_deadline_and_healthz_goes_stale(
+        api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A LIST whose bytes come one at a time, each well within the read timeout, is cut at
+    the LIST's deadline; while the API gives no LIST, watch or event, /healthz's check turns
+    to 503 after its staleness bound."""
+    from podnet.agent import watch
+    from podnet.agent.health import Health
+
+    monkeypatch.setattr(watch, "LIST_DEADLINE", 2.0)
+    api.create(A)
+    sink = RecordingSink()
+    health = Health(stale=4.0)
+    with agent(api, tmp_path, sink, health=health) as the:
+        sink.wait(lambda me, o: me is not None)
+        assert api.wait_streams(1)
+        assert health.check() == (True, "ok")
+        api.list_drip = 0.2
+        assert api.drop_streams() == 1
+        until(lambda: the.metrics.api_errors._value.get() >= 2, timeout=15)
+        until(lambda: not health.check()[0], timeout=15)
+        assert health.check()[1].startswith("no LIST, watch or event from the API for ")
+        api.list_drip = None
+        until(lambda: health.check() == (True, "ok"))
+    assert any("the LIST took longer than 2 s" in r.getMessage() for r in caplog.records)
 
 
 def test_dropped_stream_relists(api: KubeAPI, tmp_path: Path) -> None:
@@ -628,6 +709,60 @@ def test_signal_ends_the_process_cleanly(api: KubeAPI, tmp_path: Path, sig: int)
     assert f"stopped by {signal.Signals(sig).name}" in stderr
     assert api.wait(lambda: api.streams() == 0)  # the watch was closed
     assert "Traceback" not in stderr
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_connections_do_not_starve_the_agent(api: KubeAPI, tmp_path: Path) -> None:
+    """300 idle connections to /healthz against an agent limited to 64 descriptors: it keeps
+    a few connections (the oldest idle ones are evicted, the rest time out), /healthz still
+    answers, the accept loop does not spin, and the agent keeps syncing."""
+    import resource
+
+    api.create(A)
+    api.create(B)
+    out = tmp_path / "syncs"
+    port = free_port()
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.Popen([sys.executable, "-c", AGENT_PROGRAM,
+                             api.kubeconfig(str(tmp_path / "kc")), str(out), str(port)],
+                            stderr=subprocess.PIPE, text=True, preexec_fn=limit)  # fmt: skip
+    idle: list[socket.socket] = []
+    try:
+        until(lambda: out.exists() and "others" in out.read_text())
+        assert api.wait_streams(1)
+        for _ in range(300):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            except OSError:
+                break
+        time.sleep(1)
+        cpu = _cpu_seconds(proc.pid)
+        time.sleep(3)
+        spent = _cpu_seconds(proc.pid) - cpu
+        assert spent < 0.5, f"the agent spent {spent:.2f} s of CPU in 3 s with idle connections"
+        for _ in range(3):
+            assert _get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
+        api.create(node("c", ["10.244.2.0/24"], ["192.168.50.3"]))
+        until(lambda: '"others": ["b", "c"]' in out.read_text())
+        assert proc.poll() is None
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(WAIT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.communicate()[1]
+    assert "Traceback" not in stderr, stderr[-2000:]
 
 
 # -- podnetctl agent: options --------------------------------------------------------------
