@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class HealthServer(ThreadingHTTPServer):
         super().__init__((address, port), _Handler)
         self.thread: threading.Thread | None = None
 
-    def get_request(self) -> tuple[socket.socket, object]:
+    def get_request(self) -> tuple[socket.socket, Any]:
         try:
             return super().get_request()
         except OSError as err:
@@ -170,7 +171,7 @@ class HealthServer(ThreadingHTTPServer):
                 self._closing.wait(ACCEPT_PAUSE)
             raise
 
-    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+    def process_request(self, request: Any, client_address: Any) -> None:
         with self._conns_lock:
             if len(self._conns) >= self.max_connections:
                 idle = next((c for c, waiting in self._conns.items() if waiting), None)
@@ -196,7 +197,7 @@ class HealthServer(ThreadingHTTPServer):
             if request in self._conns:
                 self._conns[request] = False
 
-    def shutdown_request(self, request):  # type: ignore[no-untyped-def]
+    def shutdown_request(self, request: Any) -> None:
         with self._conns_lock:
             self._conns.pop(request, None)
         super().shutdown_request(request)
