@@ -438,7 +438,8 @@ def test_dripping_list_has_a_deadline_and_healthz_goes_stale(
     monkeypatch.setattr(watch, "LIST_DEADLINE", 2.0)
     api.create(A)
     sink = RecordingSink()
-    health = Health(stale=4.0)
+    health = Health()
+    health.stale = 4.0
     with agent(api, tmp_path, sink, health=health) as the:
         sink.wait(lambda me, o: me is not None)
         assert api.wait_streams(1)
