@@ -435,7 +435,7 @@ def test_dripping_list_has_a_deadline_and_healthz_goes_stale(
     from podnet.agent import watch
     from podnet.agent.health import Health
 
-    monkeypatch.setattr(watch, "LIST_DEADLINE", 2.0)
+    monkeypatch.setattr(watch, "LIST_DEADLINE", 2.0, raising=False)
     api.create(A)
     sink = RecordingSink()
     health = Health()
