@@ -147,9 +147,9 @@ class HealthServer(ThreadingHTTPServer):
     def __init__(self, address: str, port: int, health: Health, metrics: Metrics, *,
                  max_connections: int = MAX_CONNECTIONS,
                  conn_timeout: float = CONN_TIMEOUT) -> None:  # fmt: skip
-        import ipaddress
+        from podnet import checked
 
-        if ipaddress.ip_address(address).version == 6:
+        if checked.ip(address).version == 6:  # the settings hold a checked address's text
             self.address_family = socket.AF_INET6
         self.health = health
         self.metrics = metrics
