@@ -578,3 +578,45 @@ def test_routes_of_the_agents_protocol_it_did_not_make_left_alone(cluster: Clust
     assert ok and not any(line.startswith("INFO route") for line in log), log
     assert sorted(x.strip() for x in sh("ip", "-n", ns, "route", "show", "proto", PROTO).stdout.splitlines()) == sorted(
         [t.replace(" proto 113", "") for t in theirs])
+
+
+def test_an_administrators_conflist_keeps_all_but_its_ranges(cluster: Cluster) -> None:
+    """A podnet conflist an administrator wrote — ``ipMasq: false``, ``mtu``, a capability,
+    chained ``bandwidth`` and ``podnet-portmap`` plugins, their own extra range — keeps every
+    key and plugin: only ``ranges`` change (the podCIDRs first) and ``dataDir`` is added (it had
+    none); a runtime's ADD from it gets the administrator's MTU. A conflist naming a ``dataDir``
+    other than the agent's store is left alone byte for byte (said once): its plugins would not
+    use the agent's store."""
+    cluster.node("a", 1)
+    agent = cluster.agent("a")
+    path = cluster.conflist("a")
+    admin = {"cniVersion": "1.0.0", "name": "podnet", "plugins": [
+        {"type": "podnet", "ranges": ["10.250.0.0/24"], "ipMasq": False, "mtu": 1400,
+         "capabilities": {"portMappings": True}},
+        {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+        {"type": "podnet-portmap", "capabilities": {"portMappings": True}}]}
+    path.write_text(json.dumps(admin, indent=1))
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    ok, log = agent.sync(me, [])
+    assert ok, log
+    data_dir = str(cluster.tmp / "a" / "data")
+    want = json.loads(json.dumps(admin))
+    want["plugins"][0]["ranges"] = [A4, A6, "10.250.0.0/24"]
+    want["plugins"][0]["dataDir"] = data_dir
+    assert json.loads(path.read_text()) == want
+    assert f"INFO conflist {path}: ranges {A4}, {A6}, 10.250.0.0/24 (was 10.250.0.0/24)" in log, log
+    mtime = path.stat().st_mtime_ns
+    assert agent.sync(me, []) == (True, []) and path.stat().st_mtime_ns == mtime
+    pod = cluster.add_pod("a", "pa")
+    assert ip_address(pod["4"]) in ip_network(A4)
+    assert "mtu 1400" in cluster.lab.exec(pod["ns"], "ip", "link", "show", "eth0").stdout
+
+    other = dict(admin, plugins=[dict(admin["plugins"][0], dataDir="/var/lib/elsewhere"), *admin["plugins"][1:]])
+    path.write_text(json.dumps(other, indent=1))
+    text = path.read_bytes()
+    for said in (1, 0):
+        ok, log = agent.sync(me, [])
+        assert not ok and path.read_bytes() == text
+        assert sum(line == f"WARNING conflist {path} names dataDir '/var/lib/elsewhere', not the agent's store "
+                           f"{data_dir}: left alone (its plugins would not use the store the agent keeps)"
+                   for line in log) == said, log

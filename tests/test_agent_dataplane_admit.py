@@ -130,6 +130,7 @@ def test_only_a_podnet_conflist_of_ranges_is_the_agents(tmp_path: Path) -> None:
     for text, ranges in [
         ('{"plugins": [{"type": "podnet", "ranges": ["10.244.1.0/24", 7]}]}', ["10.244.1.0/24", 7]),
         ('{"plugins": [{"type": "podnet", "network": "br0"}]}', None),
+        ('{"plugins": [{"type": "podnet", "ipam": {"type": "host-local"}}]}', None),
         ('{"plugins": [{"type": "bridge", "ranges": []}]}', None),
         ('{"plugins": [', None),
     ]:
