@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -312,6 +313,11 @@ def _pods_on_two_nodes(cluster: Cluster, nomasq: list[str]) -> tuple[Agent, Agen
     sh("ip", "-n", node_a, "route", "add", "203.0.113.0/24", "via", OUT4)
     sh("ip", "-n", node_a, "route", "add", "2001:db8:2::/64", "via", OUT6)
     assert agent_a.sync(me_a, [me_b])[0] and agent_b.sync(me_b, [me_a])[0]  # after the plugin's rebuild
+    for ns in (pod_a["ns"], pod_b["ns"], node_a, cluster.nodes["b"]):  # IPv6 DAD done: no first SYN lost
+        deadline = time.monotonic() + 10
+        while sh("ip", "-n", ns, "-6", "addr", "show", "tentative").stdout.strip():
+            assert time.monotonic() < deadline, sh("ip", "-n", ns, "-6", "addr").stdout
+            time.sleep(0.05)
     return agent_a, agent_b, pod_a, pod_b
 
 
