@@ -28,6 +28,7 @@ is made for any Node that sync (False: retried).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from podnet import checked
@@ -64,6 +65,7 @@ def _useless(ip: IP) -> str | None:
 _RESERVED = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("240.0.0.0/4"))
 
 
+@functools.lru_cache(maxsize=8192)  # a sync asks for every Node's podCIDRs, mostly the same
 def range_problem(net: Net) -> str | None:
     """Why ``net`` cannot be a Node's podCIDR on any node, or None: the plugin's own rule for
     ``ranges`` (at least 4 addresses — network, gateway, one pod, last — so a bare address,
@@ -88,12 +90,12 @@ def host_problem(net: Net, host: Host, my_ips: list[IP]) -> str | None:
     node's LANs, static and other daemons' routes — the default routes aside, which every
     prefix overlaps), holds an address of the node (``host.local``, ``my_ips``: this Node's
     InternalIPs) or the next hop of a default route."""
-    for dst, shown in host.routes.items():
-        if dst.version == net.version and net.overlaps(dst):
-            return f"its podCIDR {net} overlaps the node's route {shown}"
-    for dst in host.local:
-        if dst.version == net.version and net.overlaps(dst):
-            return f"its podCIDR {net} holds an address of this node ({dst})"
+    first, last = int(net.network_address), int(net.broadcast_address)
+    for (version, start, end), dst in host.spans():
+        if version == net.version and start <= last and first <= end:
+            shown = host.routes.get(dst)
+            return (f"its podCIDR {net} overlaps the node's route {shown}" if shown is not None
+                    else f"its podCIDR {net} holds an address of this node ({dst})")  # fmt: skip
     for ip in [*my_ips, *host.gateways]:
         if ip.version == net.version and ip in net:
             what = "this node's InternalIP" if ip in my_ips else "the next hop of its default route"

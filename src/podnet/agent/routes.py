@@ -75,13 +75,22 @@ class Host:
     how ``ip`` would show it), ``local`` (the destinations of type ``local`` of the local
     table: the node's own addresses) and ``gateways`` (the next hops of the default routes)."""
 
-    __slots__ = ("ours", "routes", "local", "gateways")
+    __slots__ = ("ours", "routes", "local", "gateways", "_spans")
 
     def __init__(self) -> None:
         self.ours: dict[Net, IP | None] = {}
         self.routes: dict[Net, str] = {}
         self.local: list[Net] = []
         self.gateways: list[IP] = []
+        self._spans: list[tuple[tuple[int, int, int], Net]] | None = None
+
+    def spans(self) -> list[tuple[tuple[int, int, int], Net]]:
+        """``routes`` then ``local`` as ((family, first, last address as int), destination),
+        made once (read after the survey is complete)."""
+        if self._spans is None:
+            self._spans = [((d.version, int(d.network_address), int(d.broadcast_address)), d)
+                           for d in [*self.routes, *self.local]]  # fmt: skip
+        return self._spans
 
 
 def _rows(family: int, table: str) -> list[dict[str, object]]:
