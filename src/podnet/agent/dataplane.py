@@ -254,7 +254,7 @@ class Dataplane:
             return False
         held = set(store.cluster_cidrs())  # the Nodes made cluster destinations last time
         settled = {name for name, node in others.items() if any(
-            net in host.ours or (checked.text(net), f"node:{name}") in held
+            net in host.ours or (str(net), f"node:{name}") in held  # str: checked.text's
             for net in node.pod_cidrs.values())}  # fmt: skip
         nodes = admit(me, others, self.notes, host, settled)
         want = {}
