@@ -556,22 +556,28 @@ def test_of_overlapping_nodes_the_routed_one_stays(cluster: Cluster) -> None:
 def test_routes_of_the_agents_protocol_it_did_not_make_left_alone(cluster: Cluster) -> None:
     """A blackhole and a route via a gateway with proto 113, made before the agent (by an
     administrator or another daemon), stay through syncs and a restart (said once); the
-    agent's own routes are still followed, and a Node's podCIDR inside the blackhole is
-    refused like one inside any route of the node."""
+    agent's own routes are still followed — also one exactly as it makes them that its store
+    does not record (made before its store was lost), which goes with its Node — and a Node's
+    podCIDR inside the blackhole is refused like one inside any route of the node."""
     cluster.node("a", 1)
     cluster.node("b", 2)
     ns = cluster.nodes["a"]
     sh("ip", "-n", ns, "route", "add", "blackhole", "10.99.0.0/16", "proto", PROTO)
     sh("ip", "-n", ns, "route", "add", "198.18.0.0/15", "via", OUT4, "proto", PROTO)
+    # exactly the route the agent makes for Node c (an agent whose store was lost made it): its own
+    sh("ip", "-n", ns, "route", "add", C4, "via", "192.0.2.12", "proto", PROTO)
     me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
     b = node_obj("b", [B4], ["192.0.2.12"])
+    c = node_obj("c", [C4], ["192.0.2.12"])
     inhole = node_obj("inhole", ["10.99.1.0/24"], ["192.0.2.12"])
     a = cluster.agent("a")
-    ok, log = a.sync(me, [b, inhole])
-    assert ok, log
+    ok, log = a.sync(me, [b, c, inhole])
+    assert ok and not any(C4 in line for line in log), log
     assert sum("has the agent's protocol but the agent did not make it" in line for line in log) == 2, log
     assert any("Node inhole refused: its podCIDR 10.99.1.0/24 overlaps the node's route blackhole 10.99.0.0/16 "
                "proto 113" in line for line in log), log
+    ok, log = a.sync(me, [b, inhole])  # Node c deleted: the route made for it goes
+    assert ok and f"INFO route {C4} via 192.0.2.12 removed" in log, log
     theirs = ["blackhole 10.99.0.0/16 proto 113", f"198.18.0.0/15 via {OUT4} dev eth0 proto 113"]
     shown = [x.strip() for x in sh("ip", "-n", ns, "route", "show", "proto", PROTO).stdout.splitlines()]
     assert sorted(shown) == sorted([f"{B4} via 192.0.2.12 dev eth0", "blackhole 10.99.0.0/16",
