@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -221,14 +222,15 @@ def test_routes_both_families_onlink_only_followed_and_removed(cluster: Cluster)
     c = node_obj("c", [C4, C6], ["192.0.2.13", "2001:db8:1::13"])
     # off-link: its address is not on any link of node a
     far = node_obj("far", ["10.244.7.0/24"], ["198.51.100.7"])
-    # a foreign route (proto boot) to the podCIDR of node "pinned": left alone
+    # a foreign route (proto boot) to the podCIDR of node "pinned": left alone, pinned refused
     sh("ip", "-n", cluster.nodes["a"], "route", "add", "10.244.9.0/24", "via", "192.0.2.13")
     pinned = node_obj("pinned", ["10.244.9.0/24"], ["192.0.2.12"])
     ok, log = a.sync(me, [b, c, far, pinned])
     assert ok, log
     assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12", C4: "192.0.2.13", C6: "2001:db8:1::13"}
     assert sum("not on-link" in line and "10.244.7.0/24" in line for line in log) == 1, log
-    assert sum("proto 3 to it exists; left alone" in line and "10.244.9.0/24" in line for line in log) == 1, log
+    assert ("WARNING Node pinned refused: its podCIDR 10.244.9.0/24 overlaps the node's route 10.244.9.0/24 "
+            "via 192.0.2.13 proto 3; nothing made for it") in log, log
     assert sum(line.startswith("INFO route ") and " added" in line for line in log) == 4, log
     foreign = sh("ip", "-n", cluster.nodes["a"], "route", "show", "10.244.9.0/24").stdout.strip()
     assert foreign == "10.244.9.0/24 via 192.0.2.13 dev eth0"
@@ -275,23 +277,23 @@ def test_bad_nodes_refused_the_others_proceed(cluster: Cluster) -> None:
     bad = [
         node_obj("same", [A4], ["192.0.2.12"]),  # equals ours
         node_obj("wide", ["10.244.0.0/16"], ["192.0.2.12"]),  # overlaps ours
-        node_obj("x1", ["10.244.20.0/24"], ["192.0.2.12"]),  # x1 and x2 overlap each other
-        node_obj("x2", ["10.244.20.0/23"], ["192.0.2.12"]),
+        node_obj("x2", ["10.244.20.0/23"], ["192.0.2.12"]),  # overlaps x1, which is kept (first by name)
         node_obj("lo", ["10.244.30.0/24"], ["127.0.0.1"]),  # InternalIPs of no use
         node_obj("self", ["10.244.31.0/24"], ["192.0.2.11"]),
         node_obj("zero", ["fd00:10:244:32::/64"], ["::"]),
         node_obj("ll", ["fd00:10:244:33::/64"], ["fe80::1"]),
     ]
-    ok, log = a.sync(me, [good, *bad])
+    x1 = node_obj("x1", ["10.244.20.0/24"], ["192.0.2.12"])
+    ok, log = a.sync(me, [good, x1, *bad])
     assert ok, log
-    assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12"}
+    assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12", "10.244.20.0/24": "192.0.2.12"}
     refused = {line.split()[2] for line in log if " refused: " in line}
-    assert refused == {"same", "wide", "x1", "x2", "lo", "self", "zero", "ll"}, log
+    assert refused == {"same", "wide", "x2", "lo", "self", "zero", "ll"}, log
     assert "WARNING Node same refused: its podCIDR 10.244.1.0/24 equals ours (10.244.1.0/24); nothing made for it" in log
     # nothing made for them: their podCIDRs are no cluster destinations either
     elements = sh("ip", "netns", "exec", cluster.nodes["a"], "nft", "list", "set", "inet", "podnet", "cluster_v4").stdout
-    assert "10.244.2.0/24" in elements and "10.244.20.0" not in elements and "10.244.30.0" not in elements
-    ok, log = a.sync(me, [good, *bad])
+    assert "10.244.2.0/24" in elements and "10.244.20.0/23" not in elements and "10.244.30.0" not in elements
+    ok, log = a.sync(me, [good, x1, *bad])
     assert ok and log == []
 
 
@@ -311,6 +313,11 @@ def _pods_on_two_nodes(cluster: Cluster, nomasq: list[str]) -> tuple[Agent, Agen
     sh("ip", "-n", node_a, "route", "add", "203.0.113.0/24", "via", OUT4)
     sh("ip", "-n", node_a, "route", "add", "2001:db8:2::/64", "via", OUT6)
     assert agent_a.sync(me_a, [me_b])[0] and agent_b.sync(me_b, [me_a])[0]  # after the plugin's rebuild
+    for ns in (pod_a["ns"], pod_b["ns"], node_a, cluster.nodes["b"]):  # IPv6 DAD done: no first SYN lost
+        deadline = time.monotonic() + 10
+        while sh("ip", "-n", ns, "-6", "addr", "show", "tentative").stdout.strip():
+            assert time.monotonic() < deadline, sh("ip", "-n", ns, "-6", "addr").stdout
+            time.sleep(0.05)
     return agent_a, agent_b, pod_a, pod_b
 
 
@@ -454,3 +461,174 @@ def test_a_route_the_kernel_refuses_is_logged_the_others_proceed(cluster: Cluste
     sh("ip", "-n", node_a, "addr", "add", "198.51.100.1/24", "dev", "eth0")
     ok, log = agent.sync(me, [b, odd])
     assert ok and "INFO route 10.244.40.0/24 via 198.51.100.7 for Node odd added" in log, log
+
+
+def test_podcidrs_over_the_nodes_own_network_or_no_pod_range_refused(cluster: Cluster) -> None:
+    """A Node's podCIDR that would take the node's own traffic into the pod network is refused
+    (said once, no route, no cluster destination) and the good Node proceeds: one inside the
+    node's LAN (its gateway and API server), one inside or over an administrator's static
+    route, one holding a local address of the node (an AnyIP ``local`` route) or the next hop
+    of its default route (an ``onlink`` one outside the LAN); and every range that is no pod
+    range: a bare address, public, link-local (cloud metadata), multicast, loopback, "this
+    network", reserved, both families. Each named one is refused for the reason given."""
+    cluster.node("a", 1)
+    cluster.node("b", 2)
+    ns = cluster.nodes["a"]
+    sh("ip", "-n", ns, "route", "add", "10.50.0.0/16", "via", OUT4)
+    sh("ip", "-n", ns, "route", "add", "10.60.5.0/24", "via", OUT4, "proto", "static")
+    sh("ip", "-n", ns, "route", "add", "local", "10.70.0.0/24", "dev", "lo")
+    sh("ip", "-n", ns, "route", "add", "default", "via", "10.80.0.1", "dev", "eth0", "onlink")
+    sh("ip", "-n", ns, "-6", "route", "add", "default", "via", OUT6)
+    before = {f: [x.strip() for x in sh("ip", "-n", ns, f, "route", "show", "table", "all").stdout.splitlines()]
+              for f in ("-4", "-6")}
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    good = node_obj("b", [B4, B6], ["192.0.2.12", "2001:db8:1::12"])
+    ip4, ip6 = ["192.0.2.12"], ["2001:db8:1::12"]
+    bad = {
+        "lan": (["192.0.2.0/29"], ip4, "overlaps the node's route 192.0.2.0/24 dev eth0 proto 2"),
+        "instatic": (["10.50.1.0/24"], ip4, "overlaps the node's route 10.50.0.0/16 via 192.0.2.100 proto 3"),
+        "overstatic": (["10.60.0.0/16"], ip4, "overlaps the node's route 10.60.5.0/24 via 192.0.2.100 proto 4"),
+        "anyip": (["10.70.0.0/23"], ip4, "holds an address of this node (10.70.0.0/24)"),
+        "gateway": (["10.80.0.0/24"], ip4, "holds the next hop of its default route 10.80.0.1"),
+        "bare": (["8.8.8.8"], ip4, "8.8.8.8/32 is too small for a pod range"),
+        "meta": (["169.254.169.0/24"], ip4, "is a link-local range"),
+        "public": (["160.0.0.0/3"], ip4, "is a public range"),
+        "mcast": (["224.0.0.0/4"], ip4, "is a multicast range"),
+        "loop": (["127.0.0.0/8"], ip4, "is a loopback range"),
+        "thisnet": (["0.0.0.0/8"], ip4, "overlaps 0.0.0.0/8, reserved"),
+        "classe": (["240.0.0.0/5"], ip4, "overlaps 240.0.0.0/4, reserved"),
+        "v6public": (["2000::/3"], ip6, "is a public range"),
+        "v6lan": (["2001:db8:1::/112"], ip6, "overlaps the node's route 2001:db8:1::/64 dev eth0 proto 2"),
+        "v6mcast": (["ff00::/8"], ip6, "is a multicast range"),
+        "v6ll": (["fe80::/10"], ip6, "is a link-local range"),
+        "v6bare": (["fd00:99::1"], ip6, "fd00:99::1/128 is too small for a pod range"),
+    }
+    others = [good, *(node_obj(name, cidrs, ips) for name, (cidrs, ips, _) in bad.items())]
+    a = cluster.agent("a")
+    ok, log = a.sync(me, others)
+    assert ok, log
+    assert cluster.routes("a") == {B4: "192.0.2.12", B6: "2001:db8:1::12"}
+    for name, (_, _, why) in bad.items():
+        said = [line for line in log if line.startswith(f"WARNING Node {name} refused: its podCIDR ")]
+        assert len(said) == 1 and why in said[0] and said[0].endswith("; nothing made for it"), (name, log)
+    for family, ours in (("cluster_v4", f"{A4}, {B4}"), ("cluster_v6", f"{A6}, {B6}")):
+        elements = sh("ip", "netns", "exec", ns, "nft", "list", "set", "inet", "podnet", family).stdout
+        assert f"elements = {{ {ours} }}" in " ".join(elements.split()), elements
+    after = {f: [x.strip() for x in sh("ip", "-n", ns, f, "route", "show", "table", "all").stdout.splitlines()]
+             for f in ("-4", "-6")}
+    for family in ("-4", "-6"):  # nothing but the good Node's routes came
+        assert sorted(set(after[family]) - set(before[family])) == (
+            [f"{B4} via 192.0.2.12 dev eth0 proto 113"] if family == "-4"
+            else [f"{B6} via 2001:db8:1::12 dev eth0 proto 113 metric 1024 pref medium"])
+        assert set(before[family]) <= set(after[family])
+    assert cluster.lab.exec(ns, "ip", "route", "get", "192.0.2.5").stdout.split()[:3] == ["192.0.2.5", "dev", "eth0"]
+    ok, log = a.sync(me, others)
+    assert ok and log == []  # said once
+
+
+def test_of_overlapping_nodes_the_routed_one_stays(cluster: Cluster) -> None:
+    """Node zz is routed; Node aa then comes with a podCIDR over zz's: aa is refused, zz keeps its
+    route and its cluster destination — also after a restart of the agent (the store knows zz
+    as a cluster destination). Once zz is gone, aa is routed."""
+    cluster.node("a", 1)
+    cluster.node("b", 2)
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    zz = node_obj("zz", ["10.244.20.0/24"], ["192.0.2.12"])
+    aa = node_obj("aa", ["10.244.20.0/23"], ["192.0.2.12"])
+    a = cluster.agent("a")
+    assert a.sync(me, [zz])[0]
+    for restart in (False, True):
+        if restart:
+            a.stop()
+            a = cluster.agent("a")
+        ok, log = a.sync(me, [zz, aa])
+        assert ok and cluster.routes("a") == {"10.244.20.0/24": "192.0.2.12"}, log
+        assert ("WARNING Node aa refused: its podCIDR 10.244.20.0/23 overlaps that of Node zz (10.244.20.0/24, "
+                "kept: already routed); nothing made for it") in log, log
+        assert [line for line in log if line.startswith("INFO")] == [], log
+        elements = sh("ip", "netns", "exec", cluster.nodes["a"], "nft", "list", "set", "inet", "podnet",
+                      "cluster_v4").stdout
+        assert f"elements = {{ {A4}, 10.244.20.0/24 }}" in elements, elements
+    ok, log = a.sync(me, [aa])
+    assert ok and cluster.routes("a") == {"10.244.20.0/23": "192.0.2.12"}, log
+
+
+def test_routes_of_the_agents_protocol_it_did_not_make_left_alone(cluster: Cluster) -> None:
+    """A blackhole and a route via a gateway with proto 113, made before the agent (by an
+    administrator or another daemon), stay through syncs and a restart (said once); the
+    agent's own routes are still followed — also one exactly as it makes them that its store
+    does not record (made before its store was lost), which goes with its Node — and a Node's
+    podCIDR inside the blackhole is refused like one inside any route of the node."""
+    cluster.node("a", 1)
+    cluster.node("b", 2)
+    ns = cluster.nodes["a"]
+    sh("ip", "-n", ns, "route", "add", "blackhole", "10.99.0.0/16", "proto", PROTO)
+    sh("ip", "-n", ns, "route", "add", "198.18.0.0/15", "via", OUT4, "proto", PROTO)
+    # exactly the route the agent makes for Node c (an agent whose store was lost made it): its own
+    sh("ip", "-n", ns, "route", "add", C4, "via", "192.0.2.12", "proto", PROTO)
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    b = node_obj("b", [B4], ["192.0.2.12"])
+    c = node_obj("c", [C4], ["192.0.2.12"])
+    inhole = node_obj("inhole", ["10.99.1.0/24"], ["192.0.2.12"])
+    a = cluster.agent("a")
+    ok, log = a.sync(me, [b, c, inhole])
+    assert ok and not any(C4 in line for line in log), log
+    assert sum("has the agent's protocol but the agent did not make it" in line for line in log) == 2, log
+    assert any("Node inhole refused: its podCIDR 10.99.1.0/24 overlaps the node's route blackhole 10.99.0.0/16 "
+               "proto 113" in line for line in log), log
+    ok, log = a.sync(me, [b, inhole])  # Node c deleted: the route made for it goes
+    assert ok and f"INFO route {C4} via 192.0.2.12 removed" in log, log
+    theirs = ["blackhole 10.99.0.0/16 proto 113", f"198.18.0.0/15 via {OUT4} dev eth0 proto 113"]
+    shown = [x.strip() for x in sh("ip", "-n", ns, "route", "show", "proto", PROTO).stdout.splitlines()]
+    assert sorted(shown) == sorted([f"{B4} via 192.0.2.12 dev eth0", "blackhole 10.99.0.0/16",
+                                    f"198.18.0.0/15 via {OUT4} dev eth0"]), shown
+    ok, log = a.sync(me, [])  # Node b deleted: its route goes, the others stay
+    assert ok and f"INFO route {B4} via 192.0.2.12 removed" in log and not any("198.18" in x for x in log), log
+    a.stop()
+    a = cluster.agent("a")
+    ok, log = a.sync(me, [])
+    assert ok and not any(line.startswith("INFO route") for line in log), log
+    assert sorted(x.strip() for x in sh("ip", "-n", ns, "route", "show", "proto", PROTO).stdout.splitlines()) == sorted(
+        [t.replace(" proto 113", "") for t in theirs])
+
+
+def test_an_administrators_conflist_keeps_all_but_its_ranges(cluster: Cluster) -> None:
+    """A podnet conflist an administrator wrote — ``ipMasq: false``, ``mtu``, a capability,
+    chained ``bandwidth`` and ``podnet-portmap`` plugins, their own extra range — keeps every
+    key and plugin: only ``ranges`` change (the podCIDRs first) and ``dataDir`` is added (it had
+    none); a runtime's ADD from it gets the administrator's MTU. A conflist naming a ``dataDir``
+    other than the agent's store is left alone byte for byte (said once): its plugins would not
+    use the agent's store."""
+    cluster.node("a", 1)
+    agent = cluster.agent("a")
+    path = cluster.conflist("a")
+    admin = {"cniVersion": "1.0.0", "name": "podnet", "plugins": [
+        {"type": "podnet", "ranges": ["10.250.0.0/24"], "ipMasq": False, "mtu": 1400,
+         "capabilities": {"portMappings": True}},
+        {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+        {"type": "podnet-portmap", "capabilities": {"portMappings": True}}]}
+    path.write_text(json.dumps(admin, indent=1))
+    me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
+    ok, log = agent.sync(me, [])
+    assert ok, log
+    data_dir = str(cluster.tmp / "a" / "data")
+    want = json.loads(json.dumps(admin))
+    want["plugins"][0]["ranges"] = [A4, A6, "10.250.0.0/24"]
+    want["plugins"][0]["dataDir"] = data_dir
+    assert json.loads(path.read_text()) == want
+    assert f"INFO conflist {path}: ranges {A4}, {A6}, 10.250.0.0/24 (was 10.250.0.0/24)" in log, log
+    mtime = path.stat().st_mtime_ns
+    assert agent.sync(me, []) == (True, []) and path.stat().st_mtime_ns == mtime
+    pod = cluster.add_pod("a", "pa")
+    assert ip_address(pod["4"]) in ip_network(A4)
+    assert "mtu 1400" in cluster.lab.exec(pod["ns"], "ip", "link", "show", "eth0").stdout
+
+    other = dict(admin, plugins=[dict(admin["plugins"][0], dataDir="/var/lib/elsewhere"), *admin["plugins"][1:]])
+    path.write_text(json.dumps(other, indent=1))
+    text = path.read_bytes()
+    for said in (1, 0):
+        ok, log = agent.sync(me, [])
+        assert not ok and path.read_bytes() == text
+        assert sum(line == f"WARNING conflist {path} names dataDir '/var/lib/elsewhere', not the agent's store "
+                           f"{data_dir}: left alone (its plugins would not use the store the agent keeps)"
+                   for line in log) == said, log

@@ -32,9 +32,12 @@ def notes(caplog: pytest.LogCaptureFixture) -> Notes:
     return Notes()
 
 
-def test_overlaps_found_by_the_sweep_match_every_pair() -> None:
-    """The sorted sweep refuses exactly the Nodes a comparison of every pair finds overlapping,
-    over random /16-/26 podCIDRs in one /12 (many overlaps, nested and chained)."""
+def test_overlaps_kept_as_a_greedy_pass_over_every_pair_keeps_them() -> None:
+    """Of overlapping Nodes, the sweep and the contested pass keep exactly what a greedy pass
+    over every Node keeps (settled ones first, then by name; a Node is kept when it overlaps
+    none kept), over random /16-/26 podCIDRs in one /12 (many overlaps, nested and chained)
+    and a random settled subset: the kept are pairwise disjoint and every refused Node
+    overlaps one kept before it."""
     rng = random.Random(26)
     for _ in range(30):
         nodes = {}
@@ -43,10 +46,31 @@ def test_overlaps_found_by_the_sweep_match_every_pair() -> None:
             base = int(ipaddress.ip_address("10.240.0.0")) + rng.randrange(0, 1 << 20)
             net = ipaddress.ip_network((base >> (32 - prefix) << (32 - prefix), prefix))
             nodes[f"n{i}"] = node(f"n{i}", [str(net)], [f"192.0.2.{i + 1}"])
-        admitted = {n.name for n in admit(None, nodes, Notes())}
-        brute = {a for a in nodes for b in nodes if a != b
-                 and nodes[a].pod_cidrs[4].overlaps(nodes[b].pod_cidrs[4])}
-        assert admitted == set(nodes) - brute
+        settled = {name for name in nodes if rng.random() < 0.2}
+        admitted = {n.name for n in admit(None, nodes, Notes(), settled=settled)}
+        kept: list[str] = []
+        for name in sorted(nodes, key=lambda n: (n not in settled, n)):
+            if not any(nodes[name].pod_cidrs[4].overlaps(nodes[k].pod_cidrs[4]) for k in kept):
+                kept.append(name)
+        assert admitted == set(kept)
+        assert len(admitted) < len(nodes)  # the draw does overlap
+
+
+def test_an_overlapping_newcomer_is_refused_the_settled_node_kept(notes: Notes,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Two Nodes with overlapping podCIDRs: the one already routed (settled) is kept even when
+    the newcomer sorts first; with neither settled, the first by name is kept."""
+    z = node("z", ["10.244.2.0/23"], ["192.0.2.2"])
+    a = node("a", ["10.244.2.0/24"], ["192.0.2.3"])
+    notes.begin()
+    assert [n.name for n in admit(None, {"z": z, "a": a}, notes, settled={"z"})] == ["z"]
+    assert [n.name for n in admit(None, {"z": z, "a": a}, notes)] == ["a"]
+    notes.end()
+    assert [r.getMessage() for r in caplog.records] == [
+        "Node a refused: its podCIDR 10.244.2.0/24 overlaps that of Node z (10.244.2.0/23, kept: already "
+        "routed); nothing made for it",
+        "Node z refused: its podCIDR 10.244.2.0/23 overlaps that of Node a (10.244.2.0/24, kept: first by "
+        "name); nothing made for it"]
 
 
 def test_refusals_and_what_proceeds(notes: Notes, caplog: pytest.LogCaptureFixture) -> None:
@@ -106,6 +130,7 @@ def test_only_a_podnet_conflist_of_ranges_is_the_agents(tmp_path: Path) -> None:
     for text, ranges in [
         ('{"plugins": [{"type": "podnet", "ranges": ["10.244.1.0/24", 7]}]}', ["10.244.1.0/24", 7]),
         ('{"plugins": [{"type": "podnet", "network": "br0"}]}', None),
+        ('{"plugins": [{"type": "podnet", "ipam": {"type": "host-local"}}]}', None),
         ('{"plugins": [{"type": "bridge", "ranges": []}]}', None),
         ('{"plugins": [', None),
     ]:

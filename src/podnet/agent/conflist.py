@@ -1,12 +1,19 @@
 """The node's podnet conflist, written from its own Node's ``spec.podCIDRs``.
 
 The file is the one ``podnetctl install`` writes for the network (:func:`podnet.runtime.
-installer.conflist_path`: ``<cni_conf_dir>/10-<network_name>.conflist``) with the same content
-(:func:`podnet.runtime.installer.network_conflist`: ``ranges``, the ``portMappings``
-capability, ``dataDir`` when the agent's store is not the node's default), validated as the
-plugin will read it. It is replaced atomically — a temporary file in the same directory,
-fsynced, renamed over the old one, then the directory fsynced — and only when its bytes would
-change: a restarted agent writes nothing and the file keeps its mtime.
+installer.conflist_path`: ``<cni_conf_dir>/10-<network_name>.conflist``). When there is none,
+the agent writes ``install``'s content (:func:`podnet.runtime.installer.network_conflist`:
+``ranges``, the ``portMappings`` capability, ``dataDir`` when the agent's store is not the
+node's default). When there is one whose first plugin is podnet's with ``ranges``, only those
+``ranges`` change: every other key and every chained plugin an administrator put there
+(``mtu``, ``ipMasq``, ``bandwidth``, ``podnet-portmap`` …) stays as written, and ``dataDir`` is
+added only when the file has none; a file naming a ``dataDir`` that is not the agent's store
+is left alone (logged once): its plugins would not use the store the agent keeps. Another
+plugin's conflist, or a podnet one of a ``network`` or an ``ipam`` plugin, is left alone too.
+The podnet plugin is validated as the plugin will read it. The file is replaced atomically — a
+temporary file in the same directory, fsynced, renamed over the old one, then the directory
+fsynced — and only when its content would change: a restarted agent writes nothing and the
+file keeps its mtime (and an administrator's layout).
 
 Ranges an administrator added to the file ("the design of the CNI allows to add additional
 ranges", cni-kindnet's README) are kept, after the podCIDRs. To tell them from a podCIDR the
@@ -23,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Any
 
 from podnet import checked
 from podnet.agent.notes import LOG, Notes
@@ -75,25 +83,32 @@ def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
     return True
 
 
-def _ranges_in(path: str) -> list[object] | None:
-    """The ``ranges`` of the podnet plugin in the conflist at ``path`` as written (items
-    unchecked), [] when there is no file; None when the file is not a podnet conflist of ranges
-    (not JSON, its first plugin not of type ``podnet``, or one of a podnet ``network``): not the
-    agent's to replace."""
+def _existing(path: str) -> tuple[dict[str, Any] | None, list[object]] | None:
+    """The conflist at ``path`` and the ``ranges`` of its podnet plugin as written (items
+    unchecked): ``(None, [])`` when there is no file; None when the file is not a podnet
+    conflist of ranges (not a JSON object, its first plugin not of type ``podnet``, or one of
+    a podnet ``network`` or of an ``ipam`` plugin): not the agent's to change."""
     try:
         with open(path, "rb") as f:
             conf = json.loads(f.read())
     except FileNotFoundError:
-        return []
+        return None, []
     except (OSError, ValueError):
         return None
     plugins = conf.get("plugins") if isinstance(conf, dict) else None
     if not isinstance(plugins, list) or not plugins or not isinstance(plugins[0], dict):
         return None
-    if plugins[0].get("type") != "podnet" or "network" in plugins[0]:
+    first = plugins[0]
+    if first.get("type") != "podnet" or "network" in first or "ipam" in first:
         return None
-    ranges = plugins[0].get("ranges", [])
-    return list(ranges) if isinstance(ranges, list) else None
+    ranges = first.get("ranges", [])
+    return (conf, list(ranges)) if isinstance(ranges, list) else None
+
+
+def _ranges_in(path: str) -> list[object] | None:
+    """The ``ranges`` of :func:`_existing` (None: not the agent's file)."""
+    found = _existing(path)
+    return None if found is None else found[1]
 
 
 class Conflist:
@@ -122,6 +137,36 @@ class Conflist:
         with store.write():
             store.set_state(self.key, ",".join(ranges))
 
+    def _conf(self, conf: dict[str, Any] | None, ranges: list[object]) -> dict[str, Any] | None:
+        """The conflist to hold: a new one (:func:`podnet.runtime.installer.network_conflist`)
+        when there is none; else ``conf`` with only the podnet plugin's ``ranges`` changed (and
+        ``dataDir`` added when it has none and the agent's store is not the node's default),
+        every other key and chained plugin as the administrator wrote it. None (logged once)
+        when ``conf`` names a ``dataDir`` that is not the agent's store: the plugins would
+        then not use the store the agent keeps. InvalidConfig (7) when the podnet plugin is
+        not valid as the plugin reads it."""
+        from podnet.drivers.conf import PodnetConf
+
+        mine = self._data_dir()
+        if conf is None:
+            return installer.network_conflist(name=self.settings.network_name,
+                                              ranges=ranges,  # type: ignore[arg-type]
+                                              data_dir=mine)  # fmt: skip
+        plugin = dict(conf["plugins"][0])
+        theirs = plugin.get("dataDir")
+        if theirs is not None and not (isinstance(theirs, str) and os.path.realpath(theirs)
+                                       == os.path.realpath(self.settings.data_dir)):  # fmt: skip
+            self.notes.note(("conflist", "datadir", self.path, checked.show(theirs)),
+                            f"conflist {self.path} names dataDir {checked.show(theirs)}, not the "
+                            f"agent's store {self.settings.data_dir}: left alone (its plugins "
+                            f"would not use the store the agent keeps)")  # fmt: skip
+            return None
+        plugin["ranges"] = ranges
+        if theirs is None and mine is not None:
+            plugin["dataDir"] = mine
+        PodnetConf({**plugin, "name": conf.get("name"), "cniVersion": conf.get("cniVersion")})
+        return {**conf, "plugins": [plugin, *conf["plugins"][1:]]}
+
     def sync(self, me: Node | None, store: Store) -> bool:
         """Make the conflist hold ``me``'s podCIDRs (IPv4 first) and the administrator's extra
         ranges. Returns False, having logged why, when it cannot: the directory is not
@@ -134,23 +179,29 @@ class Conflist:
                             f"(waiting for spec.podCIDRs)")  # fmt: skip
             return True
         ours = [checked.text(net) for _, net in sorted(me.pod_cidrs.items())]
-        existing = _ranges_in(self.path)
-        if existing is None:
+        found = _existing(self.path)
+        if found is None:
             self.notes.note(("conflist", "foreign", self.path),
-                            f"conflist {self.path} is not a podnet conflist: left alone, "
-                            f"no conflist written")  # fmt: skip
+                            f"conflist {self.path} is not a podnet conflist of ranges (another "
+                            f"plugin's, a network's or an ipam's): left alone")  # fmt: skip
             return False
+        conf, existing = found
         before = self._recorded(store)
         extra = [r for r in existing if r not in before and r not in ours]
         try:
-            conf = installer.network_conflist(name=self.settings.network_name,
-                                              ranges=[*ours, *extra],  # type: ignore[list-item]
-                                              data_dir=self._data_dir())  # fmt: skip
+            new = self._conf(conf, [*ours, *extra])
         except (CNIError, ValueError) as err:
             msg = getattr(err, "msg", str(err))
             self.notes.note(("conflist", "invalid", msg),
                             f"conflist {self.path} not written: {msg}")  # fmt: skip
             return False
+        if new is None:
+            return False
+        if new == conf:
+            if before != ours:
+                self._record(store, ours)
+            return True
+        conf = new
         data = (json.dumps(conf, indent=2) + "\n").encode()
         try:
             if before != ours:  # know both as ours while the file may hold either

@@ -9,30 +9,42 @@ its routes by their ``proto``, its set elements in the kernel, its conflist rang
 store). It never raises for a kernel, file or store failure: it logs it and returns False, and
 the caller retries with backoff.
 
-Nodes are checked against each other before anything is made for them (:func:`admit`). A Node
-is refused — logged once, nothing made for it: no route, its podCIDRs not cluster
-destinations — when a podCIDR of it equals or overlaps one of this node's, when it overlaps
-another Node's (both are refused: which one is right cannot be told), or when its InternalIP is
-of no use as a next hop (unspecified, loopback, multicast, IPv6 link-local, this node's own,
-or inside a podCIDR). A Node with a podCIDR of a family it has no InternalIP of gets no route
-of that family (logged once). The rest proceed.
+Nodes are checked before anything is made for them (:func:`admit`), against what the node's
+tables hold (:func:`podnet.agent.routes.survey`) and against each other. A Node is refused —
+logged once, nothing made for it: no route, its podCIDRs not cluster destinations — when a
+podCIDR of it is no pod range (:func:`range_problem`: the plugin's rule for ``ranges``, so no
+bare address, public, loopback, link-local, multicast or reserved range); equals or overlaps
+one of this node's; overlaps (equal, inside or over) a route of the node that is not the
+agent's (its LANs, static routes, other daemons' routes: every route of the main table but the
+default routes), holds an address of the node (its local table) or the next hop of its
+default route; when it overlaps the podCIDR of another Node that is kept (the one already
+routed or made a cluster destination wins, else the first by name: a newcomer never takes a
+working Node's routes away); or when its InternalIP is of no use as a next hop (unspecified,
+loopback, multicast, IPv6 link-local, this node's own, or inside a podCIDR). A Node with a
+podCIDR of a family it has no InternalIP of gets no route of that family (logged once). The
+rest proceed. When the node's tables cannot be listed or the store cannot be opened, nothing
+is made for any Node that sync (False: retried).
 """
 
 from __future__ import annotations
+
+import functools
+import ipaddress
 
 from podnet import checked
 from podnet.agent.notes import LOG, Notes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Set
 
     from podnet.agent.model import Node
+    from podnet.agent.routes import Host
     from podnet.agent.settings import Settings
     from podnet.checked import IP, Net
     from podnet.store import Store
 
-__all__ = ["Dataplane", "admit"]
+__all__ = ["Dataplane", "admit", "host_problem", "range_problem"]
 
 
 def _useless(ip: IP) -> str | None:
@@ -47,40 +59,100 @@ def _useless(ip: IP) -> str | None:
     return None
 
 
-def _overlaps(nodes: list[Node]) -> dict[str, str]:
-    """Node name → why it is refused, for every Node whose podCIDR overlaps another's (sorted
-    sweep per family: O(n log n))."""
-    out: dict[str, str] = {}
+#: IPv4 blocks no pod range may touch that :func:`podnet.checked.pod_range_problem` lets by:
+#: "this network" (RFC 1122 3.2.1.3, never a destination) and the reserved 240.0.0.0/4
+#: (RFC 1112 section 4).
+_RESERVED = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("240.0.0.0/4"))
+
+
+@functools.lru_cache(maxsize=8192)  # a sync asks for every Node's podCIDRs, mostly the same
+def range_problem(net: Net) -> str | None:
+    """Why ``net`` cannot be a Node's podCIDR on any node, or None: the plugin's own rule for
+    ``ranges`` (at least 4 addresses — network, gateway, one pod, last — so a bare address,
+    which the API takes as a /32 or /128, is refused; :func:`podnet.checked.pod_range_problem`:
+    private, no loopback, link-local, multicast or public range) and none of
+    :data:`_RESERVED`."""
+    if net.num_addresses < 4:
+        return (f"{net} is too small for a pod range (a bare address, or a prefix of less than "
+                f"4 addresses: a pod range needs network, gateway, one pod, last)")
+    problem = checked.pod_range_problem(net)
+    if problem is not None:
+        return problem
+    for block in _RESERVED:
+        if net.overlaps(block):
+            return f"{net} overlaps {block}, reserved (RFC 1122, RFC 1112): not a pod range"
+    return None
+
+
+def host_problem(net: Net, host: Host, my_ips: list[IP]) -> str | None:
+    """Why a podCIDR ``net`` of another Node cannot be routed on this node, or None: it
+    overlaps (or equals) a route of the node that is not the agent's (``host.routes``: the
+    node's LANs, static and other daemons' routes — the default routes aside, which every
+    prefix overlaps), holds an address of the node (``host.local``, ``my_ips``: this Node's
+    InternalIPs) or the next hop of a default route."""
+    first, last = int(net.network_address), int(net.broadcast_address)
+    for (version, start, end), dst in host.spans():
+        if version == net.version and start <= last and first <= end:
+            shown = host.routes.get(dst)
+            return (f"its podCIDR {net} overlaps the node's route {shown}" if shown is not None
+                    else f"its podCIDR {net} holds an address of this node ({dst})")  # fmt: skip
+    for ip in [*my_ips, *host.gateways]:
+        if ip.version == net.version and ip in net:
+            what = "this node's InternalIP" if ip in my_ips else "the next hop of its default route"
+            return f"its podCIDR {net} holds {what} {ip}"
+    return None
+
+
+def _overlaps(nodes: list[Node], settled: Set[str]) -> dict[str, tuple[str, str]]:
+    """Node name → (the condition, why it is refused: the condition and which rule kept the
+    other Node), for every Node whose podCIDR overlaps that of a Node
+    kept before it. Kept first: the Nodes of ``settled`` (the ones already routed or made
+    cluster destinations), then by name; a Node is kept when it overlaps none kept. The
+    Nodes overlapping nothing are found by a sorted sweep per family (O(n log n)); only the
+    contested ones are compared with each other."""
+    contested: set[str] = set()
     for family in (4, 6):
         spans = sorted((int(n.pod_cidrs[family].network_address),
-                        int(n.pod_cidrs[family].broadcast_address), n.name, n.pod_cidrs[family])
+                        int(n.pod_cidrs[family].broadcast_address), n.name)
                        for n in nodes if family in n.pod_cidrs)  # fmt: skip
-        group: list[tuple[str, Net]] = []
+        group: list[str] = []
         end = -1
-        for first, last, name, net in spans:
+        for first, last, name in spans:
             if first > end:
-                _refuse_group(group, out)
+                if len(group) > 1:
+                    contested.update(group)
                 group, end = [], -1
-            group.append((name, net))
+            group.append(name)
             end = max(end, last)
-        _refuse_group(group, out)
+        if len(group) > 1:
+            contested.update(group)
+    order = sorted((n for n in nodes if n.name in contested),
+                   key=lambda n: (n.name not in settled, n.name))
+    kept: list[Node] = []
+    out: dict[str, tuple[str, str]] = {}
+    for node in order:
+        clash = [(k, f, k.pod_cidrs[f]) for k in kept for f, net in node.pod_cidrs.items()
+                 if f in k.pod_cidrs and net.overlaps(k.pod_cidrs[f])]  # fmt: skip
+        if not clash:
+            kept.append(node)
+            continue
+        other, family, theirs = clash[0]
+        kept_as = "already routed" if other.name in settled else "first by name"
+        why = f"its podCIDR {node.pod_cidrs[family]} overlaps that of Node {other.name} ({theirs}"
+        out[node.name] = (why + ")", f"{why}, kept: {kept_as})")
     return out
 
 
-def _refuse_group(group: list[tuple[str, Net]], out: dict[str, str]) -> None:
-    if len(group) < 2:
-        return
-    for name, net in group:
-        others = ", ".join(f"{n} ({c})" for n, c in group if n != name)
-        out.setdefault(name, f"its podCIDR {net} overlaps that of Node {others}")
-
-
-def admit(me: Node | None, others: Mapping[str, Node], notes: Notes) -> list[Node]:
+def admit(me: Node | None, others: Mapping[str, Node], notes: Notes, host: Host | None = None,
+          settled: Set[str] = frozenset()) -> list[Node]:  # fmt: skip
     """The Nodes of ``others`` (name → Node) anything may be made for, sorted by name; each
-    refused one is noted (:class:`~podnet.agent.notes.Notes`, once) with the reason."""
+    refused one is noted (:class:`~podnet.agent.notes.Notes`, once) with the reason. ``host``
+    (:func:`podnet.agent.routes.survey`) is what the node's tables hold: a podCIDR is checked
+    against it (:func:`host_problem`) when given. Of Nodes whose podCIDRs overlap, the ones
+    in ``settled`` win (:func:`_overlaps`)."""
     mine = dict(me.pod_cidrs) if me is not None else {}
-    my_ips = set(me.internal_ips.values()) if me is not None else set()
-    refused: dict[str, str] = {}
+    my_ips = list(me.internal_ips.values()) if me is not None else []
+    refused: dict[str, tuple[str, str]] = {}  # name → (the condition, what is said)
     candidates = []
     for name in sorted(others):
         node = others[name]
@@ -89,8 +161,14 @@ def admit(me: Node | None, others: Mapping[str, Node], notes: Notes) -> list[Nod
         why = None
         for family, net in node.pod_cidrs.items():
             ours = mine.get(family)
-            if ours is not None and net.overlaps(ours):
+            problem = range_problem(net)
+            if problem is not None:
+                why = f"its podCIDR {problem}"
+            elif ours is not None and net.overlaps(ours):
                 why = f"its podCIDR {net} {'equals' if net == ours else 'overlaps'} ours ({ours})"
+            elif host is not None:
+                why = host_problem(net, host, my_ips)
+            if why is not None:
                 break
         for ip in node.internal_ips.values():
             if why is not None:
@@ -104,12 +182,12 @@ def admit(me: Node | None, others: Mapping[str, Node], notes: Notes) -> list[Nod
             if useless is not None:
                 why = f"its InternalIP {ip} is of no use as a next hop ({useless})"
         if why is not None:
-            refused[name] = why
+            refused[name] = (why, why)
         else:
             candidates.append(node)
-    refused.update(_overlaps(candidates))
-    for name, why in sorted(refused.items()):
-        notes.note(("refused", name, why), f"Node {name} refused: {why}; nothing made for it")
+    refused.update(_overlaps(candidates, settled))
+    for name, (condition, why) in sorted(refused.items()):
+        notes.note(("refused", name, condition), f"Node {name} refused: {why}; nothing made for it")
     return [n for n in candidates if n.name not in refused]
 
 
@@ -154,20 +232,31 @@ class Dataplane:
 
     def _sync(self, me: Node | None, others: dict[str, Node]) -> bool:
         from podnet.agent.masq import NO_MASQUERADE
-        from podnet.errors import CNIError
+        from podnet.agent.routes import survey
+        from podnet.errors import CNIError, KernelError
 
-        nodes = admit(me, others, self.notes)
-        ok = True
         try:
             store = self._open()
         except CNIError as err:
             LOG.error("cannot open the store in %s: %s", self.settings.data_dir, err.msg)
-            store = None
-            ok = False
-        if store is not None:
-            ok &= self._part("conflist", lambda: self.conflist.sync(me, store))
-        else:
-            self.notes.keep("conflist")
+            for part in ("conflist", "route", "masq", "refused"):
+                self.notes.keep(part)
+            return False
+        ok = self._part("conflist", lambda: self.conflist.sync(me, store))
+        view = {net: node.internal_ips[f] for node in others.values()
+                for f, net in node.pod_cidrs.items() if f in node.internal_ips}  # fmt: skip
+        try:
+            host = survey(self.routes.recorded(store), view)
+        except KernelError as err:  # nothing is made for a Node not checked against the node
+            LOG.error("%s: %s", err.msg, err.details)
+            for part in ("route", "masq", "refused"):
+                self.notes.keep(part)
+            return False
+        held = set(store.cluster_cidrs())  # the Nodes made cluster destinations last time
+        settled = {name for name, node in others.items() if any(
+            net in host.ours or (str(net), f"node:{name}") in held  # str: checked.text's
+            for net in node.pod_cidrs.values())}  # fmt: skip
+        nodes = admit(me, others, self.notes, host, settled)
         want = {}
         for node in nodes:
             for family, net in node.pod_cidrs.items():
@@ -178,14 +267,12 @@ class Dataplane:
                                     f"InternalIP")  # fmt: skip
                     continue
                 want[net] = (gw, node.name)
-        ok &= self._part("routes", lambda: self.routes.sync(want))
-        if store is not None:
-            rows = [(checked.text(n), NO_MASQUERADE) for n in self.settings.no_masquerade_cidrs]
-            for node in [*([me] if me is not None else []), *nodes]:
-                rows += [(checked.text(n), f"node:{node.name}") for n in node.pod_cidrs.values()]
-            ok &= self._part("masq", lambda: self.masq.sync(store, rows))
-        else:
-            self.notes.keep("masq")
+        ok &= self._part("routes", lambda: self.routes.sync(want, host, store))
+        rows = [(checked.text(n), NO_MASQUERADE) for n in self.settings.no_masquerade_cidrs]
+        for node in [*([me] if me is not None else []), *nodes]:
+            rows += [(checked.text(n), f"node:{node.name}") for n in node.pod_cidrs.values()
+                     if node is not me or range_problem(n) is None]  # fmt: skip
+        ok &= self._part("masq", lambda: self.masq.sync(store, rows))
         return ok
 
     def _part(self, name: str, run: Callable[[], bool]) -> bool:
