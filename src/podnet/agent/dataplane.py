@@ -29,7 +29,6 @@ is made for any Node that sync (False: retried).
 from __future__ import annotations
 
 import functools
-import ipaddress
 
 from podnet import checked
 from podnet.agent.notes import LOG, Notes
@@ -62,7 +61,7 @@ def _useless(ip: IP) -> str | None:
 #: IPv4 blocks no pod range may touch that :func:`podnet.checked.pod_range_problem` lets by:
 #: "this network" (RFC 1122 3.2.1.3, never a destination) and the reserved 240.0.0.0/4
 #: (RFC 1112 section 4).
-_RESERVED = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("240.0.0.0/4"))
+_RESERVED = (checked.network("0.0.0.0/8"), checked.network("240.0.0.0/4"))
 
 
 @functools.lru_cache(maxsize=8192)  # a sync asks for every Node's podCIDRs, mostly the same
