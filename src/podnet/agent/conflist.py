@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
 
 from podnet import checked
 from podnet.agent.notes import LOG, Notes
 from podnet.errors import CNIError
 from podnet.runtime import installer
+from podnet.runtime.installer import write_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,40 +47,6 @@ __all__ = ["STATE_PREFIX", "Conflist", "write_atomic"]
 
 #: ``podnet_state`` key prefix of the ranges the agent wrote into a conflist (then its path).
 STATE_PREFIX = "agent_conflist:"
-_MODE = 0o644
-
-
-def write_atomic(path: str, data: bytes, mode: int = _MODE) -> bool:
-    """Make ``path`` hold ``data`` (mode ``mode``): nothing is written when it already does
-    (returns False); else a temporary file beside it is written and fsynced, renamed over
-    ``path``, and the directory (made if missing, mode 0755) fsynced (returns True). OSError
-    when the directory cannot be written (the temporary file is removed)."""
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data and (os.fstat(f.fileno()).st_mode & 0o7777) == mode:
-                return False
-    except FileNotFoundError:
-        pass
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return True
 
 
 def _existing(path: str) -> tuple[dict[str, Any] | None, list[object]] | None:

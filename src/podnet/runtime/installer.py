@@ -58,6 +58,7 @@ __all__ = [
     "install",
     "network_conflist",
     "plugin_script",
+    "write_atomic",
     "restore_unit",
     "install_units",
 ]
@@ -448,28 +449,44 @@ def _replaced(path: str, conf: dict[str, Any]) -> str | None:
     return f"{before} with {after}" if before and before != after else None
 
 
-def _write(path: str, content: str, mode: int) -> Installed:
-    data = content.encode()
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> bool:
+    """Make ``path`` hold ``data`` (mode ``mode``): nothing is written when it already does
+    (returns False); else a temporary file beside it is written and fsynced, renamed over
+    ``path``, and the directory (made if missing, mode 0755) fsynced (returns True). OSError
+    when the directory cannot be written (the temporary file is removed)."""
     try:
         with open(path, "rb") as f:
-            if f.read() == data and (os.stat(path).st_mode & 0o777) == mode:
-                return Installed(path, "unchanged")
-        action = "updated"
+            if f.read() == data and (os.fstat(f.fileno()).st_mode & 0o7777) == mode:
+                return False
     except FileNotFoundError:
-        action = "created"
+        pass
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, mode)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
-    return Installed(path, action)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
+def _write(path: str, content: str, mode: int) -> Installed:
+    existed = os.path.exists(path)
+    if not write_atomic(path, content.encode(), mode):
+        return Installed(path, "unchanged")
+    return Installed(path, "updated" if existed else "created")
 
 
 def _node_after(node: NodeConf, data_dir: str | None, warn: Callable[[str], None]) -> NodeConf:
