@@ -49,9 +49,9 @@ class Context:
 
     def pods(self, network: str) -> list[str]:
         """The container IDs of ``network``'s pods on every node (the NB's pod ports, read
-        once per context: :func:`podnet.ovn.ports.pods_by_network`)."""
+        once per context: :func:`podnet.ovn.pod_ports.pods_by_network`)."""
         if self._pods is None:
-            from podnet.ovn.ports import pods_by_network
+            from podnet.ovn.pod_ports import pods_by_network
 
             self._pods = pods_by_network(self.nb)
         return self._pods.get(network, [])

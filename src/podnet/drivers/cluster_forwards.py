@@ -25,8 +25,8 @@ from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, canonical_address
+from podnet.ovn import forward_lbs
 from podnet.ovn import nb as nbmod
-from podnet.ovn import ports
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 Addr = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -278,8 +278,8 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward,
         new.config = {k: v for k, v in new.config.items() if v != ""}
         registry.forward_changes[(network, new.listen_address)] = dumps(new)
         made[:] = [new]
-        return ports.forward_ops(nb, network, new.listen_address, dnats,
-                                 l2proxy=l2proxy(registry, record))  # fmt: skip
+        return forward_lbs.forward_ops(nb, network, new.listen_address, dnats,
+                                       l2proxy=l2proxy(registry, record))  # fmt: skip
 
     _apply(nb, apply, "Failed creating forward: ", uplinks)
     return made[0]
@@ -306,7 +306,8 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
         if new.etag() == current.etag():
             return []
         registry.forward_changes[where] = dumps(new)
-        return ports.forward_ops(nb, network, where[1], dnats, l2proxy=l2proxy(registry, record))
+        return forward_lbs.forward_ops(nb, network, where[1], dnats,
+                                       l2proxy=l2proxy(registry, record))  # fmt: skip
 
     _apply(nb, apply, "Failed updating forward: ", uplinks)
     return made[0]
@@ -320,6 +321,6 @@ def delete_forward(nb: Ovsdb, network: str, listen: str) -> None:
         if where not in registry.forwards:
             raise NetworkError("Failed deleting forward: Network forward not found", 404)
         registry.forward_changes[where] = None
-        return ports.forward_ops(nb, network, where[1], None)
+        return forward_lbs.forward_ops(nb, network, where[1], None)
 
     _apply(nb, apply, "")

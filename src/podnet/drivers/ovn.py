@@ -351,20 +351,19 @@ class OvnDriver(ClusterDriver):
     ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
         n = nbmod.names(name)
         from podnet.drivers import ovn_hostports
-        from podnet.ovn.ovsdb import pymap
-        from podnet.ovn.ports import SPARE
+        from podnet.ovn.pod_ports import SPARE
 
         ports = ctx.nb.select(
             "Logical_Switch_Port",
-            [["external_ids", "includes", ["map", [[nbmod.TAG, name]]]]],
+            [nbmod.ours(name)],
             ["name", "external_ids"],
         )
         pods = [
-            p["name"]
+            p.name
             for p in ports
-            if p["name"] not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
-            and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
-            and SPARE not in pymap(p["external_ids"])  # the nodes' spare ports
+            if p.name not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
+            and ovn_hostports.MGMT_ID not in p.external_ids  # the nodes' hostPorts
+            and SPARE not in p.external_ids  # the nodes' spare ports
         ]
         if pods:  # named by their containers (a port podnet did not make: by its name)
             raise in_use(ctx.pods(name) or sorted(checked.show(p, 80) for p in pods))

@@ -109,15 +109,6 @@ def _routes(parent: str) -> list[str]:
 OVS_DEVICES = ("ovs-system", "ovs-netdev")
 
 
-def _ovs(*args: str) -> str | None:
-    """``ovs-vsctl`` ``args``' output; None when it fails (no such port, no OVS here)."""
-    try:
-        rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", *args]).wait()
-    except proc.ToolMissing:
-        return None
-    return out.strip() if rc == 0 else None
-
-
 def _held(parent: str, ours: str) -> str:
     """What already holds or uses ``parent`` in this netns ("": nothing, or only ``ours``, the
     uplink's own OVS bridge) — an uplink never takes a link over from someone else, nor one
@@ -129,6 +120,7 @@ def _held(parent: str, ours: str) -> str:
     - routes through it (a CNI plugin's host veth carries a /32 route and no address);
     - the loopback device, an OVS bridge's own device, a link podnet made (its alias)."""
     from podnet.link import rtnl
+    from podnet.ovn import vswitch
 
     if parent in OVS_DEVICES:
         return "Open vSwitch's own datapath device"
@@ -141,7 +133,7 @@ def _held(parent: str, ours: str) -> str:
         return "not a link of this network namespace"
     names = {x.index: x.name for x in every}
     master = names.get(link.master, "") if link.master else ""
-    in_ovs = _ovs("port-to-br", parent)
+    in_ovs = vswitch.bridge_of(parent)
     if in_ovs is not None and in_ovs != ours:
         return f"a port of OVS bridge {in_ovs}"
     if master == "ovs-system" and in_ovs != ours:  # a kernel-datapath port OVS cannot name
@@ -163,7 +155,7 @@ def _held(parent: str, ours: str) -> str:
     ports = sorted(x.name for x in every if x.master == link.index)  # a bridge's, a bond's
     if ports:
         return f"a bridge or bond with ports ({', '.join(ports)})"
-    if _ovs("br-exists", parent) is not None:
+    if vswitch.bridge_exists(parent):
         return "an OVS bridge"
     routes = _routes(parent)
     if routes:
@@ -188,10 +180,11 @@ def _check_mapping(name: str, ours: str | None = None) -> None:
 
 def _ports(bridge: str) -> list[str] | None:
     """The ports of OVS bridge ``bridge`` (None: no such bridge)."""
-    if _ovs("br-exists", bridge) is None:
+    from podnet.ovn import vswitch
+
+    if not vswitch.bridge_exists(bridge):
         return None
-    out = _ovs("list-ports", bridge)
-    return out.split() if out else []
+    return vswitch.list_ports(bridge) or []
 
 
 def _me() -> str | None:
@@ -294,25 +287,8 @@ class PhysicalDriver(ClusterDriver):
             self.check_parent(name, parent)
         for stale in ports:  # a parent this node had before: podnet's port of its own bridge
             if stale != parent:
-                proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-port", bridge, stale])
-        argv = [
-            "ovs-vsctl",
-            "--timeout=10",
-            "--may-exist",
-            "add-br",
-            bridge,
-            "--",
-            "set",
-            "bridge",
-            bridge,
-            f"datapath_type={chassis.datapath_type}",
-            "--",
-            "--may-exist",
-            "add-port",
-            bridge,
-            parent,
-        ]
-        proc.run(argv)
+                vswitch.del_port(stale, bridge)
+        vswitch.add_bridge(bridge, chassis.datapath_type, parent)
         if chassis.userspace:
             proc.run(["ethtool", "-K", parent, "tx", "off"])
         proc.run(["ip", "link", "set", parent, "up"])
@@ -353,7 +329,7 @@ class PhysicalDriver(ClusterDriver):
         if chassis.bridge_mappings.get(name) != bridge_name(name):
             return  # not attached here, or mapped by someone else: not ours to undo
         vswitch.set_bridge_mapping(name, None)
-        proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", bridge_name(name)])
+        vswitch.del_bridge(bridge_name(name))
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
