@@ -7,7 +7,8 @@ The local database is found as ``ovs-vsctl`` finds it: ``$OVS_RUNDIR/db.sock``, 
 added and removed with ``ovs-vsctl`` (ovs-vsctl(8)), here only: each name is an argument of its
 own, refused (InvalidConfig, 7) unless it is an interface name (:func:`podnet.checked.name`:
 nothing ``ovs-vsctl`` would read as an option or a ``column:key=value`` separator), each
-``external_ids`` value unless it is a word of :data:`podnet.checked.WORD_CHARS`.
+``external_ids`` key unless it is as plain, each value unless it is a word of
+:data:`podnet.checked.WORD_CHARS`.
 """
 
 from __future__ import annotations
@@ -117,6 +118,16 @@ def _word(value: str, what: str) -> str:
     return value
 
 
+#: Characters of an ``external_ids`` key podnet writes: none separates ``column:key=value``.
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _key(value: str) -> str:
+    if not value or value.startswith("-") or not _KEY_CHARS.issuperset(value):
+        raise InvalidConfig(f"Open vSwitch external_ids key {checked.show(value)} is not plain")
+    return value
+
+
 def _vsctl(*args: str) -> str:
     """Run ``ovs-vsctl args``; its output. ToolError (104) when it fails."""
     return proc.run(["ovs-vsctl", f"--timeout={VSCTL_TIMEOUT}", *args])
@@ -157,7 +168,7 @@ def add_port(bridge: str, port: str, external_ids: Mapping[str, str], *,
     _name(port, "port")
     sets = ["type=internal"] if internal else []
     for key, value in external_ids.items():
-        sets.append(f"external_ids:{_word(key, 'key')}={_word(value, key)}")
+        sets.append(f"external_ids:{_key(key)}={_word(value, key)}")
     _vsctl("--may-exist", "add-port", bridge, port, "--", "set", "Interface", port, *sets)
 
 
