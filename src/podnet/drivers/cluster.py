@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from podnet.drivers.base import Driver
 from podnet.errors import CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 TYPE_CHECKING = False
@@ -93,21 +93,21 @@ class ClusterDriver(Driver):
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         """``config`` with its defaults, the NB operations that make the network, and what then
         attaches this node (returns what it did)."""
         raise NotImplementedError
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         """The config to record and the NB operations of a change (default: keys only; a key
         that changes what the network is made of is refused by the driver)."""
         return config, []
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         """The NB operations that remove the network, and what then detaches this node.
         NetworkError (400) while it is in use."""
         raise NotImplementedError
@@ -343,7 +343,7 @@ def create(
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         pending = registry.records.get(name)
         if pending is not None and not pending.pending:
             raise NetworkError("The network already exists", 409)
@@ -390,7 +390,7 @@ def _define_member(nb: Ovsdb, owner: str, name: str, kind: str, config: dict[str
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             return {name: nbmod.Record(kind, "", {}, {target: valid}, "Pending")}, []
@@ -433,7 +433,7 @@ def update(
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Network not found", 404)
@@ -488,7 +488,7 @@ def _update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], 
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Network not found", 404)
@@ -541,7 +541,7 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None,
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Failed loading network: Network not found", 404)

@@ -27,6 +27,7 @@ from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, canonical_address
 from podnet.ovn import forward_lbs
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 Addr = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -226,7 +227,7 @@ def _check_listen(registry: nbmod.Registry, network: str, record: nbmod.Record,
 
 def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str,
            uplinks: Mapping[str, nbmod.Record] | None = None) -> nbmod.Registry:  # fmt: skip
-    def wrapped(registry: nbmod.Registry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def wrapped(registry: nbmod.Registry) -> tuple[dict[str, Any], list[Op]]:
         registry.forward_changes = {}
         registry.local_uplinks = dict(uplinks or {})
         try:
@@ -267,7 +268,7 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward,
     takes its listen addresses from the bridge's routes)."""
     made: list[Forward] = []
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         record = _network(registry, network)
         new = forward.normalised()
         if new.listen_address in ("0.0.0.0", "::"):
@@ -293,7 +294,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
     made: list[Forward] = []
     where = (network, canonical_address(listen))
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         record = _network(registry, network)
         if where not in registry.forwards:
             raise NetworkError(("" if client else "Failed updating forward: ") +
@@ -316,7 +317,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
 def delete_forward(nb: Ovsdb, network: str, listen: str) -> None:
     where = (network, canonical_address(listen))
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         _network(registry, network)
         if where not in registry.forwards:
             raise NetworkError("Failed deleting forward: Network forward not found", 404)

@@ -24,6 +24,7 @@ from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
 from podnet.networks.errors import NetworkError, in_use
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ class OvnDriver(ClusterDriver):
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         from podnet.ovn import vswitch
 
         uplink = self._uplink(ctx, config)
@@ -335,7 +336,7 @@ class OvnDriver(ClusterDriver):
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         changed = [k for k in FIXED if config.get(k) != before.config.get(k)]
         if changed:
             raise NetworkError(
@@ -348,7 +349,7 @@ class OvnDriver(ClusterDriver):
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         n = nbmod.names(name)
         from podnet.drivers import ovn_hostports
         from podnet.ovn.pod_ports import SPARE

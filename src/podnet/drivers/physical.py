@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from podnet import proc
 from podnet.drivers.cluster import ClusterDriver, Context
@@ -36,6 +35,7 @@ from podnet.errors import CNIError
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 
 
 def bridge_name(network: str) -> str:
@@ -333,7 +333,7 @@ class PhysicalDriver(ClusterDriver):
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         """Instantiate pending uplink ``name``: this node's recorded parent is checked before
         anything is recorded, and attached after."""
         pending = ctx.registry.records.get(name) or nbmod.Record(self.type)
@@ -355,7 +355,7 @@ class PhysicalDriver(ClusterDriver):
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         mode = config.get("ovn.ingress_mode", "l2proxy")
         if mode == before.config.get("ovn.ingress_mode", "l2proxy"):
             return config, []
@@ -375,7 +375,7 @@ class PhysicalDriver(ClusterDriver):
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, object]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         users = [
             n
             for n, r in ctx.registry.records.items()
