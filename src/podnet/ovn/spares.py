@@ -1,12 +1,12 @@
 """Each node's spare ports on an OVN network's internal switch.
 
-ovn-northd recomputes its flows on NB changes (docs/benchmarks.md, "Reaching OVN"), and a new
-port's addresses and binding wait for that. A node therefore keeps a few ports made ahead,
-``requested-chassis`` itself, addresses assigned and bound to nothing: an ADD claims one (its
-``external_ids`` become the pod's, :func:`claim_port`) and plugs the veth with its name, which
-ovn-controller binds without northd; the same transaction makes the spare that replaces it,
-for a later ADD. The port's name is then not derived from the attachment: the pod's row keeps
-it (``pod_attachments.ovn_port``).
+ovn-northd recomputes its flows on NB changes (docs/benchmarks.md, "Where an ADD's time goes
+at 1,000"), and a new port's addresses and binding wait for that. A node therefore keeps a few
+ports made ahead, ``requested-chassis`` itself, addresses assigned and bound to nothing: an ADD
+claims one (its ``external_ids`` become the pod's, :func:`claim_port`) and plugs the veth with
+its name, which ovn-controller binds without northd; the same transaction makes the spare that
+replaces it, for a later ADD. The port's name is then not derived from the attachment: the
+pod's row keeps it (``pod_attachments.ovn_port``).
 
 Spares of chassis that left the cluster are collected by :mod:`podnet.ovn.orphans`.
 """
