@@ -5,10 +5,9 @@ The local database is found as ``ovs-vsctl`` finds it: ``$OVS_RUNDIR/db.sock``, 
 ``/var/run/openvswitch/db.sock``. Its rows are read and changed with ``ovsdb-client transact``
 (:mod:`podnet.ovn.ovsdb`): one round trip, whatever the number of ports. Bridges and ports are
 added and removed with ``ovs-vsctl`` (ovs-vsctl(8)), here only: each name is an argument of its
-own, refused (InvalidConfig, 7) unless it is an interface name (:func:`podnet.checked.name`:
-nothing ``ovs-vsctl`` would read as an option or a ``column:key=value`` separator), each
-``external_ids`` key unless it is as plain, each value unless it is a word of
-:data:`podnet.checked.WORD_CHARS`.
+own, refused (InvalidConfig, 7) unless it is plain (``[A-Za-z0-9_.-]``, not starting with ``-``:
+nothing ``ovs-vsctl`` would read as an option or a ``column:key=value`` separator), as is each
+``external_ids`` key; each value must be a word of :data:`podnet.checked.WORD_CHARS`.
 """
 
 from __future__ import annotations
@@ -105,21 +104,23 @@ def set_bridge_mapping(physnet: str, bridge: str | None, db: Ovsdb | None = None
 # -- ovs-vsctl ---------------------------------------------------------------------------------
 
 
+#: Characters of a name or ``external_ids`` key: none separates ``column:key=value``.
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
 def _name(value: str, what: str) -> str:
-    try:
-        return checked.name(value)
-    except checked.BadValue as err:
-        raise InvalidConfig(f"Open vSwitch {what}: {err}") from None
+    """A bridge, port or interface name as one argument: 1-255 of ``[A-Za-z0-9_.-]``, not
+    starting with ``-`` (an option to ``ovs-vsctl``). Longer than a kernel link's name: OVS's
+    own ports (ovn-controller's ``patch-…``) are no kernel links."""
+    if not value or len(value) > 255 or value.startswith("-") or not _KEY_CHARS.issuperset(value):
+        raise InvalidConfig(f"Open vSwitch {what} {checked.show(value)}: not a plain name")
+    return value
 
 
 def _word(value: str, what: str) -> str:
     if not value or value.startswith("-") or not checked.WORD_CHARS.issuperset(value):
         raise InvalidConfig(f"Open vSwitch {what}: {checked.show(value)} is not a plain word")
     return value
-
-
-#: Characters of an ``external_ids`` key podnet writes: none separates ``column:key=value``.
-_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
 def _key(value: str) -> str:

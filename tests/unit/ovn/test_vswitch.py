@@ -51,6 +51,7 @@ def test_command_lines(spawns: Spawns) -> None:
     vswitch.add_port("br-int", "pnm0123", {"iface-id": "pn-n-mgmt-1"}, internal=True)
     vswitch.del_port("pn0123456789abc", "br-int")
     vswitch.del_port("pnm0123")
+    vswitch.del_port("patch-pnu1234abcd-to-br-int", "pnu1234abcd")  # ovn-controller's, not a link
     vswitch.add_bridge("pnu1", "netdev", "eth1")
     vswitch.del_bridge("pnu1")
     t = "--timeout=10"
@@ -62,6 +63,7 @@ def test_command_lines(spawns: Spawns) -> None:
          "Interface", "pnm0123", "type=internal", "external_ids:iface-id=pn-n-mgmt-1"],
         ["ovs-vsctl", t, "--if-exists", "del-port", "br-int", "pn0123456789abc"],
         ["ovs-vsctl", t, "--if-exists", "del-port", "pnm0123"],
+        ["ovs-vsctl", t, "--if-exists", "del-port", "pnu1234abcd", "patch-pnu1234abcd-to-br-int"],
         ["ovs-vsctl", t, "--may-exist", "add-br", "pnu1", "--", "set", "bridge", "pnu1",
          "datapath_type=netdev", "--", "--may-exist", "add-port", "pnu1", "eth1"],
         ["ovs-vsctl", t, "--if-exists", "del-br", "pnu1"],
@@ -93,7 +95,8 @@ def test_questions_answer_none_when_ovs_says_no(spawns: Spawns) -> None:
         lambda: vswitch.add_port("br-int", "pn0", {"k=v": "x"}),
         lambda: vswitch.add_port("br-int", "pn0", {"a:b": "x"}),
         lambda: vswitch.del_port("eth0", "--all"),
-        lambda: vswitch.del_port("a" * 16),
+        lambda: vswitch.del_port("a/b"),
+        lambda: vswitch.del_port("a" * 256),
         lambda: vswitch.add_bridge("pnu1", "system -- del-br br-int", "eth1"),
         lambda: vswitch.del_bridge("br-int;"),
         lambda: vswitch.bridge_of("--help"),
