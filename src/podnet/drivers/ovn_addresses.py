@@ -48,7 +48,8 @@ def own(
         if bad or router_if is None:
             raise errors.InvalidConfig(
                 f"{what}: the NB lists {checked.show(text)}, not an address of the network's "
-                f"subnets for a port (one per family)", f"dynamic_addresses {found}"
+                f"subnets for a port (one per family)",
+                f"dynamic_addresses {found}",
             )
         alloc[address.version] = (str(address), str(router_if.ip), net)
     if not alloc:
@@ -104,8 +105,15 @@ def ask(nb: Ovsdb, port: str, deadline: float, what: str) -> list[str]:
 
 
 def addresses(
-    nb: Ovsdb, network: str, port: str, config: dict[str, str], chassis: str,
-    ids: dict[str, str], registered: str | None, deadline: float, what: str,
+    nb: Ovsdb,
+    network: str,
+    port: str,
+    config: dict[str, str],
+    chassis: str,
+    ids: dict[str, str],
+    registered: str | None,
+    deadline: float,
+    what: str,
 ) -> tuple[list[str], bool]:
     """The addresses northd gives port ``port`` (just made), every family of ``config``
     (:func:`fits`). When the subnet is full, the nodes' spare ports

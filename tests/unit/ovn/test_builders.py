@@ -108,7 +108,8 @@ def test_builders_write_the_wire_values() -> None:
     }  # fmt: skip
     assert b.router_port_ungroup([]).json()["row"] == {"ha_chassis_group": ["set", []]}
     assert b.load_balancer("lb", "u", vips={}, external_ids={}, options=omap({})).json()[
-        "row"].keys() == {"name", "vips", "external_ids", "options"}  # no protocol: portless
+        "row"
+    ].keys() == {"name", "vips", "external_ids", "options"}  # no protocol: portless
     assert select(b.LS).json() == {"op": "select", "table": "Logical_Switch", "where": []}
     assert named("x") == ["named-uuid", "x"] and oset([1]) == ["set", [1]]
     assert wire([b.ports_none([]), {"op": "abort"}]) == [b.ports_none([]).json(), {"op": "abort"}]
@@ -183,8 +184,10 @@ def test_forward_load_balancers_match_the_recorded_wire() -> None:
     def d(**k: Any) -> Any:
         return SimpleNamespace(**k)
 
-    dnats = [d(protocol="tcp", listen="192.0.2.20", port=80, target="10.9.0.5", target_port=8080),
-             d(protocol="udp", listen="192.0.2.20", port=53, target="10.9.0.6", target_port=None)]
+    dnats = [
+        d(protocol="tcp", listen="192.0.2.20", port=80, target="10.9.0.5", target_port=8080),
+        d(protocol="udp", listen="192.0.2.20", port=53, target="10.9.0.6", target_port=None),
+    ]
     dnats6 = [d(protocol=None, listen="2001:db8::20", port=None, target="fd09::5",
                 target_port=None),
               d(protocol="tcp", listen="2001:db8::20", port=443, target="fd09::6",
@@ -213,7 +216,9 @@ def test_pod_ports_match_the_recorded_wire() -> None:
                        {"podnet-mgmt": "ch-a"})  # fmt: skip
     assert r.sent == GOLDEN["add_mgmt"]
     r = Recorder()
-    pod_ports.secure_port(r, "net1", "p1", "0a:00:00:00:00:05 10.9.0.5", "0a:00:00:00:00:05 10.9.0.5")
+    pod_ports.secure_port(
+        r, "net1", "p1", "0a:00:00:00:00:05 10.9.0.5", "0a:00:00:00:00:05 10.9.0.5"
+    )
     assert r.sent == GOLDEN["secure"]
     r = Recorder([[{}, {"rows": [{"dynamic_addresses": "0a:00:00:00:00:05 10.9.0.5"}]}]])
     assert pod_ports.port_addresses(r, "p1", 500) == GOLDEN["addr_result"]
@@ -245,8 +250,17 @@ def test_spares_match_the_recorded_wire(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(spares.secrets, "token_hex", lambda n: "ab" * n)
     monkeypatch.setattr(spares, "random_mac", lambda: "0a:00:00:00:00:99")
     r = Recorder()
-    assert spares.claim_port(r, "net1", "pn-net1-pod-s", "0a:00:00:00:00:05 10.9.0.5",
-                             ATTACHMENT, '{"r":1}', 1, "0a:00:00:00:00:05 10.9.0.5", "u-1")
+    assert spares.claim_port(
+        r,
+        "net1",
+        "pn-net1-pod-s",
+        "0a:00:00:00:00:05 10.9.0.5",
+        ATTACHMENT,
+        '{"r":1}',
+        1,
+        "0a:00:00:00:00:05 10.9.0.5",
+        "u-1",
+    )
     assert r.sent == GOLDEN["claim"]
     r = Recorder([[{"rows": [{"_uuid": ["uuid", "u-1"]}]}]])
     assert spares.top_up(r, "net1", "ch-a", 3) == GOLDEN["topup_n"]
@@ -316,7 +330,9 @@ def test_registry_change_matches_the_recorded_wire(monkeypatch: pytest.MonkeyPat
 
 
 def test_reads_match_the_recorded_wire() -> None:
-    r = Recorder([[{"rows": [{"name": "x"}]}, {"rows": []}, {"rows": []}, {"rows": [{"name": "y"}]}]])
+    r = Recorder(
+        [[{"rows": [{"name": "x"}]}, {"rows": []}, {"rows": []}, {"rows": [{"name": "y"}]}]]
+    )
     assert nbmod.taken_names(r, "net1") == GOLDEN["taken"]
     assert r.sent == GOLDEN["taken_sent"]
     r = Recorder([[{"rows": [
