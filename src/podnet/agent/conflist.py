@@ -35,7 +35,7 @@ from podnet import checked
 from podnet.agent.notes import LOG, Notes
 from podnet.errors import CNIError
 from podnet.runtime import installer
-from podnet.runtime.installer import write_atomic
+from podnet.runtime.files import write_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,16 +13,10 @@ import stat
 from typing import TYPE_CHECKING
 
 from podnet.errors import IO_FAILURE, CNIError
-from podnet.runtime.installer import (
-    _UNIT_HEAD,
-    DEFAULT_BIN_DIR,
-    DEFAULT_UNIT_DIR,
-    PLUGIN_MARK,
-    PLUGINS,
-    RESTORE_UNIT,
-    Installed,
-    conflist_path,
-)
+from podnet.runtime.files import Installed
+from podnet.runtime.installer import DEFAULT_BIN_DIR, conflist_path
+from podnet.runtime.pluginfile import PLUGIN_MARK, PLUGINS
+from podnet.runtime.units import _UNIT_HEAD, DEFAULT_UNIT_DIR, RESTORE_UNIT
 
 if TYPE_CHECKING:
     from podnet.drivers.nodeconf import NodeConf
