@@ -18,7 +18,7 @@ from podnet.api import tokens
 from podnet.api.bodies import ERRORS, CertificatesPost, Envelope
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import REFUSALS, client_key, describe_client
-from podnet.api.listener import fingerprint
+from podnet.api.protocol import fingerprint
 from podnet.checked import one_line, show
 from podnet.drivers.manager import Manager
 

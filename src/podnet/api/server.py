@@ -20,7 +20,7 @@
 - **Limits**: connections per listener are capped below RLIMIT_NOFILE, worker threads too
   (:func:`podnet.api.listener.budget`); at the cap idle and untrusted connections are closed
   for new ones; a TLS handshake gets 10 s, a request's head 10 s, its body 30 s, an idle
-  keep-alive connection 5 s (:class:`~podnet.api.listener.Limits`); a head at most
+  keep-alive connection 5 s (:class:`~podnet.api.protocol.Limits`); a head at most
   ``HEAD_LIMIT`` bytes, a body 1 MiB of JSON (:mod:`podnet.api.guard`).
 
 Both listeners share one event loop; SIGTERM or SIGINT stops both gracefully (requests in flight
@@ -46,15 +46,8 @@ from typing import Any
 
 import uvicorn
 
-from podnet.api.listener import (
-    Budget,
-    Connection,
-    GuardedProtocol,
-    Limits,
-    Listener,
-    budget,
-    fingerprint,
-)
+from podnet.api.listener import Budget, Listener, budget
+from podnet.api.protocol import Connection, GuardedProtocol, Limits, fingerprint
 from podnet.drivers.manager import Manager
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
@@ -239,7 +232,7 @@ class Trust:
 
     def authorize(self, scope: Mapping[str, Any]) -> bool:
         """Whether the request's own connection presented a trusted certificate (the ASGI TLS
-        extension :class:`~podnet.api.listener.GuardedProtocol` puts into its scope)."""
+        extension :class:`~podnet.api.protocol.GuardedProtocol` puts into its scope)."""
         tls = (scope.get("extensions") or {}).get("tls") or {}
         chain = tls.get("client_cert_chain") or []
         return bool(chain) and self.trusted(fingerprint(ssl.PEM_cert_to_DER_cert(chain[0])))
