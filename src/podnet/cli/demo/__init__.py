@@ -37,7 +37,7 @@ from rich.console import Console
 
 from podnet.cli import state
 from podnet.cli.demo import kit, networks, ovn
-from podnet.cli.demo.kit import DemoError, Pod, Progress
+from podnet.cli.demo.steps import DemoError, Pod, Progress
 
 __all__ = ["Demo", "DemoError", "Pod", "Progress", "run_demo"]
 

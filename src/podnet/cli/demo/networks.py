@@ -22,7 +22,8 @@ import os
 import sys
 
 from podnet import checked
-from podnet.cli.demo.kit import POD_PORT, Demo, DemoError, Pod, make_url, run_cmd
+from podnet.cli.demo.kit import Demo
+from podnet.cli.demo.steps import POD_PORT, DemoError, Pod, make_url, run_cmd
 from podnet.runtime import RuntimeConf, load_conflist
 
 BRIDGE = "demobr"

@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 
 from podnet import checked
-from podnet.cli.demo.kit import POD_PORT, TIMEOUT, Demo, DemoError, Pod, make_url, run_cmd
+from podnet.cli.demo.kit import Demo
 from podnet.cli.demo.ovnlab import LabError, Node, OvnLab, missing_tools
+from podnet.cli.demo.steps import POD_PORT, TIMEOUT, DemoError, Pod, make_url, run_cmd
 from podnet.runtime import CNIRuntime, ResultCache, RuntimeConf, SubprocessExec, load_conflist
 
 UPLINK, NETWORK = "demo-up", "demo-ovn"
