@@ -1,6 +1,6 @@
 """``podnetctl config set|get|unset|show``: the server config (``network.ovn.*``) with ``lxc
-config``'s argument order, output and messages, on the store directly, no daemon (issue 16,
-item 1). The API's ``PUT|PATCH /1.0`` change the same rows."""
+config``'s argument order, output and messages, on the store directly, no daemon. The
+API's ``PUT|PATCH /1.0`` change the same rows."""
 
 from __future__ import annotations
 

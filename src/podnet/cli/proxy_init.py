@@ -1,5 +1,5 @@
 """``podnetctl proxy-init``: Linkerd's proxy-init redirection for a network namespace, with the
-options of linkerd2-proxy-init (seed 003)."""
+options of linkerd2-proxy-init (docs/sources.md#linkerd-proxy-init)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The demo's multi-node part (issue 16, item 8): one OVN network across three nodes, run by
+"""The demo's multi-node part: one OVN network across three nodes, run by
 :class:`podnet.cli.demo.Demo` after the networks-and-forwards part.
 
 1. an OVN deployment in namespaces of its own (:class:`podnet.cli.demo.ovnlab.OvnLab`):
@@ -118,7 +118,7 @@ def run_ovn(demo: Demo) -> None:
     """All steps of this part; DemoError from a failing fatal step. The lab is stopped
     whatever happens."""
     p = demo.progress
-    p.section("OVN networks across nodes (seed 004's other half)")
+    p.section("OVN networks across nodes (LXD's OVN networks and forwards)")
     with p.step("OVN and Open vSwitch installed"):
         missing = missing_tools()
         if missing:

@@ -1,7 +1,7 @@
 """An OVN deployment in network namespaces, for the demo's multi-node part and the tests
-(issue 16; FIELD-NOTES §8): central services (NB and SB ``ovsdb-server``, ``ovn-northd``) in the
-first node's namespace, and on every node Open vSwitch with the userspace datapath
-(``datapath_type=netdev``, no kernel module) and ``ovn-controller``.
+(docs/sources.md#ovn-with-the-userspace-datapath): central services (NB and SB ``ovsdb-server``,
+``ovn-northd``) in the first node's namespace, and on every node Open vSwitch with the userspace
+datapath (``datapath_type=netdev``, no kernel module) and ``ovn-controller``.
 
 Layout, all of it made here and removed by :meth:`OvnLab.stop`:
 
