@@ -45,10 +45,15 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import uvicorn
+from anyio import to_thread
+from uvicorn.config import LOGGING_CONFIG
 
+from podnet import checked
+from podnet.api.anycert import accept_any
 from podnet.api.listener import Budget, Listener, budget
 from podnet.api.protocol import Connection, GuardedProtocol, Limits, fingerprint
 from podnet.drivers.manager import Manager
+from podnet.store import open_store
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
 
@@ -161,8 +166,6 @@ def parse_listen(listen: str) -> tuple[str, int, int]:
     """``ADDR:PORT`` (``[v6]:PORT``; no address: ``::``) as ``(address, port, family)``: the
     address parsed (:func:`podnet.checked.ip`: no host names, no scoped IPv6), the port
     1-65535. ValueError naming what is wrong."""
-    from podnet import checked
-
     host, sep, port = listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]") or "::"
     try:
@@ -200,8 +203,6 @@ class Trust:
         self._lock = threading.Lock()  # the timer (event loop) and a request's worker thread
 
     def refresh(self) -> None:
-        from podnet.store import open_store
-
         with self._lock:
             with open_store(self.manager.data_dir,
                             busy_timeout=self.manager.busy_timeout) as store:  # fmt: skip
@@ -250,8 +251,6 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     """A server context asking for (not requiring) a client certificate and taking any
     (:func:`podnet.api.anycert.accept_any`; where that cannot be done, only the trusted
     ones, which :class:`Trust` loads as its verification store)."""
-    from podnet.api.anycert import accept_any
-
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
@@ -284,8 +283,6 @@ def _config(app: Any, log_level: str, log_config: dict[str, Any]) -> uvicorn.Con
 
 
 def _log_config(log_level: str) -> dict[str, Any]:
-    from uvicorn.config import LOGGING_CONFIG
-
     config = copy.deepcopy(LOGGING_CONFIG)
     config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # every log line on stderr
     config["loggers"]["podnet"] = {"handlers": ["default"], "level": log_level.upper(),
@@ -300,8 +297,8 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
     ``limits``: timeouts (default :class:`Limits`). Raises KeyError (unknown ``group``),
     OSError (data directory or sockets), ValueError (``listen`` without ``tls_cert`` and
     ``tls_key``)."""
+    # FastAPI only when serving: ``podnetctl trust add-token`` imports this module for its names
     from podnet.api.app import create_app
-    from podnet.store import open_store
 
     gid = _gid(group)
     if listen and not (tls_cert and tls_key):
@@ -336,8 +333,6 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
                         [tcp_socket(listen)]))  # fmt: skip
 
     async def main() -> None:
-        from anyio import to_thread
-
         loop = asyncio.get_running_loop()
         # each request's operation runs in a worker thread holding the store's descriptors
         to_thread.current_default_thread_limiter().total_tokens = shares.threads

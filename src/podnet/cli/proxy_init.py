@@ -8,6 +8,9 @@ from typing import Any, TypeVar
 
 import click
 
+from podnet import checked
+from podnet.firewall import redirect, redirect_apply
+
 F = TypeVar("F", bound=Callable[..., Any])
 _PORT = click.IntRange(1, 65535)
 _ID = click.IntRange(0)  # a user or group ID
@@ -56,9 +59,6 @@ def proxy_init(netns: str | None, incoming_proxy_port: int, outgoing_proxy_port:
                firewall: str, ipv6: bool, simulate: bool, cleanup: bool) -> None:  # fmt: skip
     """Redirect a pod's TCP through its proxy: inbound to --incoming-proxy-port, outbound to
     --outgoing-proxy-port, except the proxy's own traffic, loopback and ignored ports/subnets."""
-    from podnet import checked
-    from podnet.firewall import redirect, redirect_apply
-
     if cleanup:
         for tool, text in redirect_apply.cleanup(firewall, ipv6, netns):
             click.echo(f"# {tool}\n{text}", nl=False)

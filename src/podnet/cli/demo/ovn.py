@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -280,8 +281,6 @@ def _run(demo: Demo, lab: OvnLab) -> None:
 def _nat_seen(demo: Demo, outside: str, pods: list[Pod]) -> None:
     """An HTTP server in the outside namespace that answers with the client's address: both
     pods' egress is seen from the NAT address."""
-    import subprocess
-
     p = demo.progress
     server = subprocess.Popen(
         ["ip", "netns", "exec", outside, sys.executable, "-c", WHOAMI, str(WHOAMI_PORT)],
