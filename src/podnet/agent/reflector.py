@@ -45,7 +45,13 @@ from podnet import checked
 from podnet.agent.health import Metrics
 
 __all__ = [
-    "BACKOFF_BASE", "BACKOFF_CAP", "LIST_DEADLINE", "WATCH_TIMEOUT", "Backoff", "Item", "Reflector",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "LIST_DEADLINE",
+    "WATCH_TIMEOUT",
+    "Backoff",
+    "Item",
+    "Reflector",
 ]
 
 log = logging.getLogger("podnet.agent")
@@ -358,4 +364,3 @@ class Reflector:
         finally:
             self._done(resp)
         return rv, seen > 0 or self.clock() - start >= MIN_WATCH
-

@@ -83,7 +83,6 @@ def connect(kubeconfig: str | None) -> kclient.CoreV1Api:
     return kclient.CoreV1Api(api_client)
 
 
-
 def _name_key(obj: object) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None

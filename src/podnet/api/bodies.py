@@ -177,6 +177,5 @@ def check_read_only(body: BaseModel, current: dict[str, Any], fields: tuple[str,
             raise NetworkError(f'Read-only field "{name}" cannot be changed')
 
 
-
 NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by")
 FORWARD_READ_ONLY = ("listen_address", "location")

@@ -150,4 +150,3 @@ def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, tru
     if trust_changed is not None:
         trust_changed()
     return sync(None, 201, {"Location": f"/1.0/certificates/{fp}"})
-

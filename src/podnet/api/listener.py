@@ -83,8 +83,6 @@ def budget(nofile: int | None = None) -> Budget:
     return Budget(nofile, threads, tcp, unix)
 
 
-
-
 #: Seconds a trusted connection that has not been answered yet is safe from eviction: at the cap,
 #: a client that just got its connection must not lose it before its request arrives (the
 #: head timer still bounds how long it may take).
@@ -92,7 +90,6 @@ FIRST_REQUEST_GRACE = 2.0
 
 # eviction ranks: lower goes first; a connection serving a request is never evicted
 _UNTRUSTED, _HANDSHAKE, _TRUSTED_IDLE = 0, 1, 2
-
 
 
 class Listener:
@@ -269,4 +266,3 @@ class Listener:
             conn.protocol.abort()
         else:
             conn.hang_up()
-

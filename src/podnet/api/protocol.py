@@ -46,7 +46,6 @@ class Limits:
     tls_shutdown: float = 5.0
 
 
-
 @dataclass(eq=False, slots=True)
 class Connection:
     """One accepted connection: its socket, the protocol once the connection is ready (after
@@ -67,7 +66,6 @@ class Connection:
         end, and the handshake fail here, so asyncio closes it."""
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-
 
 
 class Slots(Protocol):

@@ -51,6 +51,7 @@ forwards for a listen address.
 ###
 ### Note that the listen_address and location cannot be changed."""
 
+
 @click.group("forward")
 def forward() -> None:
     """Manage network forwards."""

@@ -175,4 +175,3 @@ def add_store_options(group: click.Group) -> None:
             add_store_options(command)
         elif not any(p.name == "data_dir" for p in command.params):
             command.params.extend(store_options())
-

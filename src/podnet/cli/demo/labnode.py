@@ -91,9 +91,7 @@ def run_in(
         timeout=TIMEOUT,
     )
     if check and out.returncode != 0:
-        raise LabError(
-            f"{' '.join(argv)} (in {netns}): {out.stderr.strip() or out.stdout.strip()}"
-        )
+        raise LabError(f"{' '.join(argv)} (in {netns}): {out.stderr.strip() or out.stdout.strip()}")
     return out
 
 
@@ -103,6 +101,7 @@ def pid_of(pidfile: Path) -> int | None:
         return int(pidfile.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
 
 def kill(*pidfiles: Path) -> None:
     """SIGTERM to each daemon, SIGKILL to those still there 2 s later; waits until gone."""

@@ -39,6 +39,7 @@ from podnet.cli.demo.labnode import (
 
 __all__ = ["LabError", "Node", "OvnLab", "missing_tools"]
 
+
 class OvnLab:
     """``nodes`` node namespaces (the first runs the central services) on one underlay.
 

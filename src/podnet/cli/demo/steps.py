@@ -138,6 +138,7 @@ def server_kind() -> str:
             return "busybox httpd"
     return "python http.server"
 
+
 def client_kind() -> str:
     """What fetches: ``curl`` when installed, else Python's urllib."""
     return "curl" if shutil.which("curl") else "python urllib"
