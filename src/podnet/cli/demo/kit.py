@@ -184,7 +184,10 @@ class Demo:
     # -- HTTP ---------------------------------------------------------------------------------
     server_kind = staticmethod(server_kind)
     client_kind = staticmethod(client_kind)
-    fetch = staticmethod(fetch)
+
+    def fetch(self, netns: str, url: str, timeout: float = 3.0) -> tuple[bool, str]:
+        """GET ``url`` from inside ``netns`` (:func:`podnet.cli.demo.steps.fetch`)."""
+        return fetch(netns, url, timeout)
 
     def serve(self) -> None:
         self.progress.section("HTTP servers in the pods")
