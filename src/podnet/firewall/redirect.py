@@ -1,5 +1,6 @@
 """Linkerd proxy-init's traffic redirection as data
-(docs/sources.md#linkerd-proxy-init; linkerd/linkerd2-proxy-init ``iptables/iptables.go``).
+(docs/sources.md#linkerd-proxy-init; linkerd/linkerd2-proxy-init
+``proxy-init/internal/iptables/iptables.go``).
 
 Pure functions: the rules of linkerd2-proxy-init, with its ``proxy-init/…`` comments, for the
 iptables modes (``iptables-restore --noflush`` input; the jump rules only when absent), and one
