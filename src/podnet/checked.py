@@ -1,5 +1,5 @@
 """Values checked where they enter podnet: IP addresses and prefixes as :mod:`ipaddress` values,
-and names and paths that the tools' syntax can carry (issue 13, item 1).
+and names and paths that the tools' syntax can carry.
 
 podnet renders scripts for tools that run as root — ``ip -batch``, ``nft -f``,
 ``iptables-restore``, ``sh -c`` — from values that come from people who are not the node's
@@ -185,7 +185,7 @@ def pod_range_problem(net: Net) -> str | None:
 class Family:
     """What goes with an address family: ``version`` (4|6), ``wildcard`` (``0.0.0.0``/``::``),
     ``host_prefix`` (32/128), ``default_route`` (``0.0.0.0/0``/``::/0``), ``nft`` (the nft
-    keyword, ``ip``/``ip6``) and ``column`` (``ip_address_v4``/``ip_address_v6`` of seed 001's
+    keyword, ``ip``/``ip6``) and ``column`` (``ip_address_v4``/``ip_address_v6`` of cni-kindnet's
     ``pods``)."""
 
     __slots__ = ("version", "wildcard", "host_prefix", "default_route", "nft", "column")

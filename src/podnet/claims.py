@@ -1,5 +1,5 @@
 """Who may take a node's traffic: one conflict rule for podnet's hostPorts, podnet-portmap's and
-network forwards (issue 13, item 6; issue 15, item 3).
+network forwards.
 
 Two claims conflict when some packet would match both (:meth:`podnet.values.Claim.overlaps`:
 same family; same protocol and port, or one takes every port; same address, or one takes any

@@ -16,7 +16,7 @@ Every child:
 - when it creates state a runtime's DEL could race with (``die_with_parent``: ADD's veth and
   nft changes), gets SIGKILL when the plugin dies (``setpriv --pdeathsig KILL``, util-linux):
   a runtime that kills a plugin mid-ADD must not leave an ``ip -batch`` running that creates a
-  veth after the runtime's DEL has cleaned up (issue 7, item 7). Other tools (deletions,
+  veth after the runtime's DEL has cleaned up. Other tools (deletions,
   listings, the pod side) finish harmlessly and skip the extra exec (~0.8 ms).
 
 A tool can be started before its input is known (``defer=True``, then :meth:`Spawned.feed`):

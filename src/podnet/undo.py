@@ -1,4 +1,4 @@
-"""An explicit undo stack for multi-step operations such as a CNI ADD (issue 15, item 2).
+"""An explicit undo stack for multi-step operations such as a CNI ADD.
 
 Each step registers its own undo as soon as it has done something that needs undoing; when a
 later step fails, :meth:`Undo.run` undoes the steps in reverse order (N−1 … 1). An undo that

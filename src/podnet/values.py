@@ -1,9 +1,9 @@
-"""The values podnet's layers hand each other, defined once on the ground floor (issue 15, item 3).
+"""The values podnet's layers hand each other, defined once on the ground floor.
 
 - :class:`PortMappingArg`: one requested ``runtimeConfig.portMappings`` item (CNI CONVENTIONS.md
   "portMappings"), as :mod:`podnet.cni.netconf` parses it;
-- :class:`PortMapping`: one published hostPort of podnet's (a ``portmap_entries`` row, seed 001)
-  or of podnet-portmap's (a ``portmap_claims`` row);
+- :class:`PortMapping`: one published hostPort of podnet's (a ``portmap_entries`` row,
+  cni-kindnet's) or of podnet-portmap's (a ``portmap_claims`` row);
 - :class:`ContainerNet`: a sandbox address from a prevResult (podnet-portmap's input);
 - :class:`Claim` and :class:`Dnat`: the one model of "traffic for (family, listen address or any
   address, protocol and port or every port) is taken" — and, for a Dnat, where it goes. Both

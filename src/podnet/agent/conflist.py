@@ -33,9 +33,11 @@ from typing import Any
 
 from podnet import checked
 from podnet.agent.notes import LOG, Notes
+from podnet.drivers import nodeconf
+from podnet.drivers.conf import PodnetConf
 from podnet.errors import CNIError
 from podnet.runtime import installer
-from podnet.runtime.installer import write_atomic
+from podnet.runtime.files import write_atomic
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,8 +91,6 @@ class Conflist:
 
     def _data_dir(self) -> str | None:
         """``dataDir`` for the conflist: the agent's store unless it is the node's default."""
-        from podnet.drivers import nodeconf
-
         default = nodeconf.load().data_dir
         same = os.path.realpath(self.settings.data_dir) == os.path.realpath(default)
         return None if same else self.settings.data_dir
@@ -111,8 +111,6 @@ class Conflist:
         when ``conf`` names a ``dataDir`` that is not the agent's store: the plugins would
         then not use the store the agent keeps. InvalidConfig (7) when the podnet plugin is
         not valid as the plugin reads it."""
-        from podnet.drivers.conf import PodnetConf
-
         mine = self._data_dir()
         if conf is None:
             return installer.network_conflist(name=self.settings.network_name,

@@ -31,7 +31,12 @@ from __future__ import annotations
 import functools
 
 from podnet import checked
+from podnet.agent.conflist import Conflist
+from podnet.agent.masq import NO_MASQUERADE, Masquerade
 from podnet.agent.notes import LOG, Notes
+from podnet.agent.routes import Routes, survey
+from podnet.errors import CNIError, KernelError
+from podnet.store import open_store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -196,10 +201,6 @@ class Dataplane:
     owner) when first needed; :meth:`close` closes it."""
 
     def __init__(self, settings: Settings) -> None:
-        from podnet.agent.conflist import Conflist
-        from podnet.agent.masq import Masquerade
-        from podnet.agent.routes import Routes
-
         self.settings = settings
         self.notes = Notes()
         self.conflist = Conflist(settings, self.notes)
@@ -209,8 +210,6 @@ class Dataplane:
 
     def _open(self) -> Store:
         if self._store is None:
-            from podnet.store import open_store
-
             self._store = open_store(self.settings.data_dir)
         return self._store
 
@@ -230,10 +229,6 @@ class Dataplane:
             self.notes.end()
 
     def _sync(self, me: Node | None, others: dict[str, Node]) -> bool:
-        from podnet.agent.masq import NO_MASQUERADE
-        from podnet.agent.routes import survey
-        from podnet.errors import CNIError, KernelError
-
         try:
             store = self._open()
         except CNIError as err:
@@ -276,8 +271,6 @@ class Dataplane:
 
     def _part(self, name: str, run: Callable[[], bool]) -> bool:
         """Run one part of a sync: an error it did not expect is logged, not raised."""
-        from podnet.errors import CNIError
-
         try:
             return bool(run())
         except CNIError as err:

@@ -24,6 +24,16 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+
+from podnet import checked
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,8 +112,6 @@ class Metrics:
     several agents). Names follow Prometheus' conventions (``_total`` counters, base units)."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
-
         self.registry = CollectorRegistry()
         r = self.registry
         self.events = Counter("podnet_agent_watch_events", "Watch events received, by type.",
@@ -132,8 +140,6 @@ class Metrics:
 
     def text(self) -> bytes:
         """The exposition (``text/plain; version=0.0.4``)."""
-        from prometheus_client import generate_latest
-
         return generate_latest(self.registry)
 
 
@@ -147,8 +153,6 @@ class HealthServer(ThreadingHTTPServer):
     def __init__(self, address: str, port: int, health: Health, metrics: Metrics, *,
                  max_connections: int = MAX_CONNECTIONS,
                  conn_timeout: float = CONN_TIMEOUT) -> None:  # fmt: skip
-        from podnet import checked
-
         if checked.ip(address).version == 6:  # the settings hold a checked address's text
             self.address_family = socket.AF_INET6
         self.health = health
@@ -244,8 +248,6 @@ class _Handler(BaseHTTPRequestHandler):
             ok, reason = self.server.health.check()
             self._answer(200 if ok else 503, reason.encode() + b"\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
-            from prometheus_client import CONTENT_TYPE_LATEST
-
             self._answer(200, self.server.metrics.text(), CONTENT_TYPE_LATEST)
         else:
             self._answer(404, b"not found: /healthz, /metrics\n", "text/plain; charset=utf-8")

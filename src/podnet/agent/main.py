@@ -14,7 +14,9 @@ import logging
 import signal
 import threading
 
+from podnet.agent.dataplane import Dataplane
 from podnet.agent.health import DEFAULT_GRACE, Health, HealthServer, Metrics, serve
+from podnet.agent.watch import Agent, Sink, connect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
 
     from podnet.agent.settings import Settings
-    from podnet.agent.watch import Sink
 
 __all__ = ["AgentProcess", "run"]
 
@@ -42,8 +43,6 @@ class AgentProcess:
 
     def __init__(self, settings: Settings, api: CoreV1Api, sink: Sink, *,
                  grace: float = DEFAULT_GRACE, **loop: float) -> None:  # fmt: skip
-        from podnet.agent.watch import Agent
-
         self.settings = settings
         self.sink = sink
         self.metrics = Metrics()
@@ -108,13 +107,7 @@ def run(settings: Settings, *, api: CoreV1Api | None = None, sink: Sink | None =
     cannot be loaded) and ``sink`` a :class:`podnet.agent.dataplane.Dataplane` of ``settings``
     unless given. Returns the exit status (0 after a stop signal)."""
     if api is None:
-        from podnet.agent.watch import connect
-
         api = connect(settings.kubeconfig)
     if sink is None:
-        from podnet.agent.dataplane import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
-            Dataplane,
-        )
-
         sink = Dataplane(settings)
     return AgentProcess(settings, api, sink).run()

@@ -1,5 +1,6 @@
-"""``podnetctl serve``: an LXD-compatible REST API for networks and network forwards (seed 004,
-issue 9), so the real ``lxc`` client, pylxd or Terraform's lxd provider manage podnet.
+"""``podnetctl serve``: an LXD-compatible REST API for networks and network forwards
+(docs/sources.md#lxd-network-forwards), so the real ``lxc`` client, pylxd or Terraform's lxd
+provider manage podnet.
 
 - :mod:`podnet.api.app` — the FastAPI application: LXD's routes, envelopes, ETags, If-Match;
   every handler is one call into :class:`podnet.drivers.manager.Manager` (the CLI's operations);

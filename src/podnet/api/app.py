@@ -1,4 +1,4 @@
-"""The REST API as LXD serves it (seed 004 "API changes"; FIELD-NOTES §6a): routes, request and
+"""The REST API as LXD serves it (docs/sources.md, "LXD network forwards"): routes, request and
 response shapes, envelopes, ETags — and what LXD 5.0.2 gets wrong, done right: validation errors
 are 400 (not 500), ``If-Match`` is enforced on forwards as on networks (412), a PATCH without
 ``config`` is fine, unknown fields are refused (400).
@@ -10,10 +10,10 @@ stored value and refused (400 ``Read-only field "<name>" cannot be changed``) wh
 LXD decodes the body into its ``NetworkPut``/``NetworkForwardPut`` and ignores them silently, so
 it has no message of its own; a field LXD does not define at all is still 400 ``Unknown field``.
 
-``POST /1.0/certificates`` is LXD's: an untrusted TLS client redeems a trust token
-(:mod:`podnet.api.tokens`), a trusted one adds a certificate. OVSDB failures answer the remote
-and a reason of a fixed set (:mod:`podnet.ovn.ovsdb`), all OVSDB transactions of one request
-sharing :data:`OVSDB_SECONDS`.
+``POST /1.0/certificates`` is LXD's (:mod:`podnet.api.certificates`): an untrusted TLS client
+redeems a trust token (:mod:`podnet.api.tokens`), a trusted one adds a certificate. OVSDB
+failures answer the remote and a reason of a fixed set (:mod:`podnet.ovn.ovsdb`), all OVSDB
+transactions of one request sharing :data:`OVSDB_SECONDS`.
 
 Failures that are not the client's (kernel, store, anything unexpected) answer a short reason
 (``Failed applying the change to the kernel; see the server log``); the tool's stderr, paths
@@ -29,9 +29,6 @@ computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one 
 from __future__ import annotations
 
 import logging
-import os
-import platform
-import socket
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -39,28 +36,37 @@ from urllib.parse import quote
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from podnet import __version__
+from podnet.api import certificates
+from podnet.api.bodies import (
+    ERRORS,
+    FORWARD_READ_ONLY,
+    NETWORK_READ_ONLY,
+    Envelope,
+    ForwardPut,
+    ForwardsPost,
+    NetworkPut,
+    NetworksPost,
+    ServerPut,
+    check_read_only,
+    ports,
+    validation_message,
+)
+from podnet.api.document import API_EXTENSIONS, default_project, server_document
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
 from podnet.drivers import server_config
 from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
 from podnet.networks.errors import NetworkError
-from podnet.networks.model import ForwardPort, canonical_address
+from podnet.networks.model import Forward
 from podnet.ovn.ovsdb import Unreachable, shared_deadline
 from podnet.reconcile import TableOwned
 
 __all__ = ["API_EXTENSIONS", "create_app"]
-
-#: The API extensions podnet implements (the ``lxc`` client checks ``network``,
-#: ``network_forward`` and, on its first run, ``projects``; with ``explicit_trust_token`` pylxd
-#: and later ``lxc`` send a trust token as ``trust_token`` rather than ``password``).
-API_EXTENSIONS = ["network", "network_forward", "network_nat_address", "projects",
-                  "explicit_trust_token"]
 
 log = logging.getLogger("podnet.api")
 
@@ -93,202 +99,6 @@ class _OvsdbDeadline:
             deadline.left()  # counted from the request's start: waits for a thread or the lock
             await self.app(scope, receive, send)
 
-
-# -- bodies ------------------------------------------------------------------------------------
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class PortBody(_Strict):
-    """``NetworkForwardPort``."""
-
-    description: str = ""
-    protocol: str = ""
-    listen_port: str = ""
-    target_port: str = ""
-    target_address: str = ""
-
-
-_READ_ONLY = "Read-only: accepted when it equals the stored value, else 400."
-
-
-class ForwardWritable(_Strict):
-    """``NetworkForwardPut``: what a forward's PUT replaces (PATCH keeps what is absent)."""
-
-    description: str | None = None
-    config: dict[str, str] | None = None
-    ports: list[PortBody] | None = None
-
-
-class ForwardPut(ForwardWritable):
-    """The body of a forward's PUT/PATCH: ``NetworkForwardPut``, or the whole
-    ``NetworkForward`` as GET returns it."""
-
-    listen_address: str | None = Field(None, description=_READ_ONLY)
-    location: str | None = Field(None, description=_READ_ONLY)
-
-
-class ForwardsPost(ForwardWritable):
-    """``NetworkForwardsPost``."""
-
-    listen_address: str
-
-
-class NetworkWritable(_Strict):
-    """``NetworkPut``: what a network's PUT replaces (PATCH merges ``config``)."""
-
-    description: str | None = None
-    config: dict[str, str] | None = None
-
-
-class NetworkPut(NetworkWritable):
-    """The body of a network's PUT/PATCH: ``NetworkPut``, or the whole ``Network`` as GET
-    returns it."""
-
-    name: str | None = Field(None, description=_READ_ONLY)
-    type: str | None = Field(None, description=_READ_ONLY)
-    managed: bool | None = Field(None, description=_READ_ONLY)
-    status: str | None = Field(None, description=_READ_ONLY)
-    locations: list[str] | None = Field(None, description=_READ_ONLY)
-    used_by: list[str] | None = Field(None, description=_READ_ONLY)
-
-
-class ServerPut(BaseModel):
-    """``ServerPut``: the server config, as ``lxc config set`` sends it. The other fields of
-    ``GET /1.0`` are read-only and ignored, as LXD ignores them."""
-
-    model_config = ConfigDict(extra="ignore")
-    config: dict[str, str] | None = None
-
-
-class NetworksPost(NetworkWritable):
-    """``NetworksPost`` (``type`` "" means bridge)."""
-
-    name: str
-    type: str | None = None
-
-
-class CertificatesPost(_Strict):
-    """``CertificatesPost`` (LXD shared/api/certificate.go): an untrusted client sends a trust
-    token as ``password`` (lxc 5.0) or ``trust_token`` (later LXD); a trusted one may send a
-    ``certificate`` (base64 DER) to trust, as ``lxc config trust add FILE`` does."""
-
-    name: str = ""
-    type: str = "client"
-    restricted: bool = False
-    projects: list[str] | None = None
-    certificate: str = ""
-    password: str = ""
-    token: bool = False
-    trust_token: str = ""
-
-
-class Envelope(BaseModel):
-    """LXD's response envelope (sync or error)."""
-
-    type: str
-    status: str
-    status_code: int
-    operation: str
-    error_code: int
-    error: str
-    metadata: Any = Field(default=None)
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": Envelope, "description": text}
-    for code, text in ((400, "Invalid request"), (403, "Not authorized"), (404, "Not found"),
-                       (409, "Conflict"), (412, "ETag mismatch"), (413, "Body over 1 MiB"),
-                       (415, "Body not application/json"), (500, "Kernel or store failure"),
-                       (503, "Store busy"))  # fmt: skip
-}
-
-
-def _validation_message(err: RequestValidationError) -> str:
-    first = err.errors()[0] if err.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    kind = first.get("type", "")
-    if kind == "json_invalid":
-        reason = first.get("ctx", {}).get("error", first.get("msg"))
-        return f"Invalid JSON in request body: {reason}"
-    if kind == "extra_forbidden":
-        return f'Unknown field "{where}" in request body'
-    if kind == "missing":
-        return f'Missing field "{where}" in request body'
-    return f"Invalid request body: {where}: {first.get('msg', 'invalid')}" if where else \
-        f"Invalid request body: {first.get('msg', 'invalid')}"  # fmt: skip
-
-
-def _ports(items: list[PortBody] | None) -> list[ForwardPort] | None:
-    return None if items is None else [ForwardPort(**p.model_dump()) for p in items]
-
-
-def _same(field: str, sent: Any, stored: Any) -> bool:
-    if field in ("locations", "used_by"):
-        return sorted(sent) == sorted(stored)
-    if field == "listen_address":
-        return bool(canonical_address(sent) == stored)
-    return bool(sent == stored)
-
-
-def check_read_only(body: BaseModel, current: dict[str, Any], fields: tuple[str, ...]) -> None:
-    """400 ``Read-only field "<name>" cannot be changed`` for the first of ``fields`` that the
-    body carries with a value other than ``current`` (the object as GET returns it)."""
-    for name in fields:
-        sent = getattr(body, name)
-        if sent is not None and not _same(name, sent, current[name]):
-            raise NetworkError(f'Read-only field "{name}" cannot be changed')
-
-
-def server_document(trusted: bool, data_dir: str,
-                    config: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    """``GET /1.0``: the fields the ``lxc`` client reads, podnet's name and version, and (to a
-    trusted client) the server config."""
-    if not trusted:
-        return {"api_extensions": API_EXTENSIONS, "api_status": "stable", "api_version": "1.0",
-                "auth": "untrusted", "public": False, "auth_methods": ["tls"]}  # fmt: skip
-    uname = platform.uname()
-    return {
-        "config": config or {},
-        "api_extensions": API_EXTENSIONS,
-        "api_status": "stable",
-        "api_version": "1.0",
-        "auth": "trusted",
-        "public": False,
-        "auth_methods": ["tls"],
-        "environment": {
-            "addresses": [],
-            "architectures": [uname.machine],
-            "certificate": "",
-            "certificate_fingerprint": "",
-            "driver": "podnet",
-            "driver_version": __version__,
-            "firewall": "nftables",
-            "kernel": uname.system,
-            "kernel_architecture": uname.machine,
-            "kernel_features": {},
-            "kernel_version": uname.release,
-            "lxc_features": {},
-            "os_name": platform.freedesktop_os_release().get("NAME", "") if hasattr(
-                platform, "freedesktop_os_release") else "",  # fmt: skip
-            "os_version": "",
-            "project": "default",
-            "server": "podnet",
-            "server_clustered": False,
-            "server_event_mode": "full-mesh",
-            "server_name": socket.gethostname(),
-            "server_pid": os.getpid(),
-            "server_version": __version__,
-            "storage": "podnet",
-            "storage_version": "",
-            "storage_supported_drivers": [],
-            "data_dir": data_dir,
-        },
-    }
-
-
-NETWORK_READ_ONLY = ("name", "type", "managed", "status", "locations", "used_by")
-FORWARD_READ_ONLY = ("listen_address", "location")
 
 
 def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = None,
@@ -337,7 +147,7 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
-        return error(400, _validation_message(err))
+        return error(400, validation_message(err))
 
     @app.exception_handler(Exception)
     async def internal(request: Request, err: Exception) -> JSONResponse:
@@ -384,63 +194,20 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
                      target: str | None = None) -> JSONResponse:  # fmt: skip
         return _update_server(body, True, if_match, target)
 
-    @app.post("/1.0/certificates", status_code=201, response_model=Envelope, responses=ERRORS,
-              summary="Trust the client's certificate (a trust token) or a given one")
-    def add_certificate(body: CertificatesPost, request: Request) -> JSONResponse:
-        return _add_certificate(manager, body, request.scope,
-                                authorize is None or authorize(request.scope),
-                                trust_changed)  # fmt: skip
-
-    def _certificates() -> list[dict[str, Any]]:
-        with manager.store() as store:
-            return [{"name": name, "type": "client", "restricted": False, "projects": [],
-                     "certificate": pem, "fingerprint": fp}
-                    for fp, name, pem in store.trust.all()]  # fmt: skip
-
-    @app.get("/1.0/certificates", response_model=Envelope, responses=ERRORS,
-             summary="The trusted certificates")  # fmt: skip
-    def list_certificates(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
-        found = _certificates()
-        if recursion:
-            return sync(found)
-        return sync([f"/1.0/certificates/{c['fingerprint']}" for c in found])
-
-    @app.get("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
-             summary="One trusted certificate (by fingerprint)")  # fmt: skip
-    def get_certificate(fingerprint: str) -> JSONResponse:
-        found = [c for c in _certificates() if c["fingerprint"] == fingerprint.lower()]
-        if not found:
-            return error(404, "Certificate not found")
-        return sync(found[0])
-
-    @app.delete("/1.0/certificates/{fingerprint}", response_model=Envelope, responses=ERRORS,
-                summary="Stop trusting a certificate (by fingerprint)")  # fmt: skip
-    def delete_certificate(fingerprint: str) -> JSONResponse:
-        prefix = fingerprint.lower()
-        if not 12 <= len(prefix) <= 64 or any(c not in "0123456789abcdef" for c in prefix):
-            return error(404, "Certificate not found")  # a prefix, as LXD takes, of 12 at least
-        with manager.store() as store, store.write():
-            removed = store.trust.remove(prefix)
-        if not removed:
-            return error(404, "Certificate not found")
-        if len(removed) > 1:
-            return error(400, "More than one certificate matches: give more of the fingerprint")
-        if trust_changed is not None:
-            trust_changed()
-        return sync({})
+    certificates.add_routes(app, manager, authorize, trust_changed)
 
     @app.get("/1.0/projects", response_model=Envelope, responses=ERRORS,
              summary="Projects (only 'default')")  # fmt: skip
     def projects(recursion: int = Query(0, ge=0, le=2)) -> JSONResponse:
         if recursion:
-            return sync([_default_project()])
+            return sync([default_project()])
         return sync(["/1.0/projects/default"])
 
     @app.get("/1.0/projects/{name}", response_model=Envelope, responses=ERRORS)
     def project(name: str) -> JSONResponse:
         if name != "default":
             return error(404, "Project not found")
-        return sync(_default_project(), headers={"ETag": '"default"'})
+        return sync(default_project(), headers={"ETag": '"default"'})
 
     # -- networks -------------------------------------------------------------------------------
     @app.get("/1.0/networks", response_model=Envelope, responses=ERRORS,
@@ -511,12 +278,10 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
     @app.post(base, status_code=201, response_model=Envelope, responses=ERRORS,
               summary="Create a forward")  # fmt: skip
     def create_forward(name: str, body: ForwardsPost, target: str | None = None) -> JSONResponse:
-        from podnet.networks.model import Forward
-
         check_target(target)
         created = manager.create_forward(name, Forward(
             body.listen_address, body.description or "", dict(body.config or {}),
-            _ports(body.ports) or []))  # fmt: skip
+            ports(body.ports) or []))  # fmt: skip
         location = (f"/1.0/networks/{quote(name, safe='')}/forwards/"
                     f"{quote(created.listen_address, safe=':')}")  # fmt: skip
         return sync(None, 201, {"Location": location})
@@ -538,7 +303,7 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
             except NetworkError as err:
                 raise NetworkError(f"Failed updating forward: {err}") from None
         manager.update_forward(name, listen, description=body.description, config=body.config,
-                               ports=_ports(body.ports), patch=patch,
+                               ports=ports(body.ports), patch=patch,
                                etag=if_match or None)  # fmt: skip
         return sync({})
 
@@ -570,90 +335,3 @@ def create_app(manager: Manager, *, authorize: Callable[[Scope], bool] | None = 
 
     return app
 
-
-def _client_certificate(scope: Scope) -> str | None:
-    """The PEM certificate the request's TLS connection presented, None without one."""
-    chain = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or []
-    return str(chain[0]) if chain else None
-
-
-def _add_certificate(manager: Manager, body: CertificatesPost, scope: Scope, trusted: bool,
-                     trust_changed: Callable[[], None] | None) -> JSONResponse:  # fmt: skip
-    """``POST /1.0/certificates`` as lxd/certificates.go ``certificatesPost`` answers it for
-    what podnet supports: an untrusted client redeeming a trust token gets its connection's
-    certificate trusted (403 ``not authorized`` for no token or an unknown one, ``Token has
-    expired``; the token used up and the certificate trusted in one write); a trusted client
-    adds a ``certificate`` (400 ``Invalid certificate material: …`` unless it is one X.509
-    certificate in DER, 400 ``Client is already trusted`` without one); a trusted client
-    presenting a ``trust_token`` has it checked and used up and gets 409 ``Client is already
-    trusted`` (403 for a token that is not pending). Tokens are issued by ``podnetctl trust
-    add-token`` (400 for ``token``)."""
-    import base64
-    import binascii
-    import ssl
-
-    from podnet.api import tokens
-    from podnet.api.guard import REFUSALS, client_key, describe_client
-    from podnet.api.listener import fingerprint
-    from podnet.checked import one_line, show
-
-    if body.type not in ("", "client"):  # "": the token's type (lxc 5.0 sends none)
-        return error(400, f"Only client certificates are supported, not {show(body.type, 40)}")
-    if trusted:
-        if body.token:
-            return error(400, "Tokens are issued on the node: podnetctl trust add-token NAME")
-        if body.trust_token:  # LXD: the token is checked and used up, the client told so
-            try:
-                with manager.store() as store:
-                    tokens.redeem(store, body.trust_token)
-            except tokens.Refused as err:
-                return error(403, str(err))
-            return error(409, "Client is already trusted")
-        if not body.certificate:
-            return error(400, "Client is already trusted")
-        try:
-            der = base64.b64decode(body.certificate, validate=True)
-        except (binascii.Error, ValueError):
-            return error(400, "Invalid certificate material: not base64")
-        try:
-            tokens.check_certificate(der)
-        except ValueError as err:
-            return error(400, f"Invalid certificate material: {err}")
-        name = body.name or "client"
-        if one_line(name) != name or len(name) > 255:
-            return error(400, "Invalid certificate name: one line of at most 255 characters")
-        fp = fingerprint(der)
-        with manager.store() as store, store.write():
-            added = store.trust.add(fp, name, ssl.DER_cert_to_PEM_cert(der))
-    else:
-        presented = body.trust_token or body.password
-        pem = _client_certificate(scope)
-        if not presented:
-            REFUSALS.warn(client_key(scope), "refused POST /1.0/certificates of untrusted "
-                          "client %s: no trust "
-                          "token", describe_client(scope))  # fmt: skip
-            return error(403, "not authorized", close=True)
-        if pem is None:
-            return error(400, "No client certificate provided", close=True)
-        der = ssl.PEM_cert_to_DER_cert(pem)
-        fp = fingerprint(der)
-        try:
-            with manager.store() as store:
-                name, added = tokens.redeem(store, presented,
-                                            trust=(fp, ssl.DER_cert_to_PEM_cert(der)))
-        except tokens.Refused as err:
-            REFUSALS.warn(client_key(scope), "refused a trust token from untrusted client %s: %s",
-                          describe_client(scope), err)  # fmt: skip
-            return error(403, str(err), close=True)
-    if not added:
-        return error(409, "Certificate already in trust store")
-    log.info("trusted certificate %s as %r (%s)", fp, name,
-             "trust token" if not trusted else "added by a trusted client")  # fmt: skip
-    if trust_changed is not None:
-        trust_changed()
-    return sync(None, 201, {"Location": f"/1.0/certificates/{fp}"})
-
-
-def _default_project() -> dict[str, Any]:
-    return {"name": "default", "description": "Default project", "config": {
-        "features.networks": "true"}, "used_by": []}  # fmt: skip

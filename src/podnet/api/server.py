@@ -20,7 +20,7 @@
 - **Limits**: connections per listener are capped below RLIMIT_NOFILE, worker threads too
   (:func:`podnet.api.listener.budget`); at the cap idle and untrusted connections are closed
   for new ones; a TLS handshake gets 10 s, a request's head 10 s, its body 30 s, an idle
-  keep-alive connection 5 s (:class:`~podnet.api.listener.Limits`); a head at most
+  keep-alive connection 5 s (:class:`~podnet.api.protocol.Limits`); a head at most
   ``HEAD_LIMIT`` bytes, a body 1 MiB of JSON (:mod:`podnet.api.guard`).
 
 Both listeners share one event loop; SIGTERM or SIGINT stops both gracefully (requests in flight
@@ -45,17 +45,15 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import uvicorn
+from anyio import to_thread
+from uvicorn.config import LOGGING_CONFIG
 
-from podnet.api.listener import (
-    Budget,
-    Connection,
-    GuardedProtocol,
-    Limits,
-    Listener,
-    budget,
-    fingerprint,
-)
+from podnet import checked
+from podnet.api.anycert import accept_any
+from podnet.api.listener import Budget, Listener, budget
+from podnet.api.protocol import Connection, GuardedProtocol, Limits, fingerprint
 from podnet.drivers.manager import Manager
+from podnet.store import open_store
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]
 
@@ -168,8 +166,6 @@ def parse_listen(listen: str) -> tuple[str, int, int]:
     """``ADDR:PORT`` (``[v6]:PORT``; no address: ``::``) as ``(address, port, family)``: the
     address parsed (:func:`podnet.checked.ip`: no host names, no scoped IPv6), the port
     1-65535. ValueError naming what is wrong."""
-    from podnet import checked
-
     host, sep, port = listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]") or "::"
     try:
@@ -207,8 +203,6 @@ class Trust:
         self._lock = threading.Lock()  # the timer (event loop) and a request's worker thread
 
     def refresh(self) -> None:
-        from podnet.store import open_store
-
         with self._lock:
             with open_store(self.manager.data_dir,
                             busy_timeout=self.manager.busy_timeout) as store:  # fmt: skip
@@ -239,7 +233,7 @@ class Trust:
 
     def authorize(self, scope: Mapping[str, Any]) -> bool:
         """Whether the request's own connection presented a trusted certificate (the ASGI TLS
-        extension :class:`~podnet.api.listener.GuardedProtocol` puts into its scope)."""
+        extension :class:`~podnet.api.protocol.GuardedProtocol` puts into its scope)."""
         tls = (scope.get("extensions") or {}).get("tls") or {}
         chain = tls.get("client_cert_chain") or []
         return bool(chain) and self.trusted(fingerprint(ssl.PEM_cert_to_DER_cert(chain[0])))
@@ -257,8 +251,6 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     """A server context asking for (not requiring) a client certificate and taking any
     (:func:`podnet.api.anycert.accept_any`; where that cannot be done, only the trusted
     ones, which :class:`Trust` loads as its verification store)."""
-    from podnet.api.anycert import accept_any
-
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
@@ -291,8 +283,6 @@ def _config(app: Any, log_level: str, log_config: dict[str, Any]) -> uvicorn.Con
 
 
 def _log_config(log_level: str) -> dict[str, Any]:
-    from uvicorn.config import LOGGING_CONFIG
-
     config = copy.deepcopy(LOGGING_CONFIG)
     config["handlers"]["access"]["stream"] = "ext://sys.stderr"  # every log line on stderr
     config["loggers"]["podnet"] = {"handlers": ["default"], "level": log_level.upper(),
@@ -307,8 +297,8 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
     ``limits``: timeouts (default :class:`Limits`). Raises KeyError (unknown ``group``),
     OSError (data directory or sockets), ValueError (``listen`` without ``tls_cert`` and
     ``tls_key``)."""
+    # FastAPI only when serving: ``podnetctl trust add-token`` imports this module for its names
     from podnet.api.app import create_app
-    from podnet.store import open_store
 
     gid = _gid(group)
     if listen and not (tls_cert and tls_key):
@@ -343,8 +333,6 @@ def serve(manager: Manager, *, group: str | None = None, listen: str | None = No
                         [tcp_socket(listen)]))  # fmt: skip
 
     async def main() -> None:
-        from anyio import to_thread
-
         loop = asyncio.get_running_loop()
         # each request's operation runs in a worker thread holding the store's descriptors
         to_thread.current_default_thread_limiter().total_tokens = shares.threads

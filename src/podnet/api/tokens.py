@@ -22,6 +22,7 @@ import binascii
 import hashlib
 import json
 import secrets
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -138,8 +139,6 @@ def check_certificate(der: bytes) -> None:
     certificate in DER (RFC 5280 §4.1), as OpenSSL parses it for the TLS listener's
     verification store: what the trust store keeps must load there and in every client that
     lists it (LXD: ``x509.ParseCertificate``, lxd/certificates.go ``certificatesPost``)."""
-    import ssl
-
     if not der.startswith(b"\x30"):
         raise ValueError("not a DER certificate")
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

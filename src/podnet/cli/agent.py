@@ -4,10 +4,14 @@ a one-line error (exit status 1) before anything runs."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import click
 
+from podnet import checked
+from podnet.agent.model import BadNode
+from podnet.agent.model import node_name as check_node_name
 from podnet.agent.settings import (
     DEFAULT_CNI_CONF_DIR,
     DEFAULT_METRICS_PORT,
@@ -15,6 +19,8 @@ from podnet.agent.settings import (
     Settings,
 )
 from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cni.netconf import MAX_NAME, valid_network_name
+from podnet.drivers.nodeconf import data_dir_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,12 +60,6 @@ def settings_from(*, node_name: str | None, kubeconfig: str | None, cni_conf_dir
     """The options as :class:`Settings`, each checked once (:mod:`podnet.checked`; the node
     name as a Node's, :func:`podnet.agent.model.node_name`). ClickException naming the option
     otherwise."""
-    from podnet import checked
-    from podnet.agent.model import BadNode
-    from podnet.agent.model import node_name as check_node_name
-    from podnet.cni.netconf import MAX_NAME, valid_network_name
-    from podnet.drivers.nodeconf import data_dir_problem
-
     def bad(option: str, why: str) -> click.ClickException:
         return click.ClickException(f"{option}: {checked.one_line(why)}")
 
@@ -129,8 +129,6 @@ def agent(kubeconfig: str | None, node_name: str | None, cni_conf_dir: str, data
     destinations pods reach without masquerade in step with them.
 
     Runs until SIGTERM or SIGINT (exit status 0). Logs one line per change to stderr."""
-    import logging
-
     settings = settings_from(node_name=node_name, kubeconfig=kubeconfig,
                              cni_conf_dir=cni_conf_dir, data_dir=data_dir,
                              no_masquerade_cidr=no_masquerade_cidr, network_name=network_name,
@@ -140,6 +138,7 @@ def agent(kubeconfig: str | None, node_name: str | None, cni_conf_dir: str, data
     logging.getLogger("podnet.agent").setLevel(logging.INFO)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: the agent logs each failure
 
+    # the kubernetes client only when the agent runs: podnetctl --help lists this command
     from podnet.agent.main import run
     from podnet.agent.watch import ApiConfigError
 

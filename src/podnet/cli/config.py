@@ -1,6 +1,6 @@
 """``podnetctl config set|get|unset|show``: the server config (``network.ovn.*``) with ``lxc
-config``'s argument order, output and messages, on the store directly, no daemon (issue 16,
-item 1). The API's ``PUT|PATCH /1.0`` change the same rows."""
+config``'s argument order, output and messages, on the store directly, no daemon. The
+API's ``PUT|PATCH /1.0`` change the same rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 from podnet.checked import printable
 from podnet.cli.lxcfmt import dump_yaml
-from podnet.cli.network import _add_store_options, _config_args, _manager
+from podnet.cli.netargs import add_store_options, config_args, manager_of
 from podnet.cli.node import SHOWN, default_data_dir
 from podnet.drivers import server_config
 
@@ -41,7 +41,7 @@ def config(ctx: click.Context, data_dir: str, busy_timeout: float, init: bool) -
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
     """Show the server config (the keys that are set) as YAML."""
-    values, _ = server_config.read(_manager(ctx))
+    values, _ = server_config.read(manager_of(ctx))
     click.echo(dump_yaml({"config": values}), nl=False)
 
 
@@ -50,7 +50,7 @@ def config_show(ctx: click.Context) -> None:
 @click.pass_context
 def config_get(ctx: click.Context, key: str) -> None:
     """Print a key's value (nothing when it is not set)."""
-    values, _ = server_config.read(_manager(ctx))
+    values, _ = server_config.read(manager_of(ctx))
     if key in values:
         click.echo(printable(values[key]))
 
@@ -60,7 +60,7 @@ def config_get(ctx: click.Context, key: str) -> None:
 @click.pass_context
 def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
     """Set server config keys."""
-    server_config.update(_manager(ctx), _config_args(pairs), patch=True)
+    server_config.update(manager_of(ctx), config_args(pairs), patch=True)
 
 
 @config.command("unset")
@@ -68,7 +68,7 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
 @click.pass_context
 def config_unset(ctx: click.Context, key: str) -> None:
     """Unset a server config key."""
-    server_config.update(_manager(ctx), {key: ""}, patch=True)
+    server_config.update(manager_of(ctx), {key: ""}, patch=True)
 
 
-_add_store_options(config)
+add_store_options(config)

@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import click
 
-from podnet.runtime import installer, uninstaller
+from podnet.runtime import hostinstall, installer, uninstaller, units
+from podnet.runtime.files import Installed
+from podnet.runtime.sourcecheck import UnsafeSource
 
 
 @click.command()
@@ -46,7 +48,7 @@ from podnet.runtime import installer, uninstaller
 @click.option("--systemd", is_flag=True,
               help="Also install and enable a systemd unit that runs 'podnetctl network restore' "
               "at boot (bridges, forwards and table inet podnet back from the store).")
-@click.option("--unit-dir", default=installer.DEFAULT_UNIT_DIR, show_default=True,
+@click.option("--unit-dir", default=units.DEFAULT_UNIT_DIR, show_default=True,
               help="Where --systemd writes units.")
 @click.option("--node-conf", default=None, metavar="FILE",
               help="The node config file [default: $PODNET_CONF, else /etc/podnet/podnet.conf].")
@@ -82,9 +84,7 @@ def install(
         raise click.UsageError("--network and --range exclude each other")
     try:
         if bundle_dir is not None:
-            from podnet.runtime import hostinstall
-
-            run: Callable[..., list[installer.Installed]] = functools.partial(
+            run: Callable[..., list[Installed]] = functools.partial(
                 hostinstall.install_bundle, bundle_dir)
         else:
             run = installer.install
@@ -96,14 +96,14 @@ def install(
             network=network,
             data_dir=data_dir,
             conflist=not no_conflist,
-            units={installer.RESTORE_UNIT: installer.restore_unit(data_dir)} if systemd else None,
+            units={units.RESTORE_UNIT: units.restore_unit(data_dir)} if systemd else None,
             unit_dir=unit_dir,
             node_conf=node_conf,
             warn=lambda msg: click.echo(f"Warning: {msg}", err=True),
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
-    except installer.UnsafeSource as err:
+    except UnsafeSource as err:
         click.echo(f"podnetctl install: {err.msg}", err=True)
         click.get_current_context().exit(1)
     for item in done:
@@ -117,7 +117,7 @@ def install(
               help="Network config directory of the conflist.")
 @click.option("--name", default="podnet", show_default=True,
               help="Network name of a conflist the node config does not list.")
-@click.option("--unit-dir", default=installer.DEFAULT_UNIT_DIR, show_default=True,
+@click.option("--unit-dir", default=units.DEFAULT_UNIT_DIR, show_default=True,
               help="Where --systemd wrote units.")
 @click.option("--data-dir", default=None,
               help="The store [default: the node config's, else /var/lib/podnet].")

@@ -48,6 +48,7 @@ def render_list(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str,
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(rows)
         return buf.getvalue()
+    # rich only for tables: every podnetctl network call imports this module
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -69,7 +70,7 @@ def render_list(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str,
 def dump_yaml(value: Any) -> str:
     """YAML as ``lxc … show`` prints it (keys in the given order; yaml.v2 double-quotes a
     string that would read back as another type, and "")."""
-    import yaml
+    import yaml  # only when YAML is written or read: every network call imports this module
 
     class Dumper(yaml.SafeDumper):
         pass
@@ -89,7 +90,7 @@ def load_yaml(text: str, allowed: Sequence[str], type_name: str,
     """A YAML document as ``lxc … edit`` reads it: a mapping (empty text: ``{}``); with
     ``strict``, keys outside ``allowed`` are refused as yaml.v2's UnmarshalStrict refuses them
     (``yaml: unmarshal errors:\\n  line N: field K not found in type T``)."""
-    import yaml
+    import yaml  # see dump_yaml
 
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -8,12 +8,14 @@ usage errors exit 2 (click).
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
 from podnet import __version__
 from podnet.errors import CNIError
+from podnet.networks.errors import NetworkError
 
 #: Subcommands imported only when run (or listed): ``podnetctl network …`` does not pay for the
 #: runtime's, the installer's or the API's imports (~25 ms of every call, measured).
@@ -55,16 +57,12 @@ class _Group(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in LAZY_COMMANDS:
-            import importlib
-
             module, _, attr = LAZY_COMMANDS[cmd_name].partition(":")
             command: click.Command = getattr(importlib.import_module(module), attr)
             return command
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from podnet.networks.errors import NetworkError
-
         obj = ctx.ensure_object(dict)  # shared with the subcommands' contexts
         try:
             return super().invoke(ctx)
@@ -97,6 +95,7 @@ def demo() -> None:
     pod's hostPort, the SQLite state, then DEL and a check that nothing is left. The machine's
     own interfaces, routes and firewall are not touched. Exit status 1 if any check fails.
     """
+    # rich and the runtime only when the demo runs: podnetctl --help lists this command
     from podnet.cli.demo import run_demo
 
     raise SystemExit(0 if run_demo() else 1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from podnet.drivers import nodeconf
+
 #: ``show_default`` of every ``--data-dir`` that defaults to the node's store.
 SHOWN = "the node config's data_dir, else /var/lib/podnet"
 
@@ -12,8 +14,6 @@ def default_data_dir() -> str:
     """The node's store: ``data_dir`` of the node configuration, else ``/var/lib/podnet``. A
     malformed or untrusted node configuration is a one-line error (click: ``Error: …``, exit
     status 1)."""
-    from podnet.drivers import nodeconf
-
     try:
         return nodeconf.load().data_dir
     except nodeconf.NodeConfError as err:

@@ -1,5 +1,5 @@
 """``podnetctl proxy-init``: Linkerd's proxy-init redirection for a network namespace, with the
-options of linkerd2-proxy-init (seed 003)."""
+options of linkerd2-proxy-init (docs/sources.md#linkerd-proxy-init)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+
+from podnet import checked
+from podnet.firewall import redirect, redirect_apply
 
 F = TypeVar("F", bound=Callable[..., Any])
 _PORT = click.IntRange(1, 65535)
@@ -56,9 +59,6 @@ def proxy_init(netns: str | None, incoming_proxy_port: int, outgoing_proxy_port:
                firewall: str, ipv6: bool, simulate: bool, cleanup: bool) -> None:  # fmt: skip
     """Redirect a pod's TCP through its proxy: inbound to --incoming-proxy-port, outbound to
     --outgoing-proxy-port, except the proxy's own traffic, loopback and ignored ports/subnets."""
-    from podnet import checked
-    from podnet.firewall import redirect, redirect_apply
-
     if cleanup:
         for tool, text in redirect_apply.cleanup(firewall, ipv6, netns):
             click.echo(f"# {tool}\n{text}", nl=False)

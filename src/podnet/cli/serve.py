@@ -3,11 +3,19 @@ add|add-token|list|remove`` (the client certificates the API's TLS listener lets
 
 from __future__ import annotations
 
+import json
+import ssl
+import subprocess
 from typing import TextIO
 
 import click
 
+from podnet.api import tokens
+from podnet.api.tokens import check_certificate
+from podnet.checked import one_line
 from podnet.cli.node import SHOWN, default_data_dir
+from podnet.drivers.manager import Manager
+from podnet.store import open_store
 
 data_dir_option = click.option(
     "--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
@@ -35,9 +43,9 @@ def serve(data_dir: str, group: str | None, listen: str | None, tls_cert: str | 
     (so `LXD_DIR=<data-dir> lxc network forward …` works), optionally also over TLS.
 
     Stops gracefully on SIGTERM. Every request is logged on one line."""
+    # uvicorn only when a command needs it: podnetctl --help lists these commands
     from podnet.api.server import parse_listen
     from podnet.api.server import serve as run
-    from podnet.drivers.manager import Manager
 
     if listen and not (tls_cert and tls_key):
         raise click.UsageError("--listen needs --tls-cert and --tls-key (TCP is TLS only)")
@@ -62,7 +70,6 @@ def trust() -> None:
 
 
 def _store(data_dir: str):  # type: ignore[no-untyped-def]
-    from podnet.store import open_store
 
     return open_store(data_dir)
 
@@ -73,10 +80,7 @@ def _store(data_dir: str):  # type: ignore[no-untyped-def]
 @data_dir_option
 def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
     """Trust a client certificate (a PEM file, '-' for stdin)."""
-    import ssl
-
-    from podnet.api.server import fingerprint
-    from podnet.api.tokens import check_certificate
+    from podnet.api.server import fingerprint  # uvicorn: see serve
 
     pem = certificate.read()
     try:
@@ -95,9 +99,6 @@ def trust_add(certificate: TextIO, name: str, data_dir: str) -> None:
 
 def _node_addresses() -> list[str]:
     """This node's global addresses (``ip -j addr``), for a token of a wildcard listener."""
-    import json
-    import subprocess
-
     out = subprocess.run(["ip", "-j", "addr", "show", "scope", "global"], capture_output=True,
                          text=True, timeout=30, check=False)  # fmt: skip
     if out.returncode != 0:
@@ -119,9 +120,7 @@ def trust_add_token(name: str, expiry: str, addresses: tuple[str, ...], data_dir
     password `lxc remote add` asks for) then trusts that client's certificate. A token works
     once, until it expires. Needs `podnetctl serve --listen` to have run on this data dir (the
     token names its address and certificate)."""
-    from podnet.api import tokens
-    from podnet.api.server import CERT_STATE, LISTEN_STATE, parse_listen
-    from podnet.checked import one_line
+    from podnet.api.server import CERT_STATE, LISTEN_STATE, parse_listen  # uvicorn: see serve
 
     if one_line(name) != name or not name.strip() or len(name) > 255:
         raise click.UsageError("NAME must be one line of at most 255 characters")

@@ -17,6 +17,8 @@ import click
 
 from podnet import checked
 from podnet.cli.node import SHOWN, default_data_dir
+from podnet.drivers.nodeconf import no_store
+from podnet.ipam.allocator import usable_count
 
 if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net commands skip them)
     from rich.console import Console
@@ -92,8 +94,6 @@ def port_records(store: Store) -> list[Record]:
 
 def range_records(store: Store) -> list[Record]:
     """Every range: ``id, subnet, description, ip_masq``, ``used`` and ``usable`` addresses."""
-    from podnet.ipam.allocator import usable_count
-
     out = []
     for rid, subnet, description, masq in store.ranges.all():
         net = checked.network(subnet)
@@ -156,13 +156,12 @@ def console() -> Console:
 
 
 def _open(data_dir: str) -> Store:
+    # the store only when a view runs: podnetctl net imports this module and needs none
     from podnet.store import open_store
 
     try:
         return open_store(data_dir, create=False)
     except FileNotFoundError:
-        from podnet.drivers.nodeconf import no_store
-
         raise click.ClickException(no_store(data_dir)) from None
 
 

@@ -26,7 +26,7 @@ module at run time.
 from __future__ import annotations
 
 #: Modules besides podnet's own that podnet's hot-path code imports, and where (measured on
-#: Debian's 3.11 under ``-IS``, after what the plugin has already loaded; issue 15, item 5).
+#: Debian's 3.11 under ``-IS``, after what the plugin has already loaded).
 HOT_PATH_MODULES = frozenset({
     "__future__",  # ``from __future__ import annotations`` is a real import (0.1 ms)
     "os",  # not loaded by ``-S`` start-up

@@ -9,21 +9,12 @@ output, as ``json.dumps`` writes it by default.
 
 Every malformed document — truncated, deeply nested, invalid UTF-8, NaN/Infinity, lone
 surrogates, trailing data — raises :class:`ValueError`, which the skeleton answers with CNI code
-6. Nothing here depends on private interpreter modules (the previous version called CPython's
-``_json`` scanner, whose error path fails when :mod:`json.decoder` was never imported, as under
-``python -IS``: issue 7).
+6. Nothing here depends on private interpreter modules (CPython's ``_json`` scanner's error
+path fails when :mod:`json.decoder` was never imported, as under ``python -IS``).
 
-Why not one library for both directions (issue 15, item 5, 2026-11-27). Every maintained codec
-that also encodes imports much of the standard library at module init, which is what this
-module exists to avoid. Measured under the plugin's interpreter (Debian's 3.11, ``-IS``,
-``-X importtime``, cumulative, 7 runs; a 2-core machine loaded by a concurrent benchmark):
-orjson 3.13.0 20-33 ms (its init imports json, re, enum, dataclasses with inspect/ast/dis,
-uuid with platform, and datetime), msgspec 0.22.0 24-27 ms (typing, re, enum, decimal, uuid),
-python-rapidjson 1.25 17-19 ms, ujson 6.1.0 5.2-5.5 ms (decimal); jiter 0.19.0 0.9-1.4 ms
-(nothing). A whole ``python -IS -c`` process, median of 30: 12.6 ms bare, 12.6 with jiter, 25.6
-with json, 51.3 with orjson, against an ADD of about 35 ms (docs/benchmarks.md). orjson would
-also differ here: it refuses a leading BOM (loads would still strip it), accepts nesting to 1024,
-writes NaN as ``null`` instead of refusing it, and writes UTF-8 with compact separators.
+Decoding and encoding are not one library: every maintained codec that also encodes imports much
+of the standard library at module init, which this module exists to avoid
+(docs/decisions/0002-json-codec.md has the figures).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBL
 _LOG_MODE = 0o600
 #: The first line of every log file podnet writes. podnet appends only to a regular file that
 #: is empty (it writes this line first) or begins with it: a NetConf author's ``logFile`` can
-#: name any path, and root must not append to /etc/sudoers or a crontab (issue 13, item 4).
+#: name any path, and root must not append to /etc/sudoers or a crontab.
 LOG_HEADER = b"# podnet log: one line per event; podnet appends only to files that begin so\n"
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 

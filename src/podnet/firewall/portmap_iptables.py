@@ -1,5 +1,6 @@
-"""The reference ``portmap`` plugin's iptables layout, rule for rule, as data (seed 000, CP's
-``plugins/meta/portmap``; FIELD-NOTES §3). Pure functions; :mod:`podnet.firewall.iptables`
+"""The reference ``portmap`` plugin's iptables layout, rule for rule, as data
+(containernetworking/plugins ``plugins/meta/portmap``;
+docs/sources.md#the-reference-portmap-plugin). Pure functions; :mod:`podnet.firewall.iptables`
 applies the text with ``iptables-restore --noflush``, one transaction per table and family.
 
 nat table::
@@ -51,9 +52,9 @@ SETMARK_COMMENT = "CNI portfwd masquerade mark"
 
 
 class PortmapOptions:
-    """Seed 000's options: ``snat`` (default true), ``mark_masq_bit`` (0-31, default 13),
-    ``external_set_mark_chain`` (None or a chain name), ``conditions_v4``/``conditions_v6``
-    (iptables match arguments), ``masq_all`` (default false)."""
+    """The reference portmap's options (its README.md): ``snat`` (default true), ``mark_masq_bit``
+    (0-31, default 13), ``external_set_mark_chain`` (None or a chain name),
+    ``conditions_v4``/``conditions_v6`` (iptables match arguments), ``masq_all`` (default false)."""
 
     __slots__ = ("snat", "mark_masq_bit", "external_set_mark_chain", "conditions_v4",
                  "conditions_v6", "masq_all")  # fmt: skip

@@ -16,7 +16,8 @@ so its cost does not grow with the number of mappings::
 Ownership is per container: every element's verdict is ``jump dn-<hash>`` of its container
 (hash as for the iptables chain: sha512 of network name + container ID). DEL removes exactly
 the elements that jump to its chain and the chain, so a container that got another's old
-address or port keeps its mappings (the problem upstream declined maps for, FIELD-NOTES §3). A
+address or port keeps its mappings (the problem upstream declined maps for,
+docs/sources.md#the-reference-portmap-plugin). A
 repeated key is taken over by the newest ADD (the older owner is stale). ``conditionsV4/V6``
 and ``externalSetMarkChain`` are iptables match/chain names and are refused with this backend.
 """

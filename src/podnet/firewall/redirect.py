@@ -1,9 +1,12 @@
-"""Linkerd proxy-init's traffic redirection as data (seed 003, FIELD-NOTES §5; issue 4).
+"""Linkerd proxy-init's traffic redirection as data
+(docs/sources.md#linkerd-proxy-init; linkerd/linkerd2-proxy-init
+``proxy-init/internal/iptables/iptables.go``).
 
 Pure functions: the rules of linkerd2-proxy-init, with its ``proxy-init/…`` comments, for the
 iptables modes (``iptables-restore --noflush`` input; the jump rules only when absent), and one
 podnet-owned ``inet`` table for nftables mode, replaced atomically (IPv4 and IPv6 in one go).
-Applying them and the ``podnetctl proxy-init`` command come on top (issue 4, in progress).
+They are applied by :mod:`podnet.firewall.redirect_apply`, for ``podnet-redirect`` and
+``podnetctl proxy-init``.
 
 nat table (iptables modes)::
 

@@ -11,13 +11,13 @@ Both kinds of DNAT are :class:`~podnet.firewall.dnat.Dnat` entries in hash maps,
     hostports                  marks, then DNATs (see below)
     input (filter)             no new connection to 127.0.0.0/8 from outside ``lo``
     forward_drop_in/_out       (filter, after the DNATs) drop what still goes to the listen
-                               address of a forward without a default target (seed 004)
+                               address of a forward without a default target (as LXD)
     postrouting (nat, srcnat)  marked → masquerade; DNAT out of an OVN management port
                                (``pnm*``) → masquerade; a network's SNAT address; egress masquerade
 
-Forwards are not behind ``fib daddr type local``: a listen address is usually routed to the
-node, not assigned to it (seed 004). They come first, so a forward's listen address is the
-forward's; podnet refuses a forward and a hostPort that would take the same traffic.
+Forwards are not behind ``fib daddr type local``: a listen address is usually routed to the node,
+not assigned to it (docs/sources.md#lxd-network-forwards). They come first, so a forward's listen
+address is the forward's; podnet refuses a forward and a hostPort that would take the same traffic.
 
 Hairpin and localhost: a connection from a pod range or network subnet (or, for hostPorts,
 from 127.0.0.0/8) that hits a DNAT is marked (bit 13, 0x2000, portmap's default masquerade bit)
@@ -213,7 +213,7 @@ def script(state: TableState) -> str:
         _chain("input", "type filter hook input priority filter; policy accept;",
                ['iifname != "lo" ip daddr 127.0.0.0/8 ct state new drop']),
         # after every DNAT (nat at dstnat / -100): what still goes to the listen address of a
-        # forward without a default target took no port of it — seed 004 drops it
+        # forward without a default target took no port of it — LXD drops it
         _chain("forward_drop_in", "type filter hook prerouting priority -90; policy accept;",
                ["ip daddr @fwd_drop_v4 drop", "ip6 daddr @fwd_drop_v6 drop"]),
         _chain("forward_drop_out", "type filter hook output priority -90; policy accept;",

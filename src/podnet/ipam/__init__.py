@@ -1,1 +1,2 @@
-"""IP address management on the node state database (seed 001 ``ipam_ranges`` / ``pods``)."""
+"""IP address management on the node state database (cni-kindnet's ``ipam_ranges`` / ``pods``:
+docs/sources.md#cni-kindnet)."""

@@ -1,11 +1,11 @@
 """Choosing pod addresses from configured ranges — for the ``podnet`` main plugin and the
 ``podnet-ipam`` IPAM plugin alike (both call :func:`allocate_in` and :func:`exhausted`).
 
-Rules (issue 2, cni-kindnet): one address per family, from the first range of that family with
-a free address; never a range's network address, its gateway (network + 1) or its last address
-(the IPv4 broadcast; excluded for IPv6 too, to keep one rule). Probing starts at a random offset
-and walks forward, so allocation costs O(pods) at worst and O(1) on a sparse range, and a freed
-address is not handed out again at once.
+Rules (as cni-kindnet's, docs/sources.md#cni-kindnet): one address per family, from the first range
+of that family with a free address; never a range's network address, its gateway (network + 1) or
+its last address (the IPv4 broadcast; excluded for IPv6 too, to keep one rule). Probing starts at a
+random offset and walks forward, so allocation costs O(pods) at worst and O(1) on a sparse range,
+and a freed address is not handed out again at once.
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def allocate_in(
     Each candidate is first one lookup in the address's UNIQUE index; only when more than
     :data:`LOOKUPS` candidates in a row are taken (a dense range) are all the family's addresses
     read and the walk started again, bounded as :func:`pick` says. Either way the answer is the
-    first free address from the random start, but a sparse range no longer costs a read of
-    every row.
+    first free address from the random start, and a sparse range costs no read of every
+    row.
 
     Call it inside ``store.write()`` (``BEGIN IMMEDIATE``) and insert the row in the same
     transaction. Same result and errors as :func:`allocate` (7, 100).

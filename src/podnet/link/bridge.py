@@ -5,7 +5,7 @@ bridge podnet made.
 The bridge is named after the network (LXD's convention) and marked when it is created: its
 alias (``ifalias``) names the store that owns it (``podnet:<dataDir>``, as on podnet's host
 veths). A link of that name that does not carry the mark is never taken over, reconfigured or
-deleted (:class:`NotOurs`, issue 13 item 5): not a veth, not ``lo``, not a pod's host end, not
+deleted (:class:`NotOurs`): not a veth, not ``lo``, not a pod's host end, not
 another store's bridge. Its IPv6 address is added ``nodad``; ``route_localnet`` is set on it
 (127.0.0.1 → a hostPort of a pod on the bridge is DNATed out of the node's loopback, as on
 podnet's point-to-point host veths). Addresses are typed (:mod:`ipaddress` interfaces) and names

@@ -5,7 +5,7 @@
 hostPorts answer only there (their chains sit behind ``fib daddr type local``), while a network
 forward answers on its listen address wherever the node receives it. Whether a forward and a
 hostPort can take the same traffic therefore depends on whether the forward's listen address
-is local (issue 13, item 6). Read with one ``ip -j route show table all type local``; callers
+is local. Read with one ``ip -j route show table all type local``; callers
 ask only when a candidate clash exists.
 """
 
@@ -82,7 +82,7 @@ def foreign_routes(nets: Sequence[Net], owner: str) -> list[tuple[str, str]]:
     local table's addresses included; default routes and broadcast/multicast entries not) that
     overlap one of ``nets`` and whose device does not carry ``owner``'s alias: a pod range or
     bridge subnet there would take the traffic of hosts the node already reaches — its
-    resolver, its gateway, its neighbours (issue 13, the second hostile review). KernelError
+    resolver, its gateway, its neighbours. KernelError
     (104) when ``ip`` fails."""
     from podnet.link.veth import alias_of
 

@@ -3,7 +3,7 @@ the reference bridge, ptp, macvlan… — and the ``podnet`` plugin itself — c
 
 Same store and allocator as the ``podnet`` main plugin (:func:`podnet.ipam.allocator.allocate_in`
 inside ``BEGIN IMMEDIATE``), so both can share one ``dataDir`` without handing out an address
-twice. A row of seed 001's ``pods`` table is one allocation:
+twice. A row of cni-kindnet's ``pods`` table is one allocation:
 
 - ``container_id``: ``<CNI_CONTAINERID>/<CNI_IFNAME>/<network>``
   (:func:`podnet.store.pods.ipam_key`): never equal to a container ID, so the ``podnet``

@@ -1,7 +1,7 @@
 """``podnet-portmap``: a chained plugin that publishes ``runtimeConfig.portMappings`` like the
-reference ``portmap`` (seed 000), options and iptables rule layout included, after any main
-plugin (podnet, reference ptp or bridge, …). It reads the sandbox addresses of CNI_IFNAME from
-``prevResult`` and prints ``prevResult`` through unchanged.
+reference ``portmap`` (docs/sources.md#the-reference-portmap-plugin), options and iptables rule
+layout included, after any main plugin (podnet, reference ptp or bridge, …). It reads the sandbox
+addresses of CNI_IFNAME from ``prevResult`` and prints ``prevResult`` through unchanged.
 
 No portMappings: ADD passes through and DEL does nothing, without running any firewall command
 (CP #510). UDP conntrack entries of the mapped ports are flushed after ADD and DEL (CP #123).
@@ -9,7 +9,7 @@ No portMappings: ADD passes through and DEL does nothing, without running any fi
 The hostPorts it publishes are recorded in the node's podnet store (``dataDir``, default
 ``/var/lib/podnet``; table ``portmap_claims``) before its rules go in, and forgotten after they
 are gone: podnet's hostPorts and network forwards and podnet-portmap's see each other (a clash
-is code 101 naming the holder, either way; issue 13 item 6), and ``podnetctl ports`` lists
+is code 101 naming the holder, either way), and ``podnetctl ports`` lists
 them all. Among podnet-portmap's own containers the reference's behaviour is kept (no check).
 """
 
@@ -145,7 +145,8 @@ def container_nets(prev: dict[str, Any], ifname: str) -> list[ContainerNet]:
 
 
 def _route_localnet(container: ContainerNet) -> None:
-    """route_localnet=1 on the host interface that routes to the container (seed 000 "SNAT"),
+    """route_localnet=1 on the host interface that routes to the container (the reference
+    portmap README's "SNAT"),
     so 127.0.0.1 → hostPort can be DNATed out of the node's loopback."""
     from podnet import proc
     from podnet.link import sysctl

@@ -1,4 +1,5 @@
-"""``podnet-redirect``: Linkerd-style proxy redirection as a chained CNI plugin (issue 4).
+"""``podnet-redirect``: Linkerd-style proxy redirection as a chained CNI plugin
+(docs/sources.md#linkerd-proxy-init).
 
 Options come from the conflist entry — podnet's own keys, or linkerd-cni's in a ``linkerd``
 object — and per pod from the annotations containerd passes through the

@@ -42,8 +42,10 @@ from podnet.runtime.errors import (
     PluginFailed,
     PluginNotFound,
 )
-from podnet.runtime.installer import PLUGINS, Installed, install
+from podnet.runtime.files import Installed
+from podnet.runtime.installer import install
 from podnet.runtime.invoke import ExecOutput, PluginExec, SubprocessExec
+from podnet.runtime.pluginfile import PLUGINS
 
 __all__ = [
     "DEFAULT_CACHE_DIR",

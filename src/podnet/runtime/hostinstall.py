@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from podnet.errors import IO_FAILURE, CNIError
 from podnet.runtime import installer
-from podnet.runtime.installer import PLUGIN_MARK, PLUGINS, Installed
+from podnet.runtime.files import Installed
+from podnet.runtime.pluginfile import PLUGIN_MARK, PLUGINS
 
 __all__ = ["BUNDLE_FILE", "Bundle", "NotABundle", "copy_bundle", "install_bundle",
            "prune_bundles", "referenced_bundles", "running_bundle"]  # fmt: skip

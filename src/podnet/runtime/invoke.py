@@ -21,6 +21,7 @@ from podnet.cni import invoke
 from podnet.cni import version as spec_version
 from podnet.cni.result import convert
 from podnet.errors import CNIError
+from podnet.proc import ToolTimeout
 from podnet.runtime.errors import PluginNotFound
 
 DECODE = codes.DECODE_FAILURE
@@ -88,8 +89,6 @@ class SubprocessExec:
         return find_in_path(plugin_type, paths)
 
     def run(self, path: str, stdin: bytes, env: Mapping[str, str]) -> ExecOutput:
-        from podnet.proc import ToolTimeout
-
         delay = 0.05
         for attempt in range(5):
             try:

@@ -9,20 +9,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import sqlite3
 import stat
+import urllib.parse
 from typing import TYPE_CHECKING
 
-from podnet.errors import IO_FAILURE, CNIError
-from podnet.runtime.installer import (
-    _UNIT_HEAD,
-    DEFAULT_BIN_DIR,
-    DEFAULT_UNIT_DIR,
-    PLUGIN_MARK,
-    PLUGINS,
-    RESTORE_UNIT,
-    Installed,
-    conflist_path,
-)
+from podnet import reconcile
+from podnet.drivers import nodeconf
+from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError
+from podnet.firewall import nft
+from podnet.link.names import owner_alias
+from podnet.runtime.files import Installed
+from podnet.runtime.installer import DEFAULT_BIN_DIR, conflist_path
+from podnet.runtime.pluginfile import PLUGIN_MARK, PLUGINS
+from podnet.runtime.units import _UNIT_HEAD, DEFAULT_UNIT_DIR, RESTORE_UNIT
+from podnet.store import open_store
+from podnet.store.conn import _require_trusted
+from podnet.store.schema import MIGRATIONS
 
 if TYPE_CHECKING:
     from podnet.drivers.nodeconf import NodeConf
@@ -104,8 +108,6 @@ def uninstall(
     when the node configuration is malformed or untrusted; CNIError 5 when a file cannot be
     removed, 104 when nft fails.
     """
-    from podnet.drivers import nodeconf
-
     node = nodeconf.read(node_conf or nodeconf.conf_path())
     store_dir = data_dir or node.data_dir
     if not force:
@@ -156,11 +158,6 @@ def _podnet_db(store_dir: str) -> str | None:
     file, not SQLite, or lacks podnet's schema: ``user_version`` 1..len(MIGRATIONS) and
     tables ``pods`` and ``networks``); None when it is. Opened read-only: nothing is
     migrated or created."""
-    import sqlite3
-    import urllib.parse
-
-    from podnet.store.schema import MIGRATIONS
-
     db = os.path.join(store_dir, "podnet.db")
     try:
         st = os.lstat(db)
@@ -189,8 +186,6 @@ def _node_stores(node: NodeConf, store_dir: str) -> list[str]:
     below ``<dir>`` holding a ``podnet.db`` (symlinks not followed; CNIError 7 past
     :data:`MAX_STORE_WALK` directories: uninstall cannot tell they are empty) — each once,
     only those whose database is podnet's (:func:`_podnet_db`)."""
-    from podnet.errors import INVALID_CONFIG
-
     candidates = [store_dir, node.data_dir]
     for directory, below in node.allowed:
         candidates.append(directory)
@@ -216,9 +211,6 @@ def _node_stores(node: NodeConf, store_dir: str) -> list[str]:
 
 def _refuse_busy(store_dir: str) -> None:
     """CNIError 7 when the store in ``store_dir`` holds pods or networks, naming them."""
-    from podnet.errors import INVALID_CONFIG
-    from podnet.store import open_store
-
     with open_store(store_dir, create=False) as store:
         pods, networks = len(store.pods.all()), [n.name for n in store.networks.all()]
     if pods or networks:
@@ -234,9 +226,6 @@ def _purge_check(store_dir: str) -> str | None:
     not exist, or is not a podnet store: :func:`_podnet_db`); None when it is purged. CNIError
     7 when it is a symlink, UntrustedDataDir (7) when someone but root could change it or a
     directory on the way (:mod:`podnet.trusted`'s rule, as for opening a store)."""
-    from podnet.errors import INVALID_CONFIG
-    from podnet.store.conn import _require_trusted
-
     try:
         st = os.lstat(store_dir)
     except FileNotFoundError:
@@ -256,8 +245,6 @@ def _purge(store_dir: str, why_not: str) -> list[Installed]:
     — only when :func:`_purge_check` found nothing against it (``why_not`` empty), through a
     descriptor of the directory opened without following a symlink (a rename of it meanwhile
     cannot redirect the removals)."""
-    import shutil
-
     if why_not:
         return [] if why_not == "absent" else [Installed(store_dir, f"left ({why_not})")]
     done = []
@@ -288,10 +275,6 @@ def _remove_table(store_dir: str) -> list[Installed]:
     """Table ``inet podnet`` of this network namespace when its comment names the store in
     ``store_dir`` (``podnet:<dir>``), and that store's owner records in ``/run/podnet/tables``
     (:func:`podnet.reconcile.claim`)."""
-    from podnet.firewall import nft
-    from podnet.link.names import owner_alias
-    from podnet.reconcile import CLAIMS_DIR
-
     mine = owner_alias(store_dir)
     done = []
     comment = nft.table_comment("inet", "podnet")
@@ -301,11 +284,11 @@ def _remove_table(store_dir: str) -> list[Installed]:
     elif comment is not None:
         done.append(Installed("table inet podnet", f"left (its owner is {comment or 'unknown'})"))
     try:
-        records = sorted(os.listdir(CLAIMS_DIR))
+        records = sorted(os.listdir(reconcile.CLAIMS_DIR))
     except OSError:
         records = []
     for record in records:
-        path = os.path.join(CLAIMS_DIR, record)
+        path = os.path.join(reconcile.CLAIMS_DIR, record)
         try:
             with open(path) as f:
                 owner = f.read().strip()

@@ -1,4 +1,5 @@
-"""The node's state: one SQLite database (seed 001's three tables plus named migrations)."""
+"""The node's state: one SQLite database (cni-kindnet's three tables plus named
+migrations; docs/sources.md#cni-kindnet)."""
 
 from podnet.store.db import DB_NAME, Store, open_store
 

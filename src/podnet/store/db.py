@@ -1,15 +1,15 @@
 """One connection setup, explicit transactions and every query podnet runs.
 
 Connections: WAL journal, a busy timeout (seconds), ``foreign_keys=ON`` on every connection (so
-``ON DELETE CASCADE`` of seed 001's ``portmap_entries`` works), autocommit mode with explicit
+``ON DELETE CASCADE`` of cni-kindnet's ``portmap_entries`` works), autocommit mode with explicit
 ``BEGIN IMMEDIATE`` for anything that writes.
 
 Writers queue for the store's write lock (:meth:`Store.locked`, a first-come first-served
 queue of ``flock``ed files, :mod:`podnet.store.lock`) before they take SQLite's. SQLite's own
 busy handler sleeps up to 100 ms between attempts, so under load a waiter that has waited long
 loses to newcomers: 32 parallel ADD/DEL measured 32 code-11 failures at a 5 s busy timeout
-(issue 7). The holder also keeps the lock across the kernel change that follows a commit (nft),
-so the firewall always reflects the database in the order of commits.
+(docs/benchmarks.md). The holder also keeps the lock across the kernel change that follows a
+commit (nft), so the firewall always reflects the database in the order of commits.
 
 Every SQLite failure is mapped here, naming the database file: busy/locked past the timeout →
 :class:`~podnet.errors.TryAgainLater` (11); anything else (I/O error, full disk, read-only,

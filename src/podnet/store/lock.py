@@ -3,7 +3,8 @@ that a process that dies in it (SIGKILL included) lets the next one go.
 
 Why not SQLite's own lock, or one ``flock``: both wake waiters in no order (SQLite's busy
 handler even sleeps up to 100 ms between attempts), so under load some waiter keeps losing —
-32 parallel ADD/DEL measured a p99 at the 5 s busyTimeout and code-11 failures (issue 7).
+32 parallel ADD/DEL measured a p99 at the 5 s busyTimeout and code-11 failures
+(docs/benchmarks.md).
 
 How (a CLH queue lock, one file per waiter in ``<dataDir>/podnet.lock.d``):
 

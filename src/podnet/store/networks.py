@@ -2,7 +2,7 @@
 
 ``store.networks`` and ``store.trust`` of :class:`podnet.store.db.Store`, over its connection;
 every method that writes must run inside ``store.write()``. Addresses are stored in canonical
-form (seed 004). A forward's
+form (as LXD stores them). A forward's
 ``ports`` column holds its port specifications as JSON (LXD's format); ``forward_dnats`` holds
 the same forward expanded into the firewall's DNAT model, kept in step by
 :meth:`Networks.set_forward_dnats`.
@@ -265,8 +265,8 @@ class Networks(Queries):
         return out
 
     def forward_drops(self) -> list[str]:
-        """Listen addresses of the forwards without a default target (seed 004: the traffic
-        no port takes is dropped)."""
+        """Listen addresses of the forwards without a default target (the traffic no port
+        takes is dropped, as LXD drops it: docs/sources.md#lxd-network-forwards)."""
         rows = self.conn.execute(
             "SELECT f.listen_address FROM networks_forwards f WHERE NOT EXISTS (SELECT 1 FROM "
             "forward_dnats d WHERE d.forward_id = f.id AND d.protocol IS NULL) ORDER BY f.id"

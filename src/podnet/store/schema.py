@@ -1,6 +1,7 @@
 """Schema migrations, applied in order and recorded by name in ``schema_migrations``.
 
-``0001_seed_schema`` is seed 001's DDL verbatim (cni-kindnet's three tables); podnet's own
+``0001_seed_schema`` is cni-kindnet's DDL verbatim (its three tables,
+docs/sources.md#cni-kindnet); podnet's own
 tables come only through later named migrations. ``PRAGMA user_version`` holds the number of
 applied migrations, so an up-to-date database costs one pragma read per connection.
 """
@@ -42,7 +43,7 @@ CREATE TABLE IF NOT EXISTS portmap_entries (
 );
 """
 
-# The pod-side interface name and network of each pod row (seed 001 keeps only the host side),
+# The pod-side interface name and network of each pod row (cni-kindnet keeps only the host side),
 # needed by CHECK and by GC's valid-attachments (containerID, ifname); and per-range options.
 ATTACHMENTS = """
 CREATE TABLE pod_attachments (
@@ -75,8 +76,8 @@ POD_OWNER = """
 ALTER TABLE pod_attachments ADD COLUMN owner TEXT NOT NULL DEFAULT 'podnet'
 """
 
-# Networks and network forwards (seed 004, issue 8). ``networks_forwards`` and
-# ``networks_forwards_config`` are seed 004's DDL verbatim; ``nodes``, ``networks`` and
+# Networks and network forwards. ``networks_forwards`` and ``networks_forwards_config`` are
+# LXD's DDL verbatim (lxd/db/cluster/update.go); ``nodes``, ``networks`` and
 # ``networks_config`` follow LXD's tables of those names (trimmed to what podnet uses).
 # ``forward_dnats`` is podnet's: each forward expanded into the firewall's DNAT model (one row
 # per listen port, one for the default target), so the kernel elements of a forward, and a
@@ -138,7 +139,7 @@ CREATE INDEX forward_dnats_listen ON forward_dnats (listen_address);
 ALTER TABLE pod_attachments ADD COLUMN network_id INTEGER REFERENCES networks(id)
 """
 
-# The REST API's trust store (issue 9): client certificates allowed over TCP, by SHA-256
+# The REST API's trust store: client certificates allowed over TCP, by SHA-256
 # fingerprint, as LXD keeps them (``lxc config trust``).
 CERTIFICATES = """
 CREATE TABLE certificates (
@@ -152,7 +153,7 @@ CREATE TABLE certificates (
 )
 """
 
-# hostPorts that podnet-portmap publishes (issue 13, item 6): recorded in the node's store so
+# hostPorts that podnet-portmap publishes: recorded in the node's store so
 # that podnet's hostPorts, network forwards and podnet-portmap's see each other both ways, and
 # ``podnetctl ports`` lists them all. One row per published mapping and family, as
 # ``portmap_entries`` (host_ip "0.0.0.0" / "::" for any address of that family).
@@ -171,17 +172,17 @@ CREATE INDEX portmap_claims_port ON portmap_claims (protocol, host_port);
 CREATE INDEX portmap_claims_owner ON portmap_claims (network, container_id)
 """
 
-# Indexes for lookups every ADD or DEL makes (issue 15, item 7), which scanned
+# Indexes for lookups every ADD or DEL makes, which scanned
 # ``portmap_entries`` (0.1-0.6 ms each at 1,000 pods): a container's hostPorts (DEL's list, and
 # the ON DELETE CASCADE of its pod row, which SQLite resolves by the child's key), and the
-# holders of a hostPort (ADD's clash check; seed 001's UNIQUE index leads with host_ip, which the
-# check leaves open). Seed 001's tables and columns are unchanged.
+# holders of a hostPort (ADD's clash check; cni-kindnet's UNIQUE index leads with host_ip, which
+# the check leaves open). cni-kindnet's tables and columns are unchanged.
 HOT_INDEXES = """
 CREATE INDEX portmap_entries_container ON portmap_entries (container_id);
 CREATE INDEX portmap_entries_port ON portmap_entries (protocol, host_port)
 """
 
-# The server config (LXD's ``config`` of ``/1.0``: ``network.ovn.*``, issue 16), one row per
+# The server config (LXD's ``config`` of ``/1.0``: ``network.ovn.*``), one row per
 # key that is set; validated by podnet.networks.server before it is written.
 SERVER_CONFIG = """
 CREATE TABLE server_config (
@@ -190,7 +191,7 @@ CREATE TABLE server_config (
 )
 """
 
-# The logical switch port of a pod on an OVN network (issue 16): a spare port the ADD claimed
+# The logical switch port of a pod on an OVN network: a spare port the ADD claimed
 # from the node's pool (podnet.ovn.ports) has a name no DEL can derive; NULL for other pods.
 OVN_PORT = """
 ALTER TABLE pod_attachments ADD COLUMN ovn_port TEXT

@@ -1,13 +1,13 @@
 """``podnetctl demo``: podnet end to end, inside network namespaces of its own.
 
-What it does (issue 2, item 10), each step printed as one ``✓``/``✗`` line:
+What it does, each step printed as one ``✓``/``✗`` line:
 
 1. a node namespace, a client namespace linked to it by a veth (node 192.0.2.1 / 2001:db8:1::1,
    client .2 / ::2 — documentation ranges) and two pod namespaces; a temporary directory holding
    NETCONFPATH, CNI_PATH (the plugin installed by :func:`podnet.runtime.install`), the plugin's
    dataDir and the result cache;
-2. seed 001's conflist (``"type": "podnet"``, 10.244.2.0/24 plus a ULA IPv6 range) run through
-   :class:`podnet.runtime.CNIRuntime` for both pods — every plugin call inside the node
+2. cni-kindnet's conflist shape (``"type": "podnet"``, 10.244.2.0/24 plus a ULA IPv6 range)
+   run through :class:`podnet.runtime.CNIRuntime` for both pods — every plugin call inside the node
    namespace — with hostPort 8080 → pod-a:80 and 8081 → pod-b:80;
 3. an HTTP server in each pod (busybox httpd, or ``python -m http.server``), fetched (curl, or
    urllib) through the pod IPs, the node's addresses from the client, 127.0.0.1 inside the node,
@@ -37,7 +37,7 @@ from rich.console import Console
 
 from podnet.cli import state
 from podnet.cli.demo import kit, networks, ovn
-from podnet.cli.demo.kit import DemoError, Pod, Progress
+from podnet.cli.demo.steps import DemoError, Pod, Progress
 
 __all__ = ["Demo", "DemoError", "Pod", "Progress", "run_demo"]
 

@@ -13,18 +13,34 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-
 from podnet import checked
 from podnet.cli import state
-from podnet.errors import CNIError
+from podnet.cli.demo.steps import (
+    CLIENT4,
+    CLIENT6,
+    NETWORK,
+    NODE4,
+    NODE6,
+    POD_PORT,
+    RANGES,
+    TIMEOUT,
+    DemoError,
+    Pod,
+    Progress,
+    client_kind,
+    fetch,
+    make_url,
+    one_line,
+    run_cmd,
+    server_kind,
+)
+from podnet.firewall import hostports
+from podnet.reconcile import prune_claims
 from podnet.runtime import (
     CNIRuntime,
     ResultCache,
@@ -34,93 +50,7 @@ from podnet.runtime import (
     load_conflist,
     parse_port,
 )
-
-NETWORK = "podnet"
-RANGES = ("10.244.2.0/24", "fd00:10:244:2::/64")
-NODE4, CLIENT4, NODE6, CLIENT6 = "192.0.2.1", "192.0.2.2", "2001:db8:1::1", "2001:db8:1::2"
-POD_PORT = 80
-TIMEOUT = 20.0  # seconds any single command may take
-
-
-class DemoError(Exception):
-    """A step failed; the demo stops and tears down."""
-
-
-@dataclass
-class Pod:
-    """One demo pod: its namespace, container ID, hostPort and, after ADD, its addresses."""
-
-    label: str
-    netns: str
-    container_id: str
-    host_port: int
-    ipv4: str = ""
-    ipv6: str = ""
-    host_if: str = ""
-
-    @property
-    def path(self) -> str:
-        return f"/run/netns/{self.netns}"
-
-
-@dataclass
-class Progress:
-    """One line per step on ``console``; counts failed checks."""
-
-    console: Console
-    failures: int = 0
-
-    def section(self, title: str) -> None:
-        self.console.print(f"[bold]{escape(title)}[/bold]")
-
-    def ok(self, text: str, detail: str = "") -> None:
-        tail = f"  [dim]{escape(detail)}[/dim]" if detail else ""
-        self.console.print(f"  [green]✓[/green] {escape(text)}{tail}")
-
-    def fail(self, text: str, detail: str = "") -> None:
-        self.failures += 1
-        tail = f"  [red]{escape(detail)}[/red]" if detail else ""
-        self.console.print(f"  [red]✗[/red] {escape(text)}{tail}")
-
-    @contextmanager
-    def step(self, text: str, *, fatal: bool = True) -> Iterator[list[str]]:
-        """Run a step; the yielded list collects detail text. A failure prints ``✗`` and, when
-        ``fatal``, stops the demo with DemoError."""
-        detail: list[str] = []
-        started = time.monotonic()
-        try:
-            yield detail
-        except Exception as err:  # noqa: BLE001 - every failure is a ✗ line, then teardown
-            self.fail(text, _one_line(err))
-            if fatal:
-                raise DemoError(text) from err
-            return
-        ms = 1000 * (time.monotonic() - started)
-        self.ok(text, " ".join([*detail, f"({ms:.0f} ms)"]))
-
-
-def _one_line(err: BaseException) -> str:
-    if isinstance(err, CNIError):
-        text = f"{err.msg} [code {err.code}]" + (f"; {err.details}" if err.details else "")
-    elif isinstance(err, DemoError | OSError):
-        text = str(err) or type(err).__name__
-    else:
-        text = f"{type(err).__name__}: {err}"
-    return " ".join(text.split())
-
-
-def run_cmd(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        raise DemoError(f"{' '.join(argv)}: timed out after {TIMEOUT:.0f} s") from None
-    if check and proc.returncode != 0:
-        raise DemoError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
-    return proc
-
-
-def make_url(ip: str, port: int) -> str:
-    return f"http://[{ip}]:{port}/" if checked.ip(ip).version == 6 else f"http://{ip}:{port}/"
+from podnet.store import open_store
 
 
 @dataclass
@@ -252,18 +182,12 @@ class Demo:
                 cni.delete(net, RuntimeConf(pod.container_id, pod.path))
 
     # -- HTTP ---------------------------------------------------------------------------------
-    @staticmethod
-    def server_kind() -> str:
-        busybox = shutil.which("busybox")
-        if busybox:
-            applets = subprocess.run([busybox, "--list"], capture_output=True, text=True).stdout
-            if "httpd" in applets.split():
-                return "busybox httpd"
-        return "python http.server"
+    server_kind = staticmethod(server_kind)
+    client_kind = staticmethod(client_kind)
 
-    @staticmethod
-    def client_kind() -> str:
-        return "curl" if shutil.which("curl") else "python urllib"
+    def fetch(self, netns: str, url: str, timeout: float = 3.0) -> tuple[bool, str]:
+        """GET ``url`` from inside ``netns`` (:func:`podnet.cli.demo.steps.fetch`)."""
+        return fetch(netns, url, timeout)
 
     def serve(self) -> None:
         self.progress.section("HTTP servers in the pods")
@@ -311,22 +235,6 @@ class Demo:
             time.sleep(0.05)
         raise DemoError(f"the server in {pod.label} did not answer within 5 s")
 
-    def fetch(self, netns: str, url: str, timeout: float = 3.0) -> tuple[bool, str]:
-        """GET ``url`` from inside ``netns`` (no proxies); ``(ok, body or error)``."""
-        if shutil.which("curl"):
-            argv = ["curl", "-sS", "-g", "--noproxy", "*", "--max-time", str(timeout), url]
-        else:
-            code = (
-                "import sys, urllib.request as u\n"
-                "o = u.build_opener(u.ProxyHandler({}))\n"
-                "print(o.open(sys.argv[1], timeout=float(sys.argv[2])).read().decode(), end='')\n"
-            )
-            argv = [sys.executable, "-c", code, url, str(timeout)]
-        proc = run_cmd("ip", "netns", "exec", netns, *argv, check=False)
-        if proc.returncode != 0:
-            return False, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        return True, proc.stdout
-
     def fetches(self) -> None:
         p = self.progress
         p.section("Fetches")
@@ -371,8 +279,6 @@ class Demo:
     # -- state --------------------------------------------------------------------------------
     def show_state(self, title: str) -> tuple[int, int]:
         """Print the pods and ports tables; returns ``(pods, ports)`` row counts."""
-        from podnet.store import open_store
-
         with open_store(self.path_of("data"), create=False) as store:
             pods, ports = state.pod_records(store), state.port_records(store)
         self.progress.section(title)
@@ -395,8 +301,6 @@ class Demo:
             if left:
                 raise DemoError(f"left: {', '.join(left)}")
         with p.step("hostPort maps empty", fatal=False) as detail:
-            from podnet.firewall import hostports
-
             table = (hostports.FAMILY, hostports.TABLE)
             out = run_cmd("ip", "netns", "exec", self.node, "nft", "-j", "list", "table", *table)
             maps = [o["map"] for o in json.loads(out.stdout)["nftables"] if "map" in o]
@@ -438,8 +342,6 @@ class Demo:
             if self.tmp:
                 with p.step(f"removed {self.tmp}", fatal=False):
                     shutil.rmtree(self.tmp)
-                    from podnet.reconcile import prune_claims
-
                     prune_claims(str(self.tmp))  # its node's table owner record (/run/podnet)
                 if self._data_dirs is None:
                     os.environ.pop("PODNET_DATA_DIRS", None)
@@ -475,11 +377,11 @@ class Demo:
             self.verify_empty()
         except DemoError as err:
             if not p.failures:  # steps report their own failure; anything else is reported here
-                p.fail("demo stopped", _one_line(err))
+                p.fail("demo stopped", one_line(err))
         except KeyboardInterrupt:
             p.fail("interrupted")
         except Exception as err:  # noqa: BLE001 - a bug still ends in ✗, teardown and exit 1
-            p.fail("demo stopped", _one_line(err))
+            p.fail("demo stopped", one_line(err))
         finally:
             try:
                 self.teardown()

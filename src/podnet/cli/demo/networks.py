@@ -1,4 +1,4 @@
-"""The demo's networks-and-forwards part (issue 8, item 7), run by :class:`podnet.cli.demo.Demo`
+"""The demo's networks-and-forwards part, run by :class:`podnet.cli.demo.Demo`
 in its node namespace after the hostPort fetches:
 
 1. bridge network ``demobr`` (10.0.3.1/24, fd00:3::1/64, NAT) made with ``podnetctl network
@@ -9,7 +9,8 @@ in its node namespace after the hostPort fetches:
    namespace, which routes 198.51.100.0/24 through the node; tcp 8080 on 198.51.100.11 →
    pod-d too (the node only routes that address: pod-a's hostPort 8080 never answers there),
    while a forward on the node's own 192.0.2.1 is refused (it would take that hostPort's
-   traffic), and 198.51.100.11:9999 — no port, no default target — is dropped (seed 004);
+   traffic), and 198.51.100.11:9999 — no port, no default target — is dropped (as LXD
+   drops it, docs/sources.md#lxd-network-forwards);
 4. hairpin: pod-c and pod-d → 198.51.100.10 (the target itself and another pod of the bridge);
 5. ``forward list``, then DEL of both pods, the forwards and the network, and a check that
    no bridge and no forward element is left.
@@ -22,7 +23,8 @@ import os
 import sys
 
 from podnet import checked
-from podnet.cli.demo.kit import POD_PORT, Demo, DemoError, Pod, make_url, run_cmd
+from podnet.cli.demo.kit import Demo
+from podnet.cli.demo.steps import POD_PORT, DemoError, Pod, make_url, run_cmd
 from podnet.runtime import RuntimeConf, load_conflist
 
 BRIDGE = "demobr"
@@ -50,7 +52,7 @@ def run_networks(demo: Demo) -> None:
             raise DemoError(f"podnetctl network {' '.join(args)}: {out.stderr.strip()}")
         return out.stdout.strip()
 
-    p.section("Networks and forwards (seed 004)")
+    p.section("Networks and forwards (LXD's network forwards)")
     with p.step(f"network {BRIDGE} (bridge, 10.0.3.1/24 + fd00:3::1/64, NAT)") as detail:
         detail.append(ctl("create", BRIDGE, "ipv4.address=10.0.3.1/24", "ipv6.address=fd00:3::1/64",
                           "ipv4.nat=true", "ipv6.nat=true"))
@@ -97,7 +99,7 @@ def run_networks(demo: Demo) -> None:
             else:
                 raise DemoError("a forward taking a hostPort's traffic was accepted")
         with p.step(f"{PORTS}:9999 dropped: no port of the forward, no default target "
-                    "(seed 004)") as detail:
+                    "(as LXD drops it)") as detail:
             ok, body = demo.fetch(client, make_url(PORTS, 9999), timeout=1.0)
             if ok:
                 raise DemoError(f"answered: {body!r}")

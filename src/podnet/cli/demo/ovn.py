@@ -1,4 +1,4 @@
-"""The demo's multi-node part (issue 16, item 8): one OVN network across three nodes, run by
+"""The demo's multi-node part: one OVN network across three nodes, run by
 :class:`podnet.cli.demo.Demo` after the networks-and-forwards part.
 
 1. an OVN deployment in namespaces of its own (:class:`podnet.cli.demo.ovnlab.OvnLab`):
@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 from podnet import checked
-from podnet.cli.demo.kit import POD_PORT, TIMEOUT, Demo, DemoError, Pod, make_url, run_cmd
+from podnet.cli.demo.kit import Demo
 from podnet.cli.demo.ovnlab import LabError, Node, OvnLab, missing_tools
+from podnet.cli.demo.steps import POD_PORT, TIMEOUT, DemoError, Pod, make_url, run_cmd
 from podnet.runtime import CNIRuntime, ResultCache, RuntimeConf, SubprocessExec, load_conflist
 
 UPLINK, NETWORK = "demo-up", "demo-ovn"
@@ -117,7 +119,7 @@ def run_ovn(demo: Demo) -> None:
     """All steps of this part; DemoError from a failing fatal step. The lab is stopped
     whatever happens."""
     p = demo.progress
-    p.section("OVN networks across nodes (seed 004's other half)")
+    p.section("OVN networks across nodes (LXD's OVN networks and forwards)")
     with p.step("OVN and Open vSwitch installed"):
         missing = missing_tools()
         if missing:
@@ -279,8 +281,6 @@ def _run(demo: Demo, lab: OvnLab) -> None:
 def _nat_seen(demo: Demo, outside: str, pods: list[Pod]) -> None:
     """An HTTP server in the outside namespace that answers with the client's address: both
     pods' egress is seen from the NAT address."""
-    import subprocess
-
     p = demo.progress
     server = subprocess.Popen(
         ["ip", "netns", "exec", outside, sys.executable, "-c", WHOAMI, str(WHOAMI_PORT)],

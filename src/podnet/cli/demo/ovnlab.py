@@ -1,7 +1,7 @@
 """An OVN deployment in network namespaces, for the demo's multi-node part and the tests
-(issue 16; FIELD-NOTES §8): central services (NB and SB ``ovsdb-server``, ``ovn-northd``) in the
-first node's namespace, and on every node Open vSwitch with the userspace datapath
-(``datapath_type=netdev``, no kernel module) and ``ovn-controller``.
+(docs/sources.md#ovn-with-the-userspace-datapath): central services (NB and SB ``ovsdb-server``,
+``ovn-northd``) in the first node's namespace, and on every node Open vSwitch with the userspace
+datapath (``datapath_type=netdev``, no kernel module) and ``ovn-controller``.
 
 Layout, all of it made here and removed by :meth:`OvnLab.stop`:
 
@@ -18,73 +18,26 @@ node's underlay address (:attr:`OvnLab.nb_tcp`). Nothing touches the machine's o
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
-SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
-VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
-TOOLS = (
-    "ovsdb-tool",
-    "ovsdb-server",
-    "ovs-vswitchd",
-    "ovs-vsctl",
-    "ovn-northd",
-    "ovn-nbctl",
-    "ovn-controller",
-    "ethtool",
+from podnet.cli.demo.labnode import (
+    NB_SCHEMA,
+    SB_SCHEMA,
+    TIMEOUT,
+    VSWITCH_SCHEMA,
+    LabError,
+    Node,
+    kill,
+    missing_tools,
+    run_in,
 )
-TIMEOUT = 20.0  # seconds a command may take
 
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: its parent, not us, reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-class LabError(Exception):
-    """A command of the lab's set-up failed (its stderr in the message)."""
-
-
-def missing_tools() -> list[str]:
-    """The tools :class:`OvnLab` needs that are not installed (Debian: openvswitch-switch,
-    ovn-central, ovn-host, ethtool)."""
-    return [t for t in TOOLS if shutil.which(t) is None]
-
-
-@dataclass
-class Node:
-    """One node: its namespace, underlay address and OVS/OVN directory."""
-
-    name: str
-    netns: str
-    address: str
-    dir: Path
-    pids: list[Path] = field(default_factory=list)
-
-    @property
-    def env(self) -> dict[str, str]:
-        """The variables that point OVS and OVN tools at this node's daemons."""
-        d = str(self.dir)
-        return {
-            "OVS_RUNDIR": d,
-            "OVS_DBDIR": d,
-            "OVS_LOGDIR": d,
-            "OVN_RUNDIR": d,
-            "OVN_LOGDIR": d,
-            "OVS_SYSCONFDIR": d,
-        }
+__all__ = ["LabError", "Node", "OvnLab", "missing_tools"]
 
 
 class OvnLab:
@@ -142,20 +95,7 @@ class OvnLab:
         input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``argv`` in ``netns`` (None: here) with ``env`` added; LabError when it fails."""
-        full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
-        out = subprocess.run(
-            full,
-            env={**os.environ, **(env or {})},
-            input=input,
-            text=True,
-            capture_output=True,
-            timeout=TIMEOUT,
-        )
-        if check and out.returncode != 0:
-            raise LabError(
-                f"{' '.join(argv)} (in {netns}): {out.stderr.strip() or out.stdout.strip()}"
-            )
-        return out
+        return run_in(netns, *argv, env=env, check=check, input=input)
 
     def vsctl(self, node: Node, *args: str) -> str:
         return self.run(node.netns, "ovs-vsctl", "--timeout=10", *args, env=node.env).stdout.strip()
@@ -418,33 +358,7 @@ class OvnLab:
         self.run(None, "ovn-nbctl", "--timeout=30", f"--db={self.nb_unix}", "--wait=sb", "sync")
 
     # -- tear-down ----------------------------------------------------------------------------
-    @staticmethod
-    def _pid(pidfile: Path) -> int | None:
-        try:
-            return int(pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    @classmethod
-    def _kill(cls, *pidfiles: Path) -> None:
-        """SIGTERM to each daemon, SIGKILL to those still there 2 s later; waits until gone."""
-        pids = [p for p in map(cls._pid, pidfiles) if p is not None]
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 2
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            time.sleep(0.01)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        while any(_alive(p) for p in pids):
-            time.sleep(0.01)
+    _kill = staticmethod(kill)
 
     def stop(self) -> None:
         """Stop every daemon, delete every namespace and the directory; idempotent."""
