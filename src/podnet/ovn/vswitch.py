@@ -129,16 +129,26 @@ def _key(value: str) -> str:
     return value
 
 
+#: The Open vSwitch configuration tool, ovs-vsctl(8).
+TOOL = "ovs-vsctl"
+
+
+def command(*args: str, timeout: float = VSCTL_TIMEOUT) -> list[str]:
+    """The argv of ``ovs-vsctl --timeout=<timeout s> args`` for a caller that runs it itself
+    (the demo's lab runs it inside a node's namespace with that node's OVS environment)."""
+    return [TOOL, f"--timeout={timeout:g}", *args]
+
+
 def _vsctl(*args: str) -> str:
     """Run ``ovs-vsctl args``; its output. ToolError (104) when it fails."""
-    return proc.run(["ovs-vsctl", f"--timeout={VSCTL_TIMEOUT}", *args])
+    return proc.run(command(*args))
 
 
 def _ask(*args: str) -> str | None:
     """``ovs-vsctl args``' output, stripped; None when it fails (no such port or bridge, no
     OVS here)."""
     try:
-        rc, out, _ = proc.spawn(["ovs-vsctl", f"--timeout={VSCTL_TIMEOUT}", *args]).wait()
+        rc, out, _ = proc.spawn(command(*args)).wait()
     except proc.ToolMissing:
         return None
     return out.strip() if rc == 0 else None

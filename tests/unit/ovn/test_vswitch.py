@@ -15,9 +15,6 @@ from podnet.errors import InvalidConfig
 from podnet.ovn import vswitch
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "podnet"
-#: Modules still allowed to run ``ovs-vsctl`` themselves: the demo lab builds whole nodes'
-#: OVS (bridges, ``external_ids``), no part of podnet's own path.
-KNOWN = {Path("cli/demo/ovnlab.py")}
 
 
 class Spawns:
@@ -126,15 +123,14 @@ def _strings_outside_docstrings(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_ovs_vsctl_runs_only_from_vswitch() -> None:
-    """No module but ``ovn/vswitch.py`` (and :data:`KNOWN`) has ``ovs-vsctl`` in a string that
+    """No module but ``ovn/vswitch.py`` has ``ovs-vsctl`` in a string that
     is not a docstring: a command line is a string. Comments and docstrings may name it."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC)
-        if rel == Path("ovn/vswitch.py") or rel in KNOWN:
+        if rel == Path("ovn/vswitch.py"):
             continue
         for line, text in _strings_outside_docstrings(ast.parse(path.read_text())):
             if "ovs-vsctl" in text:
                 found.append(f"{rel}:{line}")
     assert found == []
-    assert all((SRC / k).exists() for k in KNOWN), "a known exception is gone: drop it"

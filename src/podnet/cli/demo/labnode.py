@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podnet.ovn import vswitch
+
 __all__ = ["TIMEOUT", "LabError", "Node", "kill", "missing_tools", "pid_of", "run_in"]
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
@@ -21,7 +23,7 @@ TOOLS = (
     "ovsdb-tool",
     "ovsdb-server",
     "ovs-vswitchd",
-    "ovs-vsctl",
+    vswitch.TOOL,
     "ovn-northd",
     "ovn-nbctl",
     "ovn-controller",

@@ -36,6 +36,7 @@ from podnet.cli.demo.labnode import (
     missing_tools,
     run_in,
 )
+from podnet.ovn import vswitch
 
 __all__ = ["LabError", "Node", "OvnLab", "missing_tools"]
 
@@ -98,7 +99,9 @@ class OvnLab:
         return run_in(netns, *argv, env=env, check=check, input=input)
 
     def vsctl(self, node: Node, *args: str) -> str:
-        return self.run(node.netns, "ovs-vsctl", "--timeout=10", *args, env=node.env).stdout.strip()
+        """``ovs-vsctl args`` on ``node``'s OVS; its output, stripped."""
+        argv = vswitch.command(*args, timeout=10)
+        return self.run(node.netns, *argv, env=node.env).stdout.strip()
 
     def nbctl(self, *args: str) -> str:
         return self.run(
