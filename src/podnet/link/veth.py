@@ -27,11 +27,12 @@ class PodLink:
     no prefix); ``mtu`` in bytes (> 0); MACs as ``"aa:bb:…"``. ``bridge``: the bridge the host
     end joins (a pod of a bridge network), "" for podnet's point-to-point layout; ``prefixes``:
     the subnet prefix length per family on a bridge (the pod is on the subnet, the gateway is
-    the bridge's address).
+    the bridge's address). ``ovs``: the host end becomes an Open vSwitch port (no address,
+    route or bridge of the kernel's; the pod end is laid out as on a bridge).
     """
 
     __slots__ = ("host_if", "ifname", "netns", "mtu", "addresses", "host_mac", "pod_mac", "alias",
-                 "bridge", "prefixes")  # fmt: skip
+                 "bridge", "prefixes", "ovs")  # fmt: skip
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class PodLink:
         alias: str = "",
         bridge: str = "",
         prefixes: dict[int, int] | None = None,
+        ovs: bool = False,
     ) -> None:
         from podnet.checked import text
 
@@ -60,6 +62,7 @@ class PodLink:
         self.alias = alias
         self.bridge = bridge
         self.prefixes = prefixes or {}
+        self.ovs = ovs
 
 
 #: Characters a double-quoted ``ip -batch`` word may hold: iproute2 takes everything up to the
@@ -87,6 +90,8 @@ def host_batch(link: PodLink) -> list[str]:
     ]
     if link.alias:
         lines.insert(1, f"link set dev {link.host_if} alias {q(link.alias)}")
+    if link.ovs:  # an OVS port: Open vSwitch forwards its frames, the node's stack stays off
+        return lines
     if link.bridge:
         # a bridge port: no address or route of its own; hairpin so a frame may leave by the
         # port it came in (a pod reaching a forward that targets itself through the bridge)
@@ -109,7 +114,7 @@ def host_batch(link: PodLink) -> list[str]:
 def pod_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
     lines = [f"link set dev {q(link.ifname)} up"]
-    if link.bridge:
+    if link.bridge or link.ovs:
         # addresses before the link comes up, so arp_notify/ndisc_notify (set by
         # start_configure_pod) announce them: the other pods of the bridge learn the new MAC
         lines = []
@@ -301,10 +306,29 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
             err.strip(),
         )
     try:
-        sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
+        if link.ovs:
+            quiet_host_end(link.host_if)
+        else:
+            sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
     except OSError as err:
         delete_host(link.host_if)
         raise KernelError(f"failed to set sysctls of {link.host_if}", str(err)) from err
+
+
+def quiet_host_end(host_if: str) -> None:
+    """Keep the node's own IP stack off an OVS port's host end: no ARP answers for the node's
+    addresses (``arp_ignore=8``) and no IPv6 on it. With the userspace datapath the kernel also
+    sees every frame on the veth; it answered a pod's ARP for the management port's address
+    with the veth's MAC, so replies to hostPort connections from 127.0.0.1 bypassed OVS and
+    died as martians. OSError when a setting cannot be written."""
+    import os
+
+    from podnet.link import sysctl
+
+    sysctl.write_path(f"/proc/sys/net/ipv4/conf/{host_if}/arp_ignore", "8")
+    ipv6 = f"/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6"
+    if os.path.exists(ipv6):  # absent when the node runs without IPv6
+        sysctl.write_path(ipv6, "1")
 
 
 def _quote(word: str) -> str:
@@ -333,7 +357,7 @@ def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
 
     families = {f for f, _, _ in link.addresses}
     writes = [f"printf 0 > {_quote(path)}" for path in sysctl.pod_side_paths(link.ifname, families)]
-    if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
+    if link.bridge or link.ovs:  # gratuitous ARP / unsolicited NA when the link comes up
         writes += [f"printf 1 > {_quote(path)}"
                    for path in sysctl.notify_paths(link.ifname, families)]  # fmt: skip
     if tx_off:
