@@ -1,13 +1,14 @@
-"""ADD, DEL and CHECK of a pod attachment, written once for every podnet driver; a driver adds
-its own steps through its hooks (:class:`podnet.drivers.base.Driver`), never a verb of its own.
+"""ADD, DEL and CHECK of a pod attachment (GC: :func:`podnet.drivers.teardown.gc`), written once
+for every podnet driver; a driver adds its own steps through its hooks
+(:class:`podnet.drivers.base.Driver`), never a verb of its own.
 
 ADD runs its steps on an explicit undo stack (:class:`podnet.undo.Undo`): what the driver
 prepared (an IPAM plugin's allocation, an OVN logical port), the rows (with what the chooser
 recorded), the veth, the hostPort elements, the host end's wiring each register their own undo
 as they are done, so a failure at step N undoes N−1 … 1 in order and the original error is the
 answer (CNI SPEC "ADD": a failed ADD leaves nothing behind). The processes it overlaps are one
-:class:`InFlight`. Every tool runs through :func:`podnet.proc.spawn`, the one process seam a
-test replaces (tests/unit/drivers/test_pods.py)."""
+:class:`InFlight`. Every tool starts through :class:`podnet.proc.Spawned`, the one process seam
+a test replaces (tests/unit/drivers/test_pods.py)."""
 
 from __future__ import annotations
 
@@ -348,15 +349,6 @@ def check_hostports(store: Store, entries: list[PortMapping]) -> None:
     found = first_conflict(store, [e.dnat() for e in entries], of=HOSTPORT)
     if found is not None:
         raise errors.HostPortConflict(hostport_message(*found))
-
-
-def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
-    """GC (spec 1.1 "GC") of ``driver``'s network: :func:`podnet.drivers.teardown.gc`; nothing
-    for a type that holds no pods."""
-    if driver.takes_pods:
-        from podnet.drivers import teardown
-
-        teardown.gc(driver, call, conf)
 
 
 def detach(driver: Driver, call: Call, conf: StoreConf, network: str | None) -> None:

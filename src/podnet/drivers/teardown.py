@@ -116,7 +116,10 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
     host veths (also podnet veths with no row) and hostPort rules. Rows of other networks, of an
     unknown network (an older podnet's, without an attachment row) and of podnet-ipam sharing
     the database are kept; the driver's :meth:`~podnet.drivers.base.Driver.gc_also` runs last.
-    Keeps going on errors and reports them together at the end (104)."""
+    Keeps going on errors and reports them together at the end (104). Nothing for a type that
+    holds no pods."""
+    if not driver.takes_pods:
+        return
     from podnet import errors, reconcile
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.errors import CNIError

@@ -171,16 +171,16 @@ def cmd_check(call: Call) -> None:
 
 def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment of this network not in
-    ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
+    ``cni.dev/valid-attachments`` (:func:`podnet.drivers.teardown.gc`); errors are reported together
     at the end."""
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
     driver = _teardown_driver(call, conf, _stored_network(call, conf)[1], "GC")
-    from podnet.drivers import pods
+    from podnet.drivers import teardown
 
     try:
-        pods.gc(driver, call, conf)
+        teardown.gc(driver, call, conf)
     except NotImplementedError:
         call.log.warn(f"{_unhandled(driver, 'GC').msg}: nothing collected")
 
