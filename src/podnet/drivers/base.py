@@ -186,6 +186,11 @@ class Driver:
     #: has ADD, CHECK and STATUS refused with 7 naming the type, and nothing to release on DEL
     #: and GC (CNI SPEC "DEL": a DEL of what does not exist succeeds).
     takes_pods = False
+    #: Whether ADD starts its node-side ``ip`` before the store opens (its exec overlaps the
+    #: allocation) rather than after :meth:`prepare`: not when preparing is long (an OVN port's
+    #: claim), so that the tool does not wait, and a killed ADD leave it, before anything of
+    #: the pod exists.
+    early_ip = True
     #: Whether an ADD without hostPorts still looks at podnet's nft table (it holds the
     #: masquerade of podnet's ranges and bridge subnets; an OVN network's router does its own).
     checks_table = True

@@ -138,6 +138,7 @@ class OvnDriver(ClusterDriver):
     # -- pod side: hooks into the shared pipeline (podnet.drivers.pods) ----------------------
     takes_pods = True
     checks_table = False  # the network's router masquerades, not podnet's table
+    early_ip = False  # the port's claim comes first
 
     def __init__(self) -> None:
         super().__init__()

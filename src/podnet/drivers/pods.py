@@ -55,17 +55,21 @@ def attach(driver: Driver, call: Call, conf: PodnetConf,
     require_netns(call)
     veth.check_ifname(call.ifname)
     undo = Undo()
-    flight = InFlight(veth.prespawn_host())  # its start-up overlaps the allocation
+    # the node-side ip: its start-up overlaps the allocation
+    flight = InFlight(veth.prespawn_host() if driver.early_ip else None)
     add = AddSteps(driver, call, conf, net, undo, flight, pod_mac, requested)
     try:
         with open_store(conf) as store:
             driver.prepare(call, conf, store, undo, net)
+            if flight.host_tool is None:
+                flight.host_tool = veth.prespawn_host()
             return add.run(store)
     except BaseException as err:
         undo.run(err, call.log.warn)
         raise
     finally:
-        flight.host_tool.abandon()  # when the ADD failed before the veth was due
+        if flight.host_tool is not None:
+            flight.host_tool.abandon()  # when the ADD failed before the veth was due
 
 
 class InFlight:
@@ -78,7 +82,7 @@ class InFlight:
 
     __slots__ = ("host_tool", "pair", "nft", "published", "configuring")
 
-    def __init__(self, host_tool: Spawned) -> None:
+    def __init__(self, host_tool: Spawned | None) -> None:
         self.host_tool = host_tool
         self.pair: Spawned | None = None
         self.nft: Pending | None = None
@@ -90,6 +94,7 @@ class InFlight:
         when the query ends it, :func:`podnet.link.veth.ask_mtu`)."""
         from podnet.link import veth
 
+        assert self.host_tool is not None
         found, self.host_tool = veth.ask_mtu(self.host_tool, ifname)
         return found
 
@@ -109,8 +114,8 @@ class InFlight:
 
     def start_nft(self, store: Store, entries: list[PortMapping], *, ranges_changed: bool,
                   table: bool) -> bool:  # fmt: skip
-        """Start publishing ``entries`` (:func:`podnet.reconcile.start_add`; with none and
-        not ``table``, nothing); whether the store may be detached meanwhile (no rebuild)."""
+        """Start publishing ``entries`` (:func:`podnet.reconcile.start_add`; none and not
+        ``table``: nothing); whether the store may be detached meanwhile (no rebuild due)."""
         from podnet import reconcile
 
         if not entries and not table and not ranges_changed:
@@ -359,10 +364,7 @@ def detach(driver: Driver, call: Call, conf: StoreConf, network: str | None) -> 
         return
     from podnet.drivers import teardown
 
-    def release(call: Call, conf: StoreConf, store: Store, pod: Any) -> Any:
-        return driver.release(call, conf, store, pod, network)
-
-    teardown.detach(call, conf, release)
+    teardown.detach(call, conf, lambda c, k, store, pod: driver.release(c, k, store, pod, network))
 
 
 def check(driver: Driver, call: Call, conf: PodnetConf, net: NetworkRow | None = None) -> None:
