@@ -20,6 +20,7 @@ from typing import Any
 
 from podnet import checked, proc
 from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers.ovn_hooks import OvnPodSide
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
 from podnet.networks.errors import NetworkError, in_use
@@ -27,14 +28,8 @@ from podnet.ovn import nb as nbmod
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from podnet.cni.skel import Call
-    from podnet.drivers.base import Choice
-    from podnet.drivers.conf import PodnetConf, StoreConf
-    from podnet.link.veth import PodLink
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
-    from podnet.store.pods import Pod
-    from podnet.undo import Undo
 
 #: Keys a change may not touch (what the NB objects are made of); change them by re-creating.
 FIXED = ("network", "ipv4.address", "ipv6.address", "bridge.mtu")
@@ -129,61 +124,11 @@ def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
     return found
 
 
-class OvnDriver(ClusterDriver):
-    """OVN networks."""
+class OvnDriver(OvnPodSide, ClusterDriver):
+    """OVN networks; their pods' hooks are :class:`podnet.drivers.ovn_hooks.OvnPodSide`'s."""
 
     type = "ovn"
     creatable = True
-
-    # -- pod side: hooks into the shared pipeline (podnet.drivers.pods) ----------------------
-    takes_pods = True
-    checks_table = False  # the network's router masquerades, not podnet's table
-    early_ip = False  # the port's claim comes first
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._claimed: dict[str, Any] = {}  # container → what prepare claimed for its ADD
-
-    def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo,
-                net: NetworkRow | None) -> None:  # fmt: skip
-        """The pod's logical switch port, claimed or made, outside the write lock
-        (:func:`podnet.drivers.ovn_hooks.prepare`)."""
-        from podnet.drivers import ovn_hooks
-
-        self._claimed[call.container_id] = ovn_hooks.prepare(call, conf, store, undo, net)
-
-    def choose(self, call: Call, conf: PodnetConf, store: Store, requested: dict[int, str],
-               net: NetworkRow | None) -> Choice:  # fmt: skip
-        """The claimed port's addresses and MAC; the row records the port."""
-        from podnet.drivers import ovn_hooks
-
-        return ovn_hooks.choose(self._claimed[call.container_id], conf, store, net)
-
-    def pod_mtu(self, conf: PodnetConf, choice: Choice) -> int:
-        """Bytes: the network's ``bridge.mtu`` (the overlay's; a NetConf's ``mtu`` is not
-        used)."""
-        return choice.mtu
-
-    def after_pair(self, call: Call, conf: PodnetConf, link: PodLink, choice: Choice,
-                   undo: Undo) -> None:  # fmt: skip
-        """The host end into the integration bridge, ``ovn-installed`` waited for."""
-        from podnet.drivers import ovn_hooks
-
-        ovn_hooks.after_pair(self._claimed.pop(call.container_id), conf, link, undo)
-
-    def release(self, call: Call, conf: StoreConf, store: Store, pod: Pod | None,
-                network: str | None) -> None:  # fmt: skip
-        """The OVS port and the logical switch port (:func:`podnet.drivers.ovn_hooks.release`)."""
-        from podnet.drivers import ovn_hooks
-
-        ovn_hooks.release(call, conf, store, pod, network)
-
-    def check_attachment(self, call: Call, conf: PodnetConf, store: Store, pod: Pod,
-                         net: NetworkRow | None) -> None:  # fmt: skip
-        """OVS and the NB as ADD left them (:func:`podnet.drivers.ovn_hooks.check_attachment`)."""
-        from podnet.drivers import ovn_hooks
-
-        ovn_hooks.check_attachment(call, conf, store, pod)
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """The OVS ports of this node's pods on the network (the node's view of it): each host
@@ -207,17 +152,6 @@ class OvnDriver(ClusterDriver):
         talks = ovn_hostports.node_peers(",".join(ctx.nb.remotes))
         ovn_hostports.check_node(name, dict(config), owner=ctx.owner, talks_to=talks)
         return []
-
-    def status_also(self, call: Call, conf: PodnetConf) -> None:
-        """STATUS: the NB answers and has the network; this node's OVS is set up for OVN."""
-        from podnet.drivers import ovn_pods
-
-        ovn_pods.status(conf)
-
-    def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
-        from podnet.drivers import ovn_pods
-
-        ovn_pods.gc_also(call, conf, failures)
 
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         return ovnconfig.validate_ovn(name, config)

@@ -32,9 +32,9 @@ from __future__ import annotations
 import time
 
 from podnet import errors, proc
-from podnet.drivers.base import Choice, link_alias, refuse_existing
+from podnet.drivers.base import Choice, Driver, link_alias, refuse_existing
 from podnet.drivers.ovn_hostports import ovs, wait_installed
-from podnet.drivers.ovn_pods import WAIT, claim, integration_bridge, nb_of, plug
+from podnet.drivers.ovn_pods import WAIT, claim, gc_also, integration_bridge, nb_of, plug, status
 from podnet.drivers.teardown import names_this
 from podnet.errors import CNIError
 from podnet.link import names
@@ -52,6 +52,58 @@ if TYPE_CHECKING:
     from podnet.store.networks import NetworkRow
     from podnet.store.pods import Pod
     from podnet.undo import Undo
+
+
+class OvnPodSide(Driver):
+    """The pod side of the ``ovn`` driver (:class:`podnet.drivers.ovn.OvnDriver`): the hooks
+    of the shared pipeline, this module's steps."""
+
+    takes_pods = True
+    checks_table = False  # the network's router masquerades, not podnet's table
+    early_ip = False  # the port's claim comes first
+
+    def __init__(self) -> None:
+        self._claimed: dict[str, Claimed] = {}  # container → what prepare claimed for its ADD
+
+    def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo,
+                net: NetworkRow | None) -> None:  # fmt: skip
+        """The pod's logical switch port, claimed or made (:func:`prepare`)."""
+        self._claimed[call.container_id] = prepare(call, conf, store, undo, net)
+
+    def choose(self, call: Call, conf: PodnetConf, store: Store, requested: dict[int, str],
+               net: NetworkRow | None) -> Choice:  # fmt: skip
+        """The claimed port's addresses and MAC; the row records the port (:func:`choose`)."""
+        return choose(self._claimed[call.container_id], conf, store, net)
+
+    def pod_mtu(self, conf: PodnetConf, choice: Choice) -> int:
+        """Bytes: the network's ``bridge.mtu`` (the overlay's; a NetConf's ``mtu`` is not
+        used)."""
+        return choice.mtu
+
+    def after_pair(self, call: Call, conf: PodnetConf, link: PodLink, choice: Choice,
+                   undo: Undo) -> None:  # fmt: skip
+        """The host end into the integration bridge, ``ovn-installed`` waited for
+        (:func:`after_pair`)."""
+        after_pair(self._claimed.pop(call.container_id), conf, link, undo)
+
+    def release(self, call: Call, conf: StoreConf, store: Store, pod: Pod | None,
+                network: str | None) -> None:  # fmt: skip
+        """The OVS port and the logical switch port (:func:`release`)."""
+        release(call, conf, store, pod, network)
+
+    def check_attachment(self, call: Call, conf: PodnetConf, store: Store, pod: Pod,
+                         net: NetworkRow | None) -> None:  # fmt: skip
+        """OVS and the NB as ADD left them (:func:`check_attachment`)."""
+        check_attachment(call, conf, store, pod)
+
+    def status_also(self, call: Call, conf: PodnetConf) -> None:
+        """STATUS: the NB answers and has the network; this node's OVS is set up for OVN
+        (:func:`podnet.drivers.ovn_pods.status`)."""
+        status(conf)
+
+    def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
+        """GC's OVN part (:func:`podnet.drivers.ovn_pods.gc_also`)."""
+        gc_also(call, conf, failures)
 
 
 class Claimed:
