@@ -98,8 +98,13 @@ def outer(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="podnet-trace-") as tmp:
         data_dir = os.path.join(tmp, "data")
         os.mkdir(data_dir, 0o700)
-        env = {**os.environ, "PODNET_DATA_DIRS": data_dir, "PODNET_DATA_DIR": data_dir,
-               "PODNET_CONF": os.path.join(tmp, "podnet.conf"), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            **os.environ,
+            "PODNET_DATA_DIRS": data_dir,
+            "PODNET_DATA_DIR": data_dir,
+            "PODNET_CONF": os.path.join(tmp, "podnet.conf"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if args.src:
             env["PYTHONPATH"] = args.src
         sh("ip", "netns", "add", node)

@@ -235,8 +235,12 @@ def test_check_errors(tools: Tools, data: Path, case: str) -> None:
     driver = base.Driver() if case == "no pods" else PtpDriver()
     with pytest.raises(errors.CNIError) as failed:
         pods.check(driver, check, PodnetConf(check.config))
-    want = {"no prevResult": errors.INVALID_CONFIG, "no attachment": errors.UNKNOWN_CONTAINER,
-            "other ifname": errors.UNKNOWN_CONTAINER, "no pods": errors.INVALID_CONFIG}[case]
+    want = {
+        "no prevResult": errors.INVALID_CONFIG,
+        "no attachment": errors.UNKNOWN_CONTAINER,
+        "other ifname": errors.UNKNOWN_CONTAINER,
+        "no pods": errors.INVALID_CONFIG,
+    }[case]
     assert failed.value.code == want, failed.value.msg
 
 
