@@ -186,6 +186,9 @@ class Driver:
     #: has ADD, CHECK and STATUS refused with 7 naming the type, and nothing to release on DEL
     #: and GC (CNI SPEC "DEL": a DEL of what does not exist succeeds).
     takes_pods = False
+    #: Whether ADD reads the addresses the runtime asks for (``runtimeConfig.ips``, CNI_ARGS
+    #: ``IP=``) for :meth:`choose`: not where the network assigns them (OVN's northd).
+    requested_ips = True
     #: Whether ADD starts its node-side ``ip`` before the store opens (its exec overlaps the
     #: allocation) rather than after :meth:`prepare`: not when preparing is long (an OVN port's
     #: claim), so that the tool does not wait, and a killed ADD leave it, before anything of

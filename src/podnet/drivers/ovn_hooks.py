@@ -61,6 +61,7 @@ class OvnPodSide(Driver):
     takes_pods = True
     checks_table = False  # the network's router masquerades, not podnet's table
     early_ip = False  # the port's claim comes first
+    requested_ips = False  # northd assigns the addresses
 
     def __init__(self) -> None:
         self._claimed: dict[str, Claimed] = {}  # container → what prepare claimed for its ADD

@@ -50,12 +50,12 @@ def attach(driver: Driver, call: Call, conf: PodnetConf,
     from podnet.link import veth
     from podnet.undo import Undo
 
-    requested = {} if conf.ipam_type else parse_requested_ips(call.config, call.args)
+    ask = driver.requested_ips and not conf.ipam_type
+    requested = parse_requested_ips(call.config, call.args) if ask else {}
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
     require_netns(call)
     veth.check_ifname(call.ifname)
     undo = Undo()
-    # the node-side ip: its start-up overlaps the allocation
     flight = InFlight(veth.prespawn_host() if driver.early_ip else None)
     add = AddSteps(driver, call, conf, net, undo, flight, pod_mac, requested)
     try:
