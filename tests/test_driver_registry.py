@@ -245,12 +245,12 @@ def test_plain_veth_teardown_types_have_no_del_step(kind: str) -> None:
 
     assert kind in drivers.VETH_TEARDOWN
     cls = type(drivers.get(kind))
-    assert cls.detach is VethDriver.detach and cls.release is Driver.release, cls
+    assert issubclass(cls, VethDriver) and cls.release is Driver.release, cls
 
 
 def test_plain_veth_teardown_is_only_for_builtin_veth_types(monkeypatch: pytest.MonkeyPatch,
                                                            tmp_path: Path) -> None:  # fmt: skip
-    """Every other built-in type adds DEL steps of its own (or replaces DEL), so it is not on
+    """Every other built-in type adds DEL steps of its own (or holds no pods), so it is not on
     the plain path; nor is a conflist with ``ipam``, nor a type a driver registered in this
     process replaces."""
     from podnet import drivers
@@ -260,7 +260,7 @@ def test_plain_veth_teardown_is_only_for_builtin_veth_types(monkeypatch: pytest.
 
     for kind in set(drivers.BUILTIN) - set(drivers.VETH_TEARDOWN):
         cls = type(drivers.get(kind))
-        assert cls.detach is not VethDriver.detach or cls.release is not Driver.release, kind
+        assert not cls.takes_pods or cls.release is not Driver.release, kind
     base = {"cniVersion": "1.1.0", "name": "n", "type": "podnet", "dataDir": str(tmp_path)}
     conf = StoreConf(base)
     assert drivers.plain_veth_teardown(conf, None)

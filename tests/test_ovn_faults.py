@@ -279,9 +279,10 @@ def test_add_with_read_only_database(cluster: Cluster, pods: Pods, tmp_path: Pat
 def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faults.FakeTools,
                                         tmp_path: Path) -> None:
     """The database opens and the network's mirror is current, but the filesystem is full:
-    ADD gets through the NB, the veth and OVS and fails at its last step, writing the pod's
-    row (another connection keeps the WAL files, as in tests/test_faults.py). Code 5 naming
-    the database file, and every step undone: no logical switch port, no OVS port, no veth."""
+    ADD claims its port in the NB and fails writing the pod's row, in the transaction every
+    driver's ADD shares (another connection keeps the WAL files, as in tests/test_faults.py).
+    Code 5 naming the database file, and every step undone: no logical switch port, no OVS
+    port, no veth."""
     import sqlite3
 
     n2 = cluster.lab.nodes[1]
@@ -295,8 +296,8 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
         pods.track(n2, cid, pod, fs.dir)
         holder = sqlite3.connect(fs.dir / "podnet.db")
         holder.execute("SELECT count(*) FROM pods").fetchone()
-        wired = tmp_path / "wired"
-        trace(fake, "ovs-vsctl", '*" wait-until "*', wired)
+        claimed = tmp_path / "claimed"
+        trace(fake, "ovsdb-client", '*"update"*podnet-spare*', claimed)
         fs.fill()
         out = cluster.call(n2, "ADD", cid, pod, data=fs.dir, path=fake.path)
         holder.close()
@@ -304,7 +305,7 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
         (fs.dir / ".filler").unlink()
         f = Findings("ADD on an OVN network whose final database write fails (full filesystem)")
         f.answer(out, 5, names=(str(fs.dir / "podnet.db"),))
-        f.expect(wired.exists(), "ADD did not get as far as waiting for ovn-controller (fault too early)")
+        f.expect(claimed.exists(), "ADD did not get as far as claiming its port (fault too early)")
         f.clean(cluster.leftovers(n2, cid, pod, fs.dir), "by the failed ADD")
         f.expect(faults.integrity(fs.dir) == "ok", f"integrity_check: {faults.integrity(fs.dir)}")
         again = cluster.call(n2, "ADD", cid, pod, data=fs.dir)

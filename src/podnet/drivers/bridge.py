@@ -1,11 +1,12 @@
 """The ``bridge`` driver: pods as ports of a podnet-managed Linux bridge, LXD's bridge network
-keys (seed 004; :mod:`podnet.networks.config`). The bridge carries the alias
-``podnet:<dataDir>``; a link of its name that is not podnet's is never taken over."""
+keys (LXD's ``lxd/network/driver_bridge.go``; :mod:`podnet.networks.config`). The bridge
+carries the alias ``podnet:<dataDir>``; a link of its name that is not podnet's is never
+taken over."""
 
 from __future__ import annotations
 
 from podnet import checked, errors
-from podnet.drivers.base import Choice, link_alias
+from podnet.drivers.base import Choice, link_alias, unknown_network
 from podnet.drivers.pods import VethDriver
 from podnet.networks.errors import NetworkError
 
@@ -185,29 +186,19 @@ class BridgeDriver(VethDriver):
 
     # -- pod side --------------------------------------------------------------------------
 
-    def network_of(self, conf: PodnetConf, store: Store) -> NetworkRow:
-        """The conflist's ``network``; 7 when it does not exist or is of another type."""
-        net = store.networks.get(conf.network)
-        if net is None or net.type != self.type:
-            what = ("does not exist" if net is None
-                    else f"is a {net.type} network, not a {self.type}")  # fmt: skip
-            raise errors.InvalidConfig(
-                f"network: {conf.network!r} {what} (podnetctl network create {conf.network})"
-            )
-        return net
-
     def bridge_name(self, net: NetworkRow) -> str:
         """The Linux bridge of network ``net``: podnet names it after the network."""
         return net.name
 
-    def choose(self, call: Call, conf: PodnetConf, store: Store,
-               requested: dict[int, str]) -> Choice:  # fmt: skip
-        """Code 7 when the network does not exist, is of another type or has no address; 100
-        when a subnet is full."""
+    def choose(self, call: Call, conf: PodnetConf, store: Store, requested: dict[int, str],
+               net: NetworkRow | None) -> Choice:  # fmt: skip
+        """An address of each subnet of network ``net`` (the conflist's, loaded by the plugin);
+        7 when it is missing or has no address; 100 when a subnet is full."""
         from podnet.ipam.allocator import allocate_in
         from podnet.networks.config import addresses
 
-        net = self.network_of(conf, store)
+        if net is None:
+            raise unknown_network(conf)
         ifaces = addresses(net.config)
         if not ifaces:
             raise errors.InvalidConfig(f"network: {conf.network!r} has no IPv4 or IPv6 address")
@@ -245,12 +236,12 @@ class BridgeDriver(VethDriver):
         except OSError:
             return mtu.DEFAULT_MTU
 
-    def prefixes(self, store: Store, pod: Pod) -> tuple[str, dict[int, int]]:
-        """The bridge and subnet prefixes of a stored pod of this network (CHECK)."""
+    def prefixes(self, net: NetworkRow | None, pod: Pod) -> tuple[str, dict[int, int]]:
+        """The bridge and subnet prefixes of a stored pod of network ``net`` (CHECK); ("", {})
+        when the pod is not on ``net`` (the conflist was given another network since)."""
         from podnet.networks.config import addresses
 
-        net = next((n for n in store.networks.all() if n.id == pod.network_id), None)
-        if net is None:
+        if net is None or net.id != pod.network_id:
             return "", {}
         ifaces = addresses(net.config)
         return self.bridge_name(net), {f: i.network.prefixlen for f, i in ifaces.items()}

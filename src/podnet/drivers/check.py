@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from podnet.checked import Net
     from podnet.cni.skel import Call
+    from podnet.drivers.conf import PodnetConf
     from podnet.store.pods import Pod
     from podnet.values import PortMapping
 
@@ -160,3 +161,15 @@ def check(call: Call, pod: Pod, entries: list[PortMapping], bridge: str = "",
     _check_pod_side(call, pod, prefixes or {})
     _check_host_side(pod, bridge)
     _check_hostports(entries)
+
+
+def configured_ranges(conf: PodnetConf,
+                      subnets: dict[int, list[Net]] | None) -> list[Net] | None:  # fmt: skip
+    """The subnets NetConf ``conf`` gives its pods addresses from now: its own ``ranges``, or
+    ``subnets``, those of its network (None: it has none); None when an IPAM plugin chooses
+    them (``ipam``)."""
+    if conf.ranges:
+        return list(conf.ranges)
+    if not conf.network:
+        return None
+    return [n for nets in (subnets or {}).values() for n in nets]

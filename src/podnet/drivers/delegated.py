@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from podnet.drivers.base import Allocation
     from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
+    from podnet.store.networks import NetworkRow
+    from podnet.store.pods import Pod
     from podnet.undo import Undo
 
 
@@ -36,7 +38,8 @@ class DelegatedDriver(PtpDriver):
     def __init__(self) -> None:
         self._answer: dict[str, tuple[Allocation, object]] = {}
 
-    def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo) -> None:
+    def prepare(self, call: Call, conf: PodnetConf, store: Store, undo: Undo,
+                net: NetworkRow | None) -> None:  # fmt: skip
         """Refuse (102) a container that already has an attachment before the IPAM plugin is
         called — a repeated ADD must not make it release the live allocation — then run its
         ADD (its error passes through) and register its DEL as the first undo. Code 7 when it
@@ -52,8 +55,8 @@ class DelegatedDriver(PtpDriver):
         conf.check_mtu(set(alloc))
         self._answer[call.container_id] = (alloc, dns)
 
-    def choose(self, call: Call, conf: PodnetConf, store: Store,
-               requested: dict[int, str]) -> Choice:  # fmt: skip
+    def choose(self, call: Call, conf: PodnetConf, store: Store, requested: dict[int, str],
+               net: NetworkRow | None) -> Choice:  # fmt: skip
         """The IPAM plugin's addresses, made room for in this database (:func:`_take_over`);
         its subnets recorded as ranges."""
         alloc, _ = self._answer[call.container_id]
@@ -67,7 +70,8 @@ class DelegatedDriver(PtpDriver):
         """The IPAM result's ``dns`` in ADD's result."""
         result["dns"] = self._answer.pop(call.container_id)[1]
 
-    def release(self, call: Call, conf: StoreConf) -> Callable[[], None] | None:
+    def release(self, call: Call, conf: StoreConf, store: Store, pod: Pod | None,
+                network: str | None) -> Callable[[], None] | None:  # fmt: skip
         """The IPAM plugin's DEL, started once podnet's row is gone (so the address is not
         handed out while still recorded here)."""
         from podnet.ipam import delegate

@@ -20,6 +20,7 @@ from typing import Any
 
 from podnet import checked, proc
 from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers.ovn_hooks import OvnPodSide
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
 from podnet.networks.errors import NetworkError, in_use
@@ -28,8 +29,6 @@ from podnet.ovn.ops import Op
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
 
@@ -126,27 +125,11 @@ def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
     return found
 
 
-class OvnDriver(ClusterDriver):
-    """OVN networks."""
+class OvnDriver(OvnPodSide, ClusterDriver):
+    """OVN networks; their pods' hooks are :class:`podnet.drivers.ovn_hooks.OvnPodSide`'s."""
 
     type = "ovn"
     creatable = True
-
-    def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
-        from podnet.drivers import ovn_pods
-
-        return ovn_pods.attach(call, conf)
-
-    def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
-        from podnet.drivers import ovn_pods
-
-        if network:
-            ovn_pods.detach(call, conf, network)
-
-    def check(self, call: Call, conf: PodnetConf) -> None:
-        from podnet.drivers import ovn_pods
-
-        ovn_pods.check(call, conf)
 
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """The OVS ports of this node's pods on the network (the node's view of it): each host
@@ -170,22 +153,6 @@ class OvnDriver(ClusterDriver):
         talks = ovn_hostports.node_peers(",".join(ctx.nb.remotes))
         ovn_hostports.check_node(name, dict(config), owner=ctx.owner, talks_to=talks)
         return []
-
-    def status_also(self, call: Call, conf: PodnetConf) -> None:
-        """STATUS: the NB answers and has the network; this node's OVS is set up for OVN."""
-        from podnet.drivers import ovn_pods
-
-        ovn_pods.status(conf)
-
-    def gc(self, call: Call, conf: StoreConf) -> None:
-        from podnet.drivers import pods
-
-        pods.gc(self, call, conf)  # rows and veths, then gc_also: the NB and OVS
-
-    def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
-        from podnet.drivers import ovn_pods
-
-        ovn_pods.gc_also(call, conf, failures)
 
     def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
         return ovnconfig.validate_ovn(name, config)

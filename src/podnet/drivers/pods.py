@@ -1,16 +1,20 @@
-"""ADD, DEL, CHECK and GC of a pod attachment, written once for every podnet driver; a driver
-adds its own steps through its hooks (:class:`podnet.drivers.base.Driver`).
+"""ADD, DEL and CHECK of a pod attachment (GC: :func:`podnet.drivers.teardown.gc`), written once
+for every podnet driver; a driver adds its own steps through its hooks
+(:class:`podnet.drivers.base.Driver`), never a verb of its own.
 
-ADD runs its steps on an explicit undo stack (:class:`podnet.undo.Undo`): the rows (with what
-the chooser recorded), the veth, the hostPort elements each register their own undo as they are
-done, so a failure at step N undoes N−1 … 1 in order, under the write lock, and the original
-error is the answer."""
+ADD runs its steps on an explicit undo stack (:class:`podnet.undo.Undo`): what the driver
+prepared (an IPAM plugin's allocation, an OVN logical port), the rows (with what the chooser
+recorded), the veth, the hostPort elements, the host end's wiring each register their own undo
+as they are done, so a failure at step N undoes N−1 … 1 in order and the original error is the
+answer (CNI SPEC "ADD": a failed ADD leaves nothing behind). The processes it overlaps are one
+:class:`InFlight`. Every tool starts through :class:`podnet.proc.Spawned`, the one process seam
+a test replaces (tests/unit/drivers/test_pods.py)."""
 
 from __future__ import annotations
 
 from podnet import errors
 from podnet.drivers.base import Driver, link_alias, open_store, refuse_existing, require_netns
-from podnet.drivers.teardown import flush_udp, names_this
+from podnet.drivers.teardown import flush_udp
 from podnet.errors import CNIError
 from podnet.link import names
 from podnet.proc import ToolTimeout
@@ -19,7 +23,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from podnet.checked import Net
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
     from podnet.drivers.conf import PodnetConf, StoreConf
@@ -27,180 +30,135 @@ if TYPE_CHECKING:
     from podnet.proc import Spawned
     from podnet.reconcile import Pending
     from podnet.store import Store
+    from podnet.store.networks import NetworkRow
     from podnet.undo import Undo
     from podnet.values import PortMapping
 
 
-def attach(driver: Driver, call: Call, conf: PodnetConf) -> dict[str, Any]:
-    """ADD (spec "ADD"): allocate, wire the veth, publish hostPorts; a 1.x result.
+def attach(driver: Driver, call: Call, conf: PodnetConf,
+           net: NetworkRow | None = None) -> dict[str, Any]:  # fmt: skip
+    """ADD (spec "ADD") of ``driver``'s pod (``net``: the conflist's network, loaded once by
+    the caller): prepare, allocate and record, wire the veth, publish hostPorts, the driver's
+    wiring of the host end; a 1.x result.
 
-    Errors: 7 bad config, 100 no free address, 101 hostPort held (names the holder), 102
-    CNI_IFNAME exists in the netns, 104 kernel failure, 11 database locked, 5 I/O; a
-    driver's own. A failed ADD leaves no row, link or map element (its undo stack)."""
+    Errors: 7 bad config or a type that holds no pods, 100 no free address, 101 hostPort held
+    (names the holder), 102 CNI_IFNAME exists in the netns, 104 kernel failure, 11 database
+    locked, 5 I/O; a driver's own. A failed ADD leaves no row, link or map element."""
+    if not driver.takes_pods:
+        raise driver.no_pods(conf)
     from podnet.cni.netconf import parse_requested_ips, parse_requested_mac
     from podnet.link import veth
     from podnet.undo import Undo
 
-    requested = {} if conf.ipam_type else parse_requested_ips(call.config, call.args)
+    ask = driver.requested_ips and not conf.ipam_type
+    requested = parse_requested_ips(call.config, call.args) if ask else {}
     pod_mac = parse_requested_mac(call.config, call.args) or names.random_mac()
     require_netns(call)
     veth.check_ifname(call.ifname)
     undo = Undo()
-    add = _Add(driver, call, conf, undo, pod_mac, requested,
-               veth.prespawn_host())  # its start-up overlaps the allocation  # fmt: skip
+    flight = InFlight(veth.prespawn_host() if driver.early_ip else None)
+    add = AddSteps(driver, call, conf, net, undo, flight, pod_mac, requested)
     try:
         with open_store(conf) as store:
-            driver.prepare(call, conf, store, undo)
+            driver.prepare(call, conf, store, undo, net)
+            if flight.host_tool is None:
+                flight.host_tool = veth.prespawn_host()
             return add.run(store)
     except BaseException as err:
         undo.run(err, call.log.warn)
         raise
     finally:
-        add.host_tool.abandon()  # when the ADD failed before the veth was due
+        if flight.host_tool is not None:
+            flight.host_tool.abandon()  # when the ADD failed before the veth was due
 
 
-class _Add:
-    """One ADD's steps (:meth:`Driver.attach`), each registering its undo on ``undo``.
+class InFlight:
+    """The processes one ADD has started and not yet waited for, and their undo.
 
-    The node-side ``ip`` is started first, so its start-up overlaps the allocation. Under the
-    write lock: the rows are written and ``ip`` gets its commands just before the COMMIT (for a
-    bridge port only after it, once the bridge is ensured). After the COMMIT the hostPorts are
-    published in parallel, the database connection is closed (its WAL checkpoint overlaps the
-    tools), the pod end is configured as soon as the pair exists and waited for after the lock.
-    """
+    ``host_tool``: the node-side ``ip``, started before the store opens (its exec overlaps the
+    allocation) and fed the pair's commands later; ``nft``: the hostPort elements being
+    published; ``configuring``: the pod end's ``ip`` in its netns. ``published`` is what the
+    kernel holds of the hostPorts: [] before nft ran, None when unknown."""
 
-    def __init__(self, driver: Driver, call: Call, conf: PodnetConf, undo: Undo, pod_mac: str,
-                 requested: dict[int, str], host_tool: Spawned) -> None:  # fmt: skip
-        self.driver, self.call, self.conf = driver, call, conf
-        #: The node-side ``ip``, started before the store opens (replaced if a query ends it).
+    __slots__ = ("host_tool", "pair", "nft", "published", "configuring")
+
+    def __init__(self, host_tool: Spawned | None) -> None:
         self.host_tool = host_tool
-        self.store: Store  # set by run()
-        self.undo, self.pod_mac, self.requested = undo, pod_mac, requested
-        self.host_if = names.host_ifname(call.container_id, call.ifname)
-        self.alias = link_alias(conf)
-        self.entries: list[PortMapping] = []
-        self.pending: Pending | None = None  # an nft run in flight
-        #: The hostPort elements the kernel holds: [] before nft ran, None when unknown.
+        self.pair: Spawned | None = None
+        self.nft: Pending | None = None
         self.published: list[PortMapping] | None = []
-        self.busy: Spawned | None = None  # the ip run to wait for before deleting the veth
-        self.locked = True  # whether the chooser's records may still be reverted
+        self.configuring: Spawned | None = None
 
-    def run(self, store: Store) -> dict[str, Any]:
-        from podnet.cni.result import attachment
+    def ask_mtu(self, ifname: str) -> int | None:
+        """Bytes: the MTU of node link ``ifname``, asked of the ``ip`` not fed yet (replaced
+        when the query ends it, :func:`podnet.link.veth.ask_mtu`)."""
         from podnet.link import veth
 
-        self.store = store
-        with self.store.locked():
-            link, choice = self._commit()
-            configuring = self._wire(link, choice)
-        self.locked = False
-        self.busy = None  # reaped by finish_configure_pod
-        try:
-            veth.finish_configure_pod(link, configuring)
-        except BaseException as err:
-            with self.store.locked():
-                self.undo.run(err, self.call.log.warn)
-            raise
-        flush_udp(self.call, self.entries)
-        return attachment(link.host_if, link.host_mac, link.ifname, link.pod_mac, link.netns,
-                          link.mtu, choice.alloc, choice.prefixes)  # fmt: skip
-
-    def _commit(self) -> tuple[PodLink, Choice]:
-        """The rows, in one write transaction; the pair started before the COMMIT for a routed
-        pod. Undo registered: the veth (if started), then the rows."""
-        from podnet.link import veth
-
-        call, conf, store = self.call, self.conf, self.store
-        with store.write():
-            refuse_existing(store, call.container_id)
-            choice = self.driver.choose(call, conf, store, self.requested)
-            alloc = choice.alloc
-            mtu = conf.mtu or choice.mtu or self.driver.default_mtu(choice) or \
-                self._node_mtu()  # fmt: skip
-            addresses = {family: a[0] for family, a in alloc.items()}
-            self.entries = mappings_for(conf, call.container_id, addresses)
-            check_hostports(store, self.entries)
-            link = veth.PodLink(
-                host_if=self.host_if, ifname=call.ifname, netns=call.netns, mtu=mtu,
-                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
-                host_mac=names.random_mac(), pod_mac=self.pod_mac, alias=self.alias,
-                bridge=choice.bridge, prefixes=choice.prefixes,
-            )  # fmt: skip
-            store.pods.insert(
-                container_id=call.container_id, netns=call.netns, interface_name=self.host_if,
-                interface_mtu=mtu, ifname=call.ifname, network_name=conf.name,
-                host_mac=link.host_mac, pod_mac=link.pod_mac,
-                ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
-                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
-                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
-                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
-                uid=call.args.get("K8S_POD_UID"),
-            )  # fmt: skip
-            store.pods.insert_portmaps(self.entries)
-            if choice.network_id is not None:
-                store.networks.attach_pod(call.container_id, choice.network_id)
-            if self.driver.pair_before_commit:
-                # created while the COMMIT runs; a failed COMMIT deletes it again
-                self.busy = veth.start_create_pair(link, self.host_tool)
-                self.undo.push(f"deleting {self.host_if}", self._delete_veth)
-        self.undo.push("removing the rows and hostPorts", lambda: self._delete_rows(choice))
-        return link, choice
-
-    def _node_mtu(self) -> int:
-        """Bytes: the MTU of the link holding the node's default route (cni-kindnet's choice),
-        asked of the node-side ``ip`` already started (else with SIOCGIFMTU); 1500 without a
-        default route or when the link is gone."""
-        from podnet.link import mtu, veth
-
-        ifname = mtu.default_route_ifname()
-        if ifname is None:
-            return mtu.DEFAULT_MTU
+        assert self.host_tool is not None
         found, self.host_tool = veth.ask_mtu(self.host_tool, ifname)
-        if found is None:
-            try:
-                found = mtu.link_mtu(ifname)  # SIOCGIFMTU, at the cost of ctypes' import
-            except OSError:
-                return mtu.DEFAULT_MTU
         return found
 
-    def _wire(self, link: PodLink, choice: Choice) -> Spawned:
-        """After the COMMIT, under the lock: the pair (a bridge port: once the bridge is
-        there), the hostPort elements and the pod end's configuration, started together."""
-        from podnet import reconcile
+    def start_pair(self, link: PodLink) -> None:
+        """Feed the node-side ``ip`` the pair's commands."""
         from podnet.link import veth
 
-        store = self.store
-        if not self.driver.pair_before_commit:
-            self.driver.before_pair(self.call, self.conf, store, choice, self.host_if)
-            self.busy = veth.start_create_pair(link, self.host_tool)
-            self.undo.push(f"deleting {self.host_if}", self._delete_veth)
-        self.pending = reconcile.start_add(store, self.entries,
-                                           ranges_changed=choice.ranges_changed)  # fmt: skip
-        if not self.pending.rebuild:
-            store.detach()  # its WAL checkpoint overlaps ip and nft (the lock stays)
-        created, self.busy = self.busy, None  # reaped by finish_create_pair
+        self.pair = veth.start_create_pair(link, self.host_tool)
+
+    def wait_pair(self, link: PodLink, store: Store) -> None:
+        """The pair made, or 102/104 (a leftover of this store no row holds is cleared)."""
+        from podnet.link import veth
+
+        created, self.pair = self.pair, None
         assert created is not None
         veth.finish_create_pair(link, created, stale=lambda dev: not store.pods.interface_used(dev))
-        self.busy = configuring = veth.start_configure_pod(link)
-        done, self.pending = self.pending, None
+
+    def start_nft(self, store: Store, entries: list[PortMapping], *, ranges_changed: bool,
+                  table: bool) -> bool:  # fmt: skip
+        """Start publishing ``entries`` (:func:`podnet.reconcile.start_add`; none and not
+        ``table``: nothing); whether the store may be detached meanwhile (no rebuild due)."""
+        from podnet import reconcile
+
+        if not entries and not table and not ranges_changed:
+            return True
+        self.nft = reconcile.start_add(store, entries, ranges_changed=ranges_changed)
+        return not self.nft.rebuild
+
+    def wait_nft(self, store: Store, entries: list[PortMapping], call: Call) -> None:
+        """Wait for :meth:`start_nft` (a rebuild when due); ``published`` follows."""
+        from podnet import reconcile
+
+        done, self.nft = self.nft, None
+        if done is None:
+            return
         try:
-            reconcile.finish_add(store, done, self.call.log.warn)
+            reconcile.finish_add(store, done, call.log.warn)
         except BaseException as err:
             # a failed nft run changed nothing (one transaction); one killed at its deadline
             # may have committed before it hung
             self.published = None if isinstance(err, ToolTimeout) else []
             raise
-        self.published = self.entries
-        return configuring
+        self.published = entries
 
-    def _settle_nft(self) -> list[PortMapping]:
+    def start_configure(self, link: PodLink, *, tx_off: bool) -> None:
+        from podnet.link import veth
+
+        self.configuring = veth.start_configure_pod(link, tx_off=tx_off)
+
+    def wait_configure(self, link: PodLink) -> None:
+        from podnet.link import veth
+
+        configuring, self.configuring = self.configuring, None
+        if configuring is not None:
+            veth.finish_configure_pod(link, configuring)
+
+    def held(self, entries: list[PortMapping]) -> list[PortMapping]:
         """Which hostPort elements the kernel may hold now. An nft run still in flight (the
         veth failed first) is waited for — published only if it succeeded; when unknown, the
         kernel is asked (all of them when nft cannot even list them)."""
         from podnet import reconcile
         from podnet.firewall import nft
 
-        pending, entries = self.pending, self.entries
+        pending = self.nft
         if pending is not None:
             if pending.spawned is None or pending.rebuild:
                 return []
@@ -215,16 +173,136 @@ class _Add:
         except CNIError:
             return entries
 
-    def _delete_veth(self) -> None:
-        """Undo of the pair: let ``ip`` finish, then delete the host end (if it is ours)."""
+    def undo_pair(self, host_if: str, alias: str) -> None:
+        """Undo of the pair: let its ``ip`` runs finish, then delete the host end (if ours)."""
         from podnet.link import veth
 
-        if self.busy is not None:
+        for busy in (self.pair, self.configuring):
+            if busy is not None:
+                try:
+                    busy.wait()
+                except CNIError:
+                    pass
+        self.pair = self.configuring = None
+        veth.delete_host(host_if, owner=alias)
+
+
+class AddSteps:
+    """One ADD as a sequence of steps (:func:`attach`), each registering its undo on ``undo``.
+
+    Under the write lock: the rows are written and the node-side ``ip`` gets the pair's
+    commands just before the COMMIT (for a bridge port only after it, once the bridge is
+    ensured). After the COMMIT the hostPorts are published in parallel, the database connection
+    is closed (its WAL checkpoint overlaps the tools), and the pod end is configured as soon as
+    the pair exists. After the lock: the pod end is waited for, then the driver's
+    :meth:`~podnet.drivers.base.Driver.after_pair`."""
+
+    def __init__(self, driver: Driver, call: Call, conf: PodnetConf, net: NetworkRow | None,
+                 undo: Undo, flight: InFlight, pod_mac: str,
+                 requested: dict[int, str]) -> None:  # fmt: skip
+        self.driver, self.call, self.conf, self.net = driver, call, conf, net
+        self.undo, self.flight = undo, flight
+        self.pod_mac, self.requested = pod_mac, requested
+        self.host_if = names.host_ifname(call.container_id, call.ifname)
+        self.alias = link_alias(conf)
+        self.entries: list[PortMapping] = []
+        self.locked = True  # whether the chooser's records may still be reverted
+        self.store: Store  # set by run()
+
+    def run(self, store: Store) -> dict[str, Any]:
+        from podnet.cni.result import attachment
+
+        self.store = store
+        with store.locked():
+            link, choice = self.commit()
+            self.wire(link, choice)
+        self.locked = False
+        try:
+            self.flight.wait_configure(link)
+            self.driver.after_pair(self.call, self.conf, link, choice, self.undo)
+        except BaseException as err:
+            with store.locked():
+                self.undo.run(err, self.call.log.warn)
+            raise
+        flush_udp(self.call, self.entries)
+        return attachment(link.host_if, link.host_mac, link.ifname, link.pod_mac, link.netns,
+                          link.mtu, choice.alloc, choice.prefixes)  # fmt: skip
+
+    def commit(self) -> tuple[PodLink, Choice]:
+        """The rows, in one write transaction; the pair started before the COMMIT for a routed
+        pod. Undo registered: the veth (if started), then the rows."""
+        from podnet.link import veth
+        from podnet.store.pods import NewPod
+
+        call, conf, store = self.call, self.conf, self.store
+        with store.write():
+            refuse_existing(store, call.container_id)
+            choice = self.driver.choose(call, conf, store, self.requested, self.net)
+            alloc = choice.alloc
+            mtu = self.driver.pod_mtu(conf, choice) or self._node_mtu()
+            addresses = {family: a[0] for family, a in alloc.items()}
+            self.entries = mappings_for(conf, call.container_id, addresses)
+            check_hostports(store, self.entries)
+            link = veth.PodLink(
+                host_if=self.host_if, ifname=call.ifname, netns=call.netns, mtu=mtu,
+                addresses=[(f, a[0], a[1]) for f, a in sorted(alloc.items())],
+                host_mac=names.random_mac(), pod_mac=choice.pod_mac or self.pod_mac,
+                alias=self.alias, bridge=choice.bridge, prefixes=choice.prefixes, ovs=choice.ovs,
+            )  # fmt: skip
+            store.pods.add(NewPod(
+                container_id=call.container_id, netns=call.netns, interface_name=self.host_if,
+                interface_mtu=mtu, ifname=call.ifname, network_name=conf.name,
+                host_mac=link.host_mac, pod_mac=link.pod_mac, ovn_port=choice.port,
+                ip_address_v4=addresses.get(4), ip_address_v6=addresses.get(6),
+                ip_gateway_v4=alloc[4][1] if 4 in alloc else None,
+                ip_gateway_v6=alloc[6][1] if 6 in alloc else None,
+                name=call.args.get("K8S_POD_NAME"), namespace=call.args.get("K8S_POD_NAMESPACE"),
+                uid=call.args.get("K8S_POD_UID"),
+            ))  # fmt: skip
+            store.pods.insert_portmaps(self.entries)
+            if choice.network_id is not None:
+                store.networks.attach_pod(call.container_id, choice.network_id)
+            if self.driver.pair_before_commit:
+                # created while the COMMIT runs; a failed COMMIT deletes it again
+                self._start_pair(link)
+        self.undo.push("removing the rows and hostPorts", lambda: self._delete_rows(choice))
+        return link, choice
+
+    def wire(self, link: PodLink, choice: Choice) -> None:
+        """After the COMMIT, under the lock: the pair (a bridge port: once the bridge is
+        there), the hostPort elements and the pod end's configuration, started together."""
+        store, flight = self.store, self.flight
+        if not self.driver.pair_before_commit:
+            self.driver.before_pair(self.call, self.conf, store, choice, self.host_if)
+            self._start_pair(link)
+        if flight.start_nft(store, self.entries, ranges_changed=choice.ranges_changed,
+                            table=self.driver.checks_table):  # fmt: skip
+            store.detach()  # its WAL checkpoint overlaps ip and nft (the lock stays)
+        flight.wait_pair(link, store)
+        flight.start_configure(link, tx_off=choice.tx_off)
+        flight.wait_nft(store, self.entries, self.call)
+
+    def _start_pair(self, link: PodLink) -> None:
+        self.flight.start_pair(link)
+        self.undo.push(f"deleting {self.host_if}",
+                       lambda: self.flight.undo_pair(self.host_if, self.alias))  # fmt: skip
+
+    def _node_mtu(self) -> int:
+        """Bytes: the MTU of the link holding the node's default route (cni-kindnet's choice),
+        asked of the node-side ``ip`` already started (else with SIOCGIFMTU); 1500 without a
+        default route or when the link is gone."""
+        from podnet.link import mtu
+
+        ifname = mtu.default_route_ifname()
+        if ifname is None:
+            return mtu.DEFAULT_MTU
+        found = self.flight.ask_mtu(ifname)
+        if found is None:
             try:
-                self.busy.wait()
-            except CNIError:
-                pass
-        veth.delete_host(self.host_if, owner=self.alias)
+                found = mtu.link_mtu(ifname)  # SIOCGIFMTU, at the cost of ctypes' import
+            except OSError:
+                return mtu.DEFAULT_MTU
+        return found
 
     def _delete_rows(self, choice: Choice) -> None:
         """Undo of the rows: the hostPort elements the kernel may hold first (should they stay,
@@ -232,7 +310,7 @@ class _Add:
         the lock was never let go — what the chooser recorded."""
         from podnet import reconcile
 
-        maybe = self._settle_nft()
+        maybe = self.flight.held(self.entries)
         reconcile.delete(self.store, maybe, self.call.container_id, self.call.log.warn)
         with self.store.write():
             self.store.pods.delete(self.call.container_id)
@@ -278,20 +356,27 @@ def check_hostports(store: Store, entries: list[PortMapping]) -> None:
         raise errors.HostPortConflict(hostport_message(*found))
 
 
-def detach(driver: Driver, call: Call, conf: StoreConf) -> None:
-    """DEL (spec "DEL") of a veth pod: :func:`podnet.drivers.teardown.detach`, with the
-    driver's :meth:`~podnet.drivers.base.Driver.release` after the rows."""
+def detach(driver: Driver, call: Call, conf: StoreConf, network: str | None) -> None:
+    """DEL (spec "DEL") of ``driver``'s pod: :func:`podnet.drivers.teardown.detach`, with the
+    driver's :meth:`~podnet.drivers.base.Driver.release` after the rows; nothing for a type
+    that holds no pods (no ADD of it can have succeeded)."""
+    if not driver.takes_pods:
+        return
     from podnet.drivers import teardown
 
-    teardown.detach(call, conf, driver.release)
+    teardown.detach(call, conf, lambda c, k, store, pod: driver.release(c, k, store, pod, network))
 
 
-def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
-    """CHECK (spec "CHECK"): the row, the pod interface, routes, host route and hostPort map
-    elements must all be as ADD left them; the first difference → code 103 naming it. The
-    driver's :meth:`~podnet.drivers.base.Driver.check_first` runs first."""
+def check(driver: Driver, call: Call, conf: PodnetConf, net: NetworkRow | None = None) -> None:
+    """CHECK (spec "CHECK") of ``driver``'s pod (``net``: the conflist's network): the
+    driver's :meth:`~podnet.drivers.base.Driver.check_first`, the row, then
+    :meth:`~podnet.drivers.base.Driver.check_attachment`; the first difference → 103 naming it.
+    7 without ``prevResult`` or for a type that holds no pods; 4 for a bad CNI_NETNS; 3 when
+    the container has no such attachment."""
+    if not driver.takes_pods:
+        raise driver.no_pods(conf)
     from podnet.cni.result import prev_result
-    from podnet.drivers import check as podnet_check
+    from podnet.drivers.teardown import names_this
 
     if prev_result(call.config) is None:
         raise errors.InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
@@ -305,94 +390,11 @@ def check(driver: Driver, call: Call, conf: PodnetConf) -> None:
                 f"network {conf.name}",
                 code=errors.UNKNOWN_CONTAINER,
             )
-        bridge, prefixes = driver.prefixes(store, pod)
-        podnet_check.check(call, pod, store.pods.portmaps(call.container_id), bridge, prefixes,
-                           ranges=configured_ranges(driver, conf, store))  # fmt: skip
-
-
-def configured_ranges(driver: Driver, conf: PodnetConf, store: Store) -> list[Net] | None:
-    """The subnets NetConf ``conf`` gives its pods addresses from now: its own ``ranges``, or
-    the subnets of its ``network``; None when an IPAM plugin chooses them (``ipam``)."""
-    if conf.ranges:
-        return list(conf.ranges)
-    if not conf.network:
-        return None
-    row = store.networks.get(conf.network)
-    if row is None:
-        return []
-    return [n for nets in driver.subnets(row.config).values() for n in nets]
-
-
-def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
-    """GC (spec 1.1 "GC"): remove every attachment not in ``cni.dev/valid-attachments`` — rows,
-    host veths (also podnet veths with no row) and hostPort rules. Rows of other networks, of an
-    unknown network (seed 001's, without an attachment row) and of podnet-ipam sharing the
-    database are kept; the driver's :meth:`~podnet.drivers.base.Driver.gc_also` runs last.
-    Keeps going on errors and reports them together at the end."""
-    from podnet import reconcile
-    from podnet.cni.netconf import parse_valid_attachments
-    from podnet.link import veth
-    from podnet.store.pods import OWNER_PODNET
-
-    valid = parse_valid_attachments(call.config)
-    failures: list[str] = []
-    with open_store(conf) as store, store.locked():
-        keep: set[str] = set()
-        stale: list[str] = []
-        for pod in store.pods.all():
-            if pod.owner not in (None, OWNER_PODNET):
-                continue
-            # only this network's rows: one of unknown network (a seed-001 row without an
-            # attachment) is never another network's GC to release; its DEL does
-            if (pod.container_id, pod.ifname) in valid or pod.network_name != conf.name:
-                keep.add(str(pod.interface_name))
-            else:
-                stale.append(str(pod.container_id))
-        try:
-            # the kernel lets go first, then the rows
-            reconcile.rebuild(store, without=stale, warn=call.log.warn)
-        except CNIError as err:
-            failures.append(f"{err.msg}: {err.details}")
-            # rows whose map elements could not be removed stay, with their elements
-            stale = [cid for cid in stale if not store.pods.portmaps(cid)]
-        with store.write():
-            for cid in stale:
-                store.pods.delete(cid)
-        try:
-            ours = veth.list_host_links(names.HOST_PREFIX, link_alias(conf))
-            leaked = [n for n in ours if n not in keep]
-        except CNIError as err:
-            failures.append(f"listing links: {err.msg}: {err.details}")
-            leaked = []
-        deletions = []
-        for name in leaked:
-            try:
-                deletions.append((veth.start_delete_host(name), name))
-            except CNIError as err:
-                failures.append(f"{err.msg}: {err.details}")
-        for d, name in deletions:
-            try:
-                veth.finish_delete(d, name)
-            except CNIError as err:
-                failures.append(f"{err.msg}: {err.details}")
-    driver.gc_also(call, conf, failures)
-    if failures:  # what GC could not remove stays for the next GC: the kernel's or OVS's code
-        raise errors.KernelError("GC finished with errors", "; ".join(failures))
+        driver.check_attachment(call, conf, store, pod, net)
 
 
 class VethDriver(Driver):
     """A driver whose pods get a veth pair addressed by podnet (``ptp``, ``bridge``,
-    ``delegated``, and drivers built on them): the verbs are this module's functions, over the
-    driver's hooks."""
+    ``delegated``, and drivers built on them): this module's verbs run over its hooks."""
 
-    def attach(self, call: Call, conf: PodnetConf) -> dict[str, Any]:
-        return attach(self, call, conf)
-
-    def detach(self, call: Call, conf: StoreConf, network: str | None) -> None:
-        detach(self, call, conf)
-
-    def check(self, call: Call, conf: PodnetConf) -> None:
-        check(self, call, conf)
-
-    def gc(self, call: Call, conf: StoreConf) -> None:
-        gc(self, call, conf)
+    takes_pods = True

@@ -1,5 +1,5 @@
 """The ``ptp`` driver: pods routed through their own veth pair, addresses from the conflist's
-``ranges`` (seed 001's cni-kindnet layout). The conflist's network is recorded as a ``ptp``
+``ranges`` (cni-kindnet's layout). The conflist's network is recorded as a ``ptp``
 network so forwards can target its pods; podnet never creates a link for it besides the pods'.
 """
 
@@ -49,8 +49,8 @@ class PtpDriver(VethDriver):
                 unshared.append(cidr)
         store.ranges.delete(unshared)
 
-    def choose(self, call: Call, conf: PodnetConf, store: Store,
-               requested: dict[int, str]) -> Choice:  # fmt: skip
+    def choose(self, call: Call, conf: PodnetConf, store: Store, requested: dict[int, str],
+               net: NetworkRow | None) -> Choice:  # fmt: skip
         """Record the conflist's ranges (and its ``ptp`` network) when they are new or changed,
         then allocate from them; the undo puts both back. 7 when a range overlaps the node's
         routes or a bridge network has the conflist's name; 100 when a range is full."""

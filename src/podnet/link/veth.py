@@ -15,6 +15,15 @@ from podnet import proc
 from podnet.checked import WORD_CHARS
 from podnet.errors import InterfaceExists, InvalidEnv, KernelError
 
+# the host end's own steps (podnet.link.hostend), re-exported for the callers
+from podnet.link.hostend import alias_of as alias_of
+from podnet.link.hostend import delete_host as delete_host
+from podnet.link.hostend import finish_delete as finish_delete
+from podnet.link.hostend import list_host_links as list_host_links
+from podnet.link.hostend import prespawn_delete as prespawn_delete
+from podnet.link.hostend import quiet_host_end as quiet_host_end
+from podnet.link.hostend import start_delete_host as start_delete_host
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -27,11 +36,12 @@ class PodLink:
     no prefix); ``mtu`` in bytes (> 0); MACs as ``"aa:bb:…"``. ``bridge``: the bridge the host
     end joins (a pod of a bridge network), "" for podnet's point-to-point layout; ``prefixes``:
     the subnet prefix length per family on a bridge (the pod is on the subnet, the gateway is
-    the bridge's address).
+    the bridge's address). ``ovs``: the host end becomes an Open vSwitch port (no address,
+    route or bridge of the kernel's; the pod end is laid out as on a bridge).
     """
 
     __slots__ = ("host_if", "ifname", "netns", "mtu", "addresses", "host_mac", "pod_mac", "alias",
-                 "bridge", "prefixes")  # fmt: skip
+                 "bridge", "prefixes", "ovs")  # fmt: skip
 
     def __init__(
         self,
@@ -46,6 +56,7 @@ class PodLink:
         alias: str = "",
         bridge: str = "",
         prefixes: dict[int, int] | None = None,
+        ovs: bool = False,
     ) -> None:
         from podnet.checked import text
 
@@ -60,6 +71,7 @@ class PodLink:
         self.alias = alias
         self.bridge = bridge
         self.prefixes = prefixes or {}
+        self.ovs = ovs
 
 
 #: Characters a double-quoted ``ip -batch`` word may hold: iproute2 takes everything up to the
@@ -87,6 +99,8 @@ def host_batch(link: PodLink) -> list[str]:
     ]
     if link.alias:
         lines.insert(1, f"link set dev {link.host_if} alias {q(link.alias)}")
+    if link.ovs:  # an OVS port: Open vSwitch forwards its frames, the node's stack stays off
+        return lines
     if link.bridge:
         # a bridge port: no address or route of its own; hairpin so a frame may leave by the
         # port it came in (a pod reaching a forward that targets itself through the bridge)
@@ -109,7 +123,7 @@ def host_batch(link: PodLink) -> list[str]:
 def pod_batch(link: PodLink) -> list[str]:
     """``ip -batch`` lines for the pod netns: address the pod end, gateway and default routes."""
     lines = [f"link set dev {q(link.ifname)} up"]
-    if link.bridge:
+    if link.bridge or link.ovs:
         # addresses before the link comes up, so arp_notify/ndisc_notify (set by
         # start_configure_pod) announce them: the other pods of the bridge learn the new MAC
         lines = []
@@ -301,7 +315,10 @@ def finish_create_pair(link: PodLink, spawned: proc.Spawned,
             err.strip(),
         )
     try:
-        sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
+        if link.ovs:
+            quiet_host_end(link.host_if)
+        else:
+            sysctl.configure_host_side(link.host_if, {f for f, _, _ in link.addresses})
     except OSError as err:
         delete_host(link.host_if)
         raise KernelError(f"failed to set sysctls of {link.host_if}", str(err)) from err
@@ -316,24 +333,22 @@ def _quote(word: str) -> str:
 
 
 def start_configure_pod(link: PodLink, *, tx_off: bool = False) -> proc.Spawned:
-    """Start addressing and routing the pod end inside its netns (after :func:`create_pair`).
+    """Start addressing and routing the pod end inside its netns (after :func:`finish_create_pair`).
 
     One ``nsenter --net=<netns>`` process runs the pod-side sysctls, if any (IPv6 DAD and RA
     off; with a bridge, gratuitous ARP and unsolicited NA on), with ``tx_off`` ``ethtool -K
     <ifname> tx off`` (OVS's userspace datapath does not finish offloaded TX checksums), and
-    ``ip -batch``. Not
-    ``ip -n <name>``, although it is one exec less: to switch, ``ip`` also unshares the mount
-    namespace (a copy of every mount of the node, and each pod's netns file is one) and
-    remounts ``/`` and ``/sys``, so its cost grows with the pods. Measured (p50 of 30, loaded
-    machine): 3.4 ms against 4.8 for ``nsenter`` + ``ip`` with 22 mounts, 21.6 against 5.5
-    with 3,034. ``nsenter --net`` only calls setns(2). Entering the netns in-process would
-    need ctypes (~4 ms of import on 3.11). Collect with :func:`finish_configure_pod`.
+    ``ip -batch``. Not ``ip -n <name>``, although it is one exec less: to switch, ``ip`` also
+    unshares the mount namespace (a copy of every mount of the node, and each pod's netns file
+    is one) and remounts ``/`` and ``/sys``, so its cost grows with the pods (docs/benchmarks.md,
+    "Entering the pod's netns"); ``nsenter --net`` only calls setns(2), and entering the netns
+    in-process would need ctypes' import. Collect with :func:`finish_configure_pod`.
     """
     from podnet.link import sysctl
 
     families = {f for f, _, _ in link.addresses}
     writes = [f"printf 0 > {_quote(path)}" for path in sysctl.pod_side_paths(link.ifname, families)]
-    if link.bridge:  # gratuitous ARP / unsolicited NA when the link comes up
+    if link.bridge or link.ovs:  # gratuitous ARP / unsolicited NA when the link comes up
         writes += [f"printf 1 > {_quote(path)}"
                    for path in sysctl.notify_paths(link.ifname, families)]  # fmt: skip
     if tx_off:
@@ -351,74 +366,3 @@ def finish_configure_pod(link: PodLink, spawned: proc.Spawned) -> None:
     rc, _, err = spawned.wait()
     if rc != 0:
         raise KernelError(f"failed to configure {link.ifname} in {link.netns}", err.strip())
-
-
-def alias_of(name: str) -> str | None:
-    """The alias of link ``name`` in the calling thread's netns ("" none, None: no such link),
-    asked over rtnetlink (:func:`podnet.link.rtnl.link`), not read from ``/sys/class/net``,
-    which shows the netns sysfs was mounted in. A name with no ``/proc/sys/net/ipv{4,6}/conf``
-    entry (those follow the caller's netns) is answered None without a socket: every link has
-    one but a link with an MTU under 68, which podnet never makes. KernelError (104) when the
-    kernel refuses the question."""
-    from podnet.link import rtnl, sysctl
-
-    if not rtnl.possible(name) or not sysctl.interface_exists(name):
-        return None
-    try:
-        found = rtnl.link(name)
-    except OSError as err:
-        raise KernelError(f"failed to read link {name!r}", str(err)) from err
-    return None if found is None else found.alias
-
-
-def prespawn_delete() -> proc.Spawned:
-    """Start an ``ip -batch -`` for :func:`start_delete_host` before the host end's name may be
-    deleted (DEL holds the write lock first); never fed, it exits having done nothing."""
-    return proc.spawn(["ip", "-batch", "-"], defer=True)
-
-
-def start_delete_host(host_if: str, spawned: proc.Spawned | None = None) -> proc.Spawned:
-    """Start deleting the host end (the kernel removes the peer), in ``spawned`` (from
-    :func:`prespawn_delete`) or a new ``ip``; wait with :func:`finish_delete`.
-
-    The deletion waits for an RCU grace period (~20 ms), so callers overlap it with other work.
-    """
-    if spawned is None:
-        spawned = prespawn_delete()
-    spawned.feed(f"link del dev {host_if}\n".encode())
-    return spawned
-
-
-def finish_delete(spawned: proc.Spawned, host_if: str) -> None:
-    """Collect a deletion of ``host_if``; a link that is already gone is success (DEL is
-    idempotent). KernelError (104) with ``ip``'s message otherwise."""
-    rc, _, err = spawned.wait()
-    if rc != 0 and "Cannot find device" not in err and "does not exist" not in err:
-        raise KernelError(f"failed to delete {host_if}", err.strip())
-
-
-def delete_host(host_if: str, owner: str | None = None) -> None:
-    """Delete the host end now; gone already is success. With ``owner`` (a store's alias), a
-    link carrying another alias is left alone: it is not this store's. Raises
-    :class:`KernelError`."""
-    if owner is not None and alias_of(host_if) not in (None, "", owner):
-        return
-    finish_delete(start_delete_host(host_if), host_if)
-
-
-def list_host_links(prefix: str, alias: str) -> list[str]:
-    """Names of the veths in the current netns named ``prefix…`` with alias ``alias``."""
-    from podnet.cni.fastjson import loads
-
-    out = proc.run(["ip", "-j", "link", "show", "type", "veth"])
-    try:
-        links = loads(out) if out.strip() else []
-    except ValueError as err:
-        raise KernelError("ip printed unreadable JSON for its link list", str(err)) from None
-    return [
-        str(link["ifname"])
-        for link in links
-        if isinstance(link, dict)
-        and str(link.get("ifname", "")).startswith(prefix)
-        and link.get("ifalias") == alias
-    ]

@@ -1,12 +1,12 @@
 """``podnet``: the main CNI plugin — IPAM, the pod's veth, egress masquerade and hostPorts, with
-all node state in one SQLite database and no daemon (seed 001, issue 2).
+all node state in one SQLite database and no daemon (cni-kindnet's design).
 
-A verb adapter (issue 15, item 2): it parses the NetConf, picks the network driver
-(:func:`podnet.drivers.for_netconf`: ``delegated`` with an ``ipam`` object, the type of the
-conflist's ``network``, else ``ptp``) and calls its attach, detach, check or gc; the driver does
-the work (:mod:`podnet.drivers.base`: ADD on an undo stack under the store's write lock; the kernel
-never holds more than the store, :mod:`podnet.reconcile`). Results are built by
-:func:`podnet.cni.result.attachment`.
+A verb adapter: it parses the NetConf, loads the conflist's ``network`` once (:func:`_network`),
+picks the network driver (:func:`podnet.drivers.for_netconf`: ``delegated`` with an ``ipam``
+object, the type of the conflist's ``network``, else ``ptp``) and runs the verb, whose pipeline
+is shared by every driver (:mod:`podnet.drivers.pods`: ADD on an undo stack under the store's
+write lock; the kernel never holds more than the store, :mod:`podnet.reconcile`). Results are
+built by :func:`podnet.cni.result.attachment`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
     from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.store.networks import NetworkRow
 
 PLUGIN = "podnet"
 
@@ -31,28 +32,33 @@ def _conf(call: Call) -> PodnetConf:
     return PodnetConf(call.config)
 
 
-def _driver(conf: PodnetConf) -> Driver:
-    """The driver of this conflist; the type of its ``network`` is read from the store (7 when
-    the network does not exist, or is a conflist's own ``ptp`` network)."""
+def _network(conf: PodnetConf) -> NetworkRow | None:
+    """The conflist's ``network``, read from the store once per call (a network of the
+    cluster, OVN's NB, mirrored into it first); None for a conflist of its own ``ranges`` or
+    ``ipam``. 7 when the network does not exist, or is a conflist's own ``ptp`` network."""
+    if not conf.network or conf.ipam_type:
+        return None
+    from podnet.drivers.base import open_store, unknown_network
+
+    with open_store(conf) as store:
+        row = store.networks.get(conf.network)
+        if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
+            from podnet.drivers.cluster import cluster_row
+
+            row = cluster_row(store, conf.network)
+    if row is None:
+        raise unknown_network(conf)
+    if row.type == "ptp":
+        raise errors.InvalidConfig(f"network: {conf.network!r} is a ptp network, not a bridge "
+                                   f"(podnetctl network create {conf.network})")  # fmt: skip
+    return row
+
+
+def _driver(conf: PodnetConf, net: NetworkRow | None) -> Driver:
+    """The driver of this conflist, ``net`` its network (:func:`_network`)."""
     from podnet import drivers
 
-    network_type = None
-    if conf.network and not conf.ipam_type:
-        from podnet.drivers.base import open_store
-
-        with open_store(conf) as store:
-            row = store.networks.get(conf.network)
-            if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
-                from podnet.drivers.cluster import cluster_row
-
-                row = cluster_row(store, conf.network)
-        if row is None or row.type == "ptp":
-            what = "does not exist" if row is None else "is a ptp network, not a bridge"
-            raise errors.InvalidConfig(
-                f"network: {conf.network!r} {what} (podnetctl network create {conf.network})"
-            )
-        network_type = row.type
-    return drivers.for_netconf(conf, network_type)
+    return drivers.for_netconf(conf, None if net is None else net.type)
 
 
 def cmd_add(call: Call) -> dict[str, Any]:
@@ -63,9 +69,12 @@ def cmd_add(call: Call) -> dict[str, Any]:
     database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own. A failed ADD
     leaves no row, link or map element."""
     conf = _conf(call)
-    driver = _driver(conf)
+    net = _network(conf)
+    driver = _driver(conf, net)
+    from podnet.drivers import pods
+
     try:
-        return driver.attach(call, conf)
+        return pods.attach(driver, call, conf, net)
     except NotImplementedError:
         raise _unhandled(driver, "ADD") from None
 
@@ -88,8 +97,10 @@ def cmd_del(call: Call) -> None:
         teardown.detach(call, conf, None)  # no driver step: the driver layer stays unloaded
         return
     driver = _teardown_driver(call, conf, network_type, "DEL")
+    from podnet.drivers import pods
+
     try:
-        driver.detach(call, conf, network)
+        pods.detach(driver, call, conf, network)
     except NotImplementedError:
         call.log.warn(f"{_unhandled(driver, 'DEL').msg}: nothing released")
 
@@ -148,23 +159,28 @@ def cmd_check(call: Call) -> None:
     """CHECK (spec "CHECK"): the driver's check; code 103 naming the first difference. With
     ``ipam``, the IPAM plugin's CHECK runs first and its error passes through."""
     conf = _conf(call)
-    driver = _driver(conf)
+    net = _network(conf)
+    driver = _driver(conf, net)
+    from podnet.drivers import pods
+
     try:
-        driver.check(call, conf)
+        pods.check(driver, call, conf, net)
     except NotImplementedError:
         raise _unhandled(driver, "CHECK") from None
 
 
 def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment of this network not in
-    ``cni.dev/valid-attachments`` (:func:`podnet.drivers.pods.gc`); errors are reported together
+    ``cni.dev/valid-attachments`` (:func:`podnet.drivers.teardown.gc`); errors are reported together
     at the end."""
     from podnet.drivers.conf import StoreConf
 
     conf = StoreConf(call.config)
     driver = _teardown_driver(call, conf, _stored_network(call, conf)[1], "GC")
+    from podnet.drivers import teardown
+
     try:
-        driver.gc(call, conf)
+        teardown.gc(driver, call, conf)
     except NotImplementedError:
         call.log.warn(f"{_unhandled(driver, 'GC').msg}: nothing collected")
 
@@ -182,7 +198,7 @@ def cmd_status(call: Call) -> None:
             proc.which(tool)
         except CNIError as err:
             raise errors.Unavailable(err.msg, err.details) from None
-    driver = _driver(conf)
+    driver = _driver(conf, _network(conf))
     try:
         driver.status_also(call, conf)
     except NotImplementedError:

@@ -1,17 +1,18 @@
-"""The pods of the store and the ranges their addresses come from: seed 001's ``pods`` with
-podnet's ``pod_attachments``, the hostPorts (``portmap_entries``) and podnet-portmap's
-(``portmap_claims``) as ``store.pods``; seed 001's ``ipam_ranges`` with podnet's
-``range_options`` (``ipMasq``) as ``store.ranges`` (:class:`podnet.store.Store`)."""
+"""The pods of the store: cni-kindnet's ``pods`` table with podnet's ``pod_attachments``, the
+hostPorts (``portmap_entries``) and podnet-portmap's (``portmap_claims``) as ``store.pods``
+(:class:`podnet.store.Store`). The ranges their addresses come from are
+:mod:`podnet.store.ranges`."""
 
 from __future__ import annotations
 
 from podnet.store.conn import Queries
+from podnet.store.ranges import Ranges as Ranges  # store.ranges, made beside store.pods
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
+    from typing import Any
 
-    from podnet.store.conn import _Conn
     from podnet.values import Claim, Holder, PortMapping
 
 POD_COLUMNS = (
@@ -83,11 +84,56 @@ class Pod:
 
 
 #: ``portmap_entries`` with each row's family: the column of its pod that holds the container
-#: address (seed 001's ``ip_address_v4``/``ip_address_v6``) — no address text is looked at.
+#: address (``pods.ip_address_v4``/``ip_address_v6``) — no address text is looked at.
 _ENTRIES = "portmap_entries e LEFT JOIN pods p USING (container_id)"
 _ENTRY_COLUMNS = ("e.container_id, e.host_ip, e.host_port, e.protocol, e.container_ip, "
                   "e.container_port, CASE e.container_ip WHEN p.ip_address_v4 THEN 4 "
                   "WHEN p.ip_address_v6 THEN 6 ELSE 0 END")  # fmt: skip
+
+
+class NewPod:
+    """A pod row to insert (:meth:`Pods.add`): the pod (``container_id``: CNI_CONTAINERID, or
+    :func:`ipam_key` for podnet-ipam; ``netns``; host end ``interface_name`` and its MTU in
+    bytes; addresses and gateways per family, plain; the Kubernetes ``name``, ``namespace``,
+    ``uid`` from CNI_ARGS) and its attachment (CNI_IFNAME ``ifname``, the NetConf's
+    ``network_name``, MACs as ``"aa:bb:…"``, ``owner``: the plugin that releases the row,
+    ``ovn_port``: the logical switch port of a pod on an OVN network)."""
+
+    __slots__ = (
+        "container_id", "netns", "interface_name", "interface_mtu", "ifname", "network_name",
+        "host_mac", "pod_mac", "owner", "ip_address_v4", "ip_address_v6", "ip_gateway_v4",
+        "ip_gateway_v6", "name", "namespace", "uid", "ovn_port",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        container_id: str,
+        netns: str,
+        interface_name: str,
+        interface_mtu: int | None,
+        ifname: str,
+        network_name: str,
+        host_mac: str | None,
+        pod_mac: str | None,
+        owner: str = OWNER_PODNET,
+        ip_address_v4: str | None = None,
+        ip_address_v6: str | None = None,
+        ip_gateway_v4: str | None = None,
+        ip_gateway_v6: str | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        uid: str | None = None,
+        ovn_port: str | None = None,
+    ) -> None:
+        self.container_id, self.netns = container_id, netns
+        self.interface_name, self.interface_mtu = interface_name, interface_mtu
+        self.ifname, self.network_name, self.owner = ifname, network_name, owner
+        self.host_mac, self.pod_mac = host_mac, pod_mac
+        self.ip_address_v4, self.ip_address_v6 = ip_address_v4, ip_address_v6
+        self.ip_gateway_v4, self.ip_gateway_v6 = ip_gateway_v4, ip_gateway_v6
+        self.name, self.namespace, self.uid = name, namespace, uid
+        self.ovn_port = ovn_port
 
 
 def _family_or_none(m: PortMapping) -> int | None:
@@ -152,42 +198,27 @@ class Pods(Queries):
         q = f"SELECT 1 FROM pods WHERE {col} = ?"
         return self.conn.execute(q, (address,)).fetchone() is not None
 
-    def insert(
-        self,
-        *,
-        container_id: str,
-        netns: str,
-        interface_name: str,
-        interface_mtu: int | None,
-        ifname: str,
-        network_name: str,
-        host_mac: str | None,
-        pod_mac: str | None,
-        owner: str = OWNER_PODNET,
-        ip_address_v4: str | None = None,
-        ip_address_v6: str | None = None,
-        ip_gateway_v4: str | None = None,
-        ip_gateway_v6: str | None = None,
-        name: str | None = None,
-        namespace: str | None = None,
-        uid: str | None = None,
-        ovn_port: str | None = None,
-    ) -> None:
-        """Insert a pod and its attachment (inside :meth:`write`); ``owner`` names the plugin that
-        releases the row; ``ovn_port``: the logical switch port of a pod on an OVN network.
-        sqlite3.IntegrityError when the key or an address is taken."""
+    def insert(self, **row: Any) -> None:
+        """:meth:`add` of ``NewPod(**row)``."""
+        self.add(NewPod(**row))
+
+    def add(self, row: NewPod) -> None:
+        """Insert a pod and its attachment (inside :meth:`write`). sqlite3.IntegrityError when
+        the key or an address is taken."""
         self.conn.execute(
             "INSERT INTO pods (container_id, name, namespace, uid, netns, ip_address_v4, "
             "ip_address_v6, ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (container_id, name, namespace, uid, netns, ip_address_v4, ip_address_v6,
-             ip_gateway_v4, ip_gateway_v6, interface_name, interface_mtu),
+            (row.container_id, row.name, row.namespace, row.uid, row.netns, row.ip_address_v4,
+             row.ip_address_v6, row.ip_gateway_v4, row.ip_gateway_v6, row.interface_name,
+             row.interface_mtu),
         )  # fmt: skip
         self.conn.execute(
             "INSERT INTO pod_attachments (container_id, ifname, network_name, host_mac, pod_mac, "
             "owner, ovn_port) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (container_id, ifname, network_name, host_mac, pod_mac, owner, ovn_port),
-        )
+            (row.container_id, row.ifname, row.network_name, row.host_mac, row.pod_mac,
+             row.owner, row.ovn_port),
+        )  # fmt: skip
 
     def delete(self, container_id: str) -> None:
         """Delete a pod; its ``portmap_entries`` and attachment go by ON DELETE CASCADE."""
@@ -300,150 +331,3 @@ class Pods(Queries):
             [(e.container_id, e.host_ip, e.host_port, e.protocol, e.container_ip,
               e.container_port) for e in entries],
         )  # fmt: skip
-
-
-class Ranges(Queries):
-    """Queries of ``ipam_ranges`` over the store's connection."""
-
-    __slots__ = ("pods",)
-
-    def __init__(self, conn: Callable[[], _Conn], path: str, pods: Pods) -> None:
-        super().__init__(conn, path)
-        self.pods = pods  # whether a pod holds an address in a range
-
-    # -- ranges -------------------------------------------------------------------------
-    def all(self) -> list[tuple[int, str, str | None, bool]]:
-        """All ``ipam_ranges`` rows: ``(id, subnet, description, ip_masq)``."""
-        rows = self.conn.execute(
-            "SELECT r.id, r.subnet, r.description, COALESCE(o.ip_masq, 1) FROM ipam_ranges r "
-            "LEFT JOIN range_options o ON o.range_id = r.id ORDER BY r.id"
-        ).fetchall()
-        return [(i, s, d, bool(m)) for i, s, d, m in rows]
-
-    def _insert_range(self, subnet: str, description: str, *, ip_masq: bool) -> None:
-        cur = self.conn.execute(
-            "INSERT INTO ipam_ranges (subnet, description) VALUES (?, ?)", (subnet, description)
-        )
-        self.conn.execute(
-            "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?)",
-            (cur.lastrowid, int(ip_masq)),
-        )
-
-    def known_subnets(self) -> list[tuple[str, str]]:
-        """Every prefix the node's store hands addresses from: ``(CIDR, whose)`` for each range
-        (``range 10.244.0.0/24 (network podnet)``) and each bridge network's subnet
-        (``the subnet of bridge network "br0"``)."""
-        out = [(subnet, f"range {subnet} ({description or 'podnet'})")
-               for _, subnet, description, _ in self.all()]  # fmt: skip
-        rows = self.conn.execute(
-            "SELECT n.name, c.value FROM networks n JOIN networks_config c ON c.network_id = n.id "
-            "WHERE c.key IN ('ipv4.address', 'ipv6.address') "
-            "ORDER BY n.name, c.key"
-        ).fetchall()
-        from podnet import checked
-
-        for name, value in rows:
-            try:
-                net = checked.interface(value).network
-            except checked.BadValue:
-                continue  # auto / none
-            out.append((str(net), f'the subnet {net} of bridge network "{name}"'))
-        return out
-
-    def _refuse_overlap(self, subnets: Sequence[str], description: str) -> None:
-        """Code 7 naming both when one of ``subnets`` (new to the store) overlaps a known range
-        or bridge subnet: two allocators would hand out one address, and one's gateway would
-        be the other's pod (issue 13, item 5)."""
-        from podnet import checked
-        from podnet.errors import InvalidConfig
-
-        known = [(checked.network(cidr, strict=False), whose)
-                 for cidr, whose in self.known_subnets()]  # fmt: skip
-        for subnet in subnets:
-            net = checked.network(subnet)
-            problem = checked.pod_range_problem(net)
-            if problem:
-                raise InvalidConfig(f"range {subnet} ({description}): {problem}")
-            for other, whose in known:
-                shared = other == net and whose.startswith("range ")  # the same range, shared
-                if other.version == net.version and not shared and net.overlaps(other):
-                    raise InvalidConfig(
-                        f"range {subnet} ({description}) overlaps {whose} in {self.path}: "
-                        "ranges and bridge subnets of one node may not overlap"
-                    )
-
-    def _range_in_use(self, subnet: str) -> bool:
-        """Whether a pod row (of any owner) holds an address in ``subnet``."""
-        from podnet import checked
-
-        net = checked.network(subnet)
-        return any(checked.ip(a) in net for a in self.pods.used_addresses(net.version))
-
-    def add(self, subnets: Sequence[str], description: str) -> bool:
-        """Record ranges not yet known (canonical CIDRs), with ``ip_masq`` off: an IPAM plugin
-        serves them for another main plugin, which owns their egress. Known ranges and their
-        options are left alone. True if anything was added (inside :meth:`write`). Code 7 when
-        a new range overlaps a known range or bridge subnet (:meth:`_refuse_overlap`)."""
-        known = {subnet for _, subnet, _, _ in self.all()}
-        new = [subnet for subnet in subnets if subnet not in known]
-        if new:
-            self._refuse_overlap(new, description)
-        for subnet in new:
-            self._insert_range(subnet, description, ip_masq=False)
-        return bool(new)
-
-    def sync(self, subnets: Sequence[str], ip_masq: bool, description: str) -> bool:
-        """Record the config's ranges (canonical CIDRs) and their ipMasq; True if anything changed.
-
-        Ranges of other configs sharing the database are left alone. Code 7 when a new range
-        overlaps a known range or bridge subnet (:meth:`_refuse_overlap`); also when it would
-        change the ``ip_masq`` of a range pods are in — the masquerade of pods another config
-        made (a podnet-ipam range, recorded without a masquerade decision, takes its first
-        main plugin's).
-        """
-        known = {subnet: (rid, masq) for rid, subnet, _, masq in self.all()}
-        new = [subnet for subnet in subnets if subnet not in known]
-        if new:
-            self._refuse_overlap(new, description)
-        owners = {subnet: whose for _, subnet, whose, _ in self.all()}
-        for subnet in subnets:
-            whose = owners.get(subnet) or ""
-            if subnet in known and known[subnet][1] != ip_masq and \
-                    not whose.endswith("(podnet-ipam)") and self._range_in_use(subnet):
-                from podnet.errors import InvalidConfig
-
-                raise InvalidConfig(
-                    f"range {subnet} ({whose}) has ipMasq {str(known[subnet][1]).lower()} and "
-                    f"pods in it: {description} cannot change that (once no pod is left in it, "
-                    "it can)"
-                )
-        changed = False
-        for subnet in subnets:
-            if subnet not in known:
-                self._insert_range(subnet, description, ip_masq=ip_masq)
-                changed = True
-            elif known[subnet][1] != ip_masq:
-                self.conn.execute(
-                    "INSERT INTO range_options (range_id, ip_masq) VALUES (?, ?) "
-                    "ON CONFLICT (range_id) DO UPDATE SET ip_masq = excluded.ip_masq",
-                    (known[subnet][0], int(ip_masq)),
-                )
-                changed = True
-        return changed
-
-    def delete(self, subnets: Sequence[str]) -> None:
-        """Forget the ranges ``subnets`` (canonical CIDRs) and their options (inside
-        :meth:`write`): a ptp network deleted with no pods left in them."""
-        self.conn.executemany("DELETE FROM ipam_ranges WHERE subnet = ?", [(s,) for s in subnets])
-
-    def restore(self, before: Sequence[tuple[int, str, str | None, bool]]) -> None:
-        """Put ``ipam_ranges`` back as :meth:`ranges` returned it (inside :meth:`write`): ranges
-        added since are deleted, changed ``ip_masq`` values restored. For a failed ADD undoing
-        its own records."""
-        known = {rid: masq for rid, _, _, masq in before}
-        for rid, _, _, masq in self.all():
-            if rid not in known:
-                self.conn.execute("DELETE FROM ipam_ranges WHERE id = ?", (rid,))
-            elif masq != known[rid]:
-                self.conn.execute("UPDATE range_options SET ip_masq = ? WHERE range_id = ?",
-                                  (int(known[rid]), rid))  # fmt: skip

@@ -192,7 +192,7 @@ CREATE TABLE server_config (
 """
 
 # The logical switch port of a pod on an OVN network: a spare port the ADD claimed
-# from the node's pool (podnet.ovn.ports) has a name no DEL can derive; NULL for other pods.
+# from the node's pool (podnet.ovn.spares) has a name no DEL can derive; NULL for other pods.
 OVN_PORT = """
 ALTER TABLE pod_attachments ADD COLUMN ovn_port TEXT
 """
