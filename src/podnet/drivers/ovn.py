@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podnet import checked, proc
-from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers.cluster_base import ClusterDriver, Context
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
 from podnet.networks.errors import NetworkError, in_use

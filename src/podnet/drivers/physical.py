@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podnet import proc
-from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers.cluster_base import ClusterDriver, Context, local_member
 from podnet.errors import CNIError
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
@@ -197,8 +197,6 @@ def _ports(bridge: str) -> list[str] | None:
 def _me() -> str | None:
     """This node's member name (its OVN chassis name); None when its OVS is not set up for OVN
     or does not answer (then no member is this node)."""
-    from podnet.drivers.cluster import local_member
-
     try:
         return local_member()
     except CNIError:
@@ -209,6 +207,7 @@ class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
     type = "physical"
+    has_forwards = False
     creatable = True
     member_keys = ("parent",)
 
