@@ -2,10 +2,11 @@
 network loaded once, ready for the operation asked of it (LXD's ``LoadByName``,
 lxd/network/network_load.go).
 
-Two backends implement :class:`Backend`: :class:`podnet.drivers.local.LocalBackend` (this node's
-store: every change under its write lock, in one write transaction, the kernel reconciled
-before the COMMIT) and :class:`podnet.drivers.cluster.ClusterBackend` (OVN's NB: every change
-one NB transaction, re-applied when another node changed the registry meanwhile). A type names
+Two backends implement :class:`Backend`: :class:`podnet.drivers.local.LocalBackend` (this
+node's store: every change under its write lock, in one write transaction, the kernel
+reconciled before the COMMIT) and :class:`podnet.drivers.cluster_backend.ClusterBackend` (OVN's
+NB: every change one NB transaction, re-applied when another node changed the registry
+meanwhile). A type names
 its backend (:attr:`podnet.drivers.network.NetworkType.backend`);
 :class:`podnet.drivers.manager.Manager` loads a network and dispatches to the backend that
 holds it, never asking which kind it is.
@@ -14,7 +15,8 @@ holds it, never asking which kind it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from podnet import drivers
 from podnet.errors import CNIError
@@ -22,7 +24,6 @@ from podnet.networks.errors import NetworkError
 
 if TYPE_CHECKING:
     from podnet.drivers.base import Driver
-    from podnet.drivers.manager import Manager
     from podnet.networks.model import Forward, Network
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
@@ -63,6 +64,20 @@ class LoadedNetwork:
         return driver_of(self.row.type)
 
 
+class Host(Protocol):
+    """What a backend needs of its caller (:class:`podnet.drivers.manager.Manager`): this
+    node's owner mark and member name, the warning sink, the store and the ``--target``
+    check."""
+
+    owner: str
+    node: str
+    warn: Callable[[str], None] | None
+
+    def store(self) -> AbstractContextManager[Store]: ...
+
+    def check_target(self, member: str | None) -> None: ...
+
+
 class Backend:
     """The storage and transactions of networks of the types that name it (``kind``). Each
     operation refuses with LXD's messages and statuses (:class:`NetworkError`) and changes
@@ -71,7 +86,7 @@ class Backend:
     #: :attr:`podnet.drivers.network.NetworkType.backend` of the types it keeps.
     kind = ""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Host) -> None:
         self.manager = manager
 
     def keeps(self, driver: Driver) -> bool:

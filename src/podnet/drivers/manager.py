@@ -5,9 +5,9 @@ same way and interleave safely.
 A network is loaded once (:meth:`Manager.load`, LXD's ``LoadByName`` in
 lxd/network/network_load.go) and the operation dispatched to the backend that keeps it
 (:class:`podnet.drivers.backend.Backend`: this node's store, :mod:`podnet.drivers.local`, or
-OVN's NB, :mod:`podnet.drivers.cluster`); a new network is made by the backend its type names
-(:attr:`podnet.drivers.network.NetworkType.backend`). What a network type does is its driver's
-(:mod:`podnet.drivers`); nothing here depends on which types exist.
+OVN's NB, :mod:`podnet.drivers.cluster_backend`); a new network is made by the backend its
+type names (:attr:`podnet.drivers.network.NetworkType.backend`). What a network type does is
+its driver's (:mod:`podnet.drivers`); nothing here depends on which types exist.
 
 Refusals are :class:`~podnet.networks.errors.NetworkError` with LXD's message and the HTTP
 status the API answers (400, 404, 409, 412); kernel and database failures are CNIErrors (104, 5,
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 from podnet import checked, drivers
 from podnet.drivers.backend import Backend, LoadedNetwork, driver_of
-from podnet.drivers.cluster import ClusterBackend
+from podnet.drivers.cluster_backend import ClusterBackend
 from podnet.drivers.local import LocalBackend, stale
 from podnet.drivers.network import CLUSTER, LOCAL
 from podnet.drivers.nodeconf import no_store
