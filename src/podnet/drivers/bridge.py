@@ -1,5 +1,5 @@
 """The ``bridge`` driver: pods as ports of a podnet-managed Linux bridge, LXD's bridge network
-keys (seed 004; :mod:`podnet.networks.config`). The bridge carries the alias
+keys (lxd/network/driver_bridge.go; :mod:`podnet.networks.config`). The bridge carries the alias
 ``podnet:<dataDir>``; a link of its name that is not podnet's is never taken over."""
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +158,8 @@ def ssl_dir(config: Mapping[str, str], owner: str = "") -> str | None:
 def drop_ssl_dir(before: Mapping[str, str], after: Mapping[str, str], owner: str) -> None:
     """Remove the PEM files of server config ``before`` when ``after`` (the store's new config)
     no longer uses them: a replaced or unset client key leaves no copy in ``/run``."""
+    import shutil  # cold: the plugin's OVN calls load this module, never this function
+
     old = ssl_dir(before, owner)
     if old is not None and old != ssl_dir(after, owner):
         shutil.rmtree(old, ignore_errors=True)
@@ -174,6 +174,8 @@ def _ssl_files(config: Mapping[str, str], owner: str = "") -> tuple[str, str, st
     assert base is not None
     paths = tuple(f"{base}/{n}" for n in ("key.pem", "cert.pem", "ca.pem"))
     if not all(os.path.exists(p) for p in paths):
+        import tempfile  # cold: only when the PEM files are first written
+
         os.makedirs(base, mode=0o700, exist_ok=True)
         os.chmod(base, 0o700)
         for path, pem in zip(paths, pems, strict=True):
