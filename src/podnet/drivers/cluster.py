@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from podnet.drivers.cluster_base import (  # noqa: F401 - the names other modules use here
+from podnet.drivers.cluster_base import (
     UNREACHABLE,
     ClusterDriver,
     Context,
@@ -39,6 +39,13 @@ from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 if TYPE_CHECKING:
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
+
+#: Defined here, and what other modules reach through this one (:mod:`podnet.drivers.cluster_base`).
+__all__ = [
+    "DELETE_TARGET", "UNREACHABLE", "ClusterDriver", "Context", "_ssl_files", "as_network",
+    "check_member", "cluster_row", "connect", "create", "delete", "drop_ssl_dir", "local_member",
+    "network", "networks", "restore", "southbound", "ssl_dir", "update",
+]  # fmt: skip
 
 
 def networks(nb: Ovsdb, owner: str) -> list[Network]:
