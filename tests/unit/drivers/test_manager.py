@@ -8,10 +8,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+from labnet_driver import LabNetDriver
 from podnet import drivers
 from podnet.drivers import manager
 from podnet.drivers.local import LocalBackend
 from podnet.drivers.network import CLUSTER, LOCAL
+from podnet.networks.errors import NetworkError
 
 SOURCE = Path(manager.__file__).read_text()
 TREE = ast.parse(SOURCE)
@@ -60,3 +64,57 @@ def test_an_unknown_name_loads_as_the_stores(tmp_path: Path) -> None:
     net = m.load("nowhere")
     assert isinstance(net.backend, LocalBackend) and net.row is None
     assert list(m.backends) == [LOCAL, CLUSTER]
+
+
+class _NoForwards(LabNetDriver):
+    """A node network type without forwards."""
+
+    type = "labnoforward"
+    has_forwards = False
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's types registered in this process only for the test."""
+    monkeypatch.setattr(drivers, "_loaded", dict(drivers._loaded))
+    monkeypatch.setattr(drivers, "_registered", set(drivers._registered))
+    drivers.register(LabNetDriver.type, LabNetDriver())
+    drivers.register(_NoForwards.type, _NoForwards())
+
+
+def _manager(tmp_path: Path) -> manager.Manager:
+    """A manager whose store holds network ``lab0`` (labnet) and ``bare0`` (no forwards),
+    recorded as rows (no kernel involved)."""
+    m = manager.Manager(str(tmp_path), create=True)
+    with m.store() as store, store.write():
+        store.networks.insert("lab0", "labnet", "", {"ipv4.address": "10.78.0.1/24"})
+        store.networks.insert("bare0", "labnoforward", "", {"ipv4.address": "10.79.0.1/24"})
+    return m
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_type_says_whether_it_has_forwards(tmp_path: Path) -> None:
+    m = _manager(tmp_path)
+    assert m.list_forwards("lab0") == []
+    with pytest.raises(NetworkError) as refused:
+        m.list_forwards("bare0")
+    assert (refused.value.status, str(refused.value)) == (
+        400, 'Network "bare0" of type labnoforward has no forwards')  # fmt: skip
+    with pytest.raises(NetworkError, match="has no forwards"):
+        m.delete_forward("bare0", "192.0.2.1")
+    with pytest.raises(NetworkError) as missing:
+        m.list_forwards("nowhere")
+    assert (missing.value.status, str(missing.value)) == (
+        404, "Failed loading network: Network not found")  # fmt: skip
+
+
+@pytest.mark.usefixtures("registry")
+def test_registered_types_are_listed_and_loaded(tmp_path: Path) -> None:
+    m = _manager(tmp_path)
+    shown = {n.name: (n.type, n.status, n.config) for n in m.list_networks()}
+    assert shown == {"bare0": ("labnoforward", "Created", {"ipv4.address": "10.79.0.1/24"}),
+                     "lab0": ("labnet", "Created", {"ipv4.address": "10.78.0.1/24"})}  # fmt: skip
+    net = m.load("lab0")
+    assert isinstance(net.backend, LocalBackend) and net.row is not None
+    assert net.driver.type == "labnet"
+    assert "labnet" in drivers.types()
