@@ -163,7 +163,10 @@ class Manager:
         if type not in known:
             raise NetworkError("Unknown driver")
         driver = driver_of(type)
-        return self.backends[driver.backend].create(driver, name, description, config, target)
+        backend = self.backends.get(driver.backend)
+        if backend is None:  # an administrator's class naming no backend podnet has
+            raise NetworkError(f"Network type {type} names an unknown backend {driver.backend!r}")
+        return backend.create(driver, name, description, config, target)
 
     def update_network(self, name: str, *, description: str | None = None,
                        config: Mapping[str, str] | None = None, patch: bool = False,

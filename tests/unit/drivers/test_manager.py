@@ -118,3 +118,20 @@ def test_registered_types_are_listed_and_loaded(tmp_path: Path) -> None:
     assert isinstance(net.backend, LocalBackend) and net.row is not None
     assert net.driver.type == "labnet"
     assert "labnet" in drivers.types()
+
+
+def test_a_type_naming_no_backend_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Elsewhere(LabNetDriver):
+        type = "labelsewhere"
+        backend = "elsewhere"
+
+    monkeypatch.setattr(drivers, "_loaded", dict(drivers._loaded))
+    monkeypatch.setattr(drivers, "_registered", set(drivers._registered))
+    drivers.register(Elsewhere.type, Elsewhere())
+    m = manager.Manager(str(tmp_path), create=True)
+    with pytest.raises(NetworkError) as refused:
+        m.create_network("far0", type="labelsewhere", config={"ipv4.address": "10.80.0.1/24"})
+    assert (refused.value.status, str(refused.value)) == (
+        400, "Network type labelsewhere names an unknown backend 'elsewhere'")  # fmt: skip
+    with m.store() as store:
+        assert store.networks.get("far0") is None
