@@ -199,11 +199,9 @@ def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
             raise NetworkError(f"Failed joining {network} to OVN: {failed.strip()}", 500)
         quiet_host_end(there)
     if fresh:  # a port row left from a removed link stays dead: removed first, on its own
-        proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-port", ovs, there])
-    proc.run(["ovs-vsctl", "--timeout=10", "--may-exist", "add-br", ovs, "--", "set", "bridge",
-              ovs, f"datapath_type={chassis.datapath_type}", "--", "--may-exist", "add-port",
-              ovs, there])  # fmt: skip
-    if chassis.userspace:  # FIELD-NOTES §8: no TX checksum offload into OVS
+        vswitch.del_port(there, ovs)
+    vswitch.add_bridge(ovs, chassis.datapath_type, there)
+    if chassis.userspace:  # no TX checksum offload into OVS's userspace datapath
         for end in (here, there):
             proc.run(["ethtool", "-K", end, "tx", "off"])
     proc.run(["ip", "link", "set", ovs, "up"])
@@ -214,12 +212,13 @@ def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
 def _ports(ovs: str) -> list[str] | None:
     """The ports of OVS bridge ``ovs`` but ovn-controller's patch ports to the integration
     bridge (None: no such bridge)."""
-    rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "list-ports", ovs]).wait()
-    if rc != 0:
+    from podnet.ovn import vswitch
+
+    ports = vswitch.list_ports(ovs)
+    if ports is None:
         return None
-    rc, patches, _ = proc.spawn(["ovs-vsctl", "--timeout=10", "--bare", "--columns=name", "find",
-                                 "Interface", "type=patch"]).wait()  # fmt: skip
-    return [p for p in out.split() if p not in (patches.split() if rc == 0 else [])]
+    patches = vswitch.patch_ports()
+    return [p for p in ports if p not in patches]
 
 
 def detach(network: str, owner: str) -> None:
@@ -235,7 +234,7 @@ def detach(network: str, owner: str) -> None:
         chassis = None
     if chassis is not None and chassis.bridge_mappings.get(network) == ovs:
         vswitch.set_bridge_mapping(network, None)
-        proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", ovs])
+        vswitch.del_bridge(ovs)
     here, _ = veth_names(network)
     if alias_of(here) == owner:
         proc.spawn(["ip", "link", "del", here]).wait()

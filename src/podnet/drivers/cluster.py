@@ -11,7 +11,7 @@ The types' interface and the NB connection: :mod:`podnet.drivers.cluster_base`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podnet.drivers.cluster_base import (
     UNREACHABLE,
@@ -34,6 +34,7 @@ from podnet.errors import CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def create(
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         pending = registry.records.get(name)
         if pending is not None and not pending.pending:
             raise NetworkError("The network already exists", 409)
@@ -156,7 +157,7 @@ def update(
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Network not found", 404)
@@ -206,7 +207,7 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None,
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Failed loading network: Network not found", 404)

@@ -13,7 +13,6 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from podnet import drivers
 from podnet.drivers.base import Driver
@@ -24,8 +23,9 @@ from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
 from podnet.ovn import vswitch
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
-from podnet.ovn.ports import pods_by_network
+from podnet.ovn.pod_ports import pods_by_network
 
 #: The API's answer to an unreachable NB (the CLI prints the message, exit 1).
 UNREACHABLE = 503
@@ -46,7 +46,7 @@ class Context:
 
     def pods(self, network: str) -> list[str]:
         """The container IDs of ``network``'s pods on every node (the NB's pod ports, read
-        once per context: :func:`podnet.ovn.ports.pods_by_network`)."""
+        once per context: :func:`podnet.ovn.pod_ports.pods_by_network`)."""
         if self._pods is None:
             self._pods = pods_by_network(self.nb)
         return self._pods.get(network, [])
@@ -86,21 +86,21 @@ class ClusterDriver(Driver):
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         """``config`` with its defaults, the NB operations that make the network, and what then
         attaches this node (returns what it did)."""
         raise NotImplementedError
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         """The config to record and the NB operations of a change (default: keys only; a key
         that changes what the network is made of is refused by the driver)."""
         return config, []
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         """The NB operations that remove the network, and what then detaches this node.
         NetworkError (400) while it is in use."""
         raise NotImplementedError

@@ -29,8 +29,9 @@ from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, canonical_address
+from podnet.ovn import forward_lbs
 from podnet.ovn import nb as nbmod
-from podnet.ovn import ports
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 Addr = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -225,7 +226,7 @@ def _check_listen(registry: nbmod.Registry, network: str, record: nbmod.Record,
 
 def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str,
            uplinks: Mapping[str, nbmod.Record] | None = None) -> nbmod.Registry:  # fmt: skip
-    def wrapped(registry: nbmod.Registry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def wrapped(registry: nbmod.Registry) -> tuple[dict[str, Any], list[Op]]:
         registry.forward_changes = {}
         registry.local_uplinks = dict(uplinks or {})
         try:
@@ -266,7 +267,7 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward,
     takes its listen addresses from the bridge's routes)."""
     made: list[Forward] = []
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         record = _network(registry, network)
         new = forward.normalised()
         if new.listen_address in ("0.0.0.0", "::"):
@@ -277,8 +278,8 @@ def create_forward(nb: Ovsdb, network: str, forward: Forward,
         new.config = {k: v for k, v in new.config.items() if v != ""}
         registry.forward_changes[(network, new.listen_address)] = dumps(new)
         made[:] = [new]
-        return ports.forward_ops(nb, network, new.listen_address, dnats,
-                                 l2proxy=l2proxy(registry, record))  # fmt: skip
+        return forward_lbs.forward_ops(nb, network, new.listen_address, dnats,
+                                       l2proxy=l2proxy(registry, record))  # fmt: skip
 
     _apply(nb, apply, "Failed creating forward: ", uplinks)
     return made[0]
@@ -292,7 +293,7 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
     made: list[Forward] = []
     where = (network, canonical_address(listen))
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         record = _network(registry, network)
         if where not in registry.forwards:
             raise NetworkError(("" if client else "Failed updating forward: ") +
@@ -305,7 +306,8 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
         if new.etag() == current.etag():
             return []
         registry.forward_changes[where] = dumps(new)
-        return ports.forward_ops(nb, network, where[1], dnats, l2proxy=l2proxy(registry, record))
+        return forward_lbs.forward_ops(nb, network, where[1], dnats,
+                                       l2proxy=l2proxy(registry, record))  # fmt: skip
 
     _apply(nb, apply, "Failed updating forward: ", uplinks)
     return made[0]
@@ -314,11 +316,11 @@ def modify_forward(nb: Ovsdb, network: str, listen: str, change: Callable[[Forwa
 def delete_forward(nb: Ovsdb, network: str, listen: str) -> None:
     where = (network, canonical_address(listen))
 
-    def apply(registry: nbmod.Registry) -> list[dict[str, Any]]:
+    def apply(registry: nbmod.Registry) -> list[Op]:
         _network(registry, network)
         if where not in registry.forwards:
             raise NetworkError("Failed deleting forward: Network forward not found", 404)
         registry.forward_changes[where] = None
-        return ports.forward_ops(nb, network, where[1], None)
+        return forward_lbs.forward_ops(nb, network, where[1], None)
 
     _apply(nb, apply, "")

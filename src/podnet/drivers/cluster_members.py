@@ -7,13 +7,13 @@ and per-member keys (lxd/networks.go ``networksPost`` with a target, ``CreatePen
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from podnet.drivers.cluster_base import Context, as_network, check_member, cluster_driver, failure
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
 from podnet.ovn import nb as nbmod
+from podnet.ovn.ops import Op
 from podnet.ovn.ovsdb import Ovsdb, TxnFailed, Unreachable
 
 
@@ -37,7 +37,7 @@ def define_member(nb: Ovsdb, owner: str, name: str, kind: str, config: dict[str,
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             return {name: nbmod.Record(kind, "", {}, {target: valid}, "Pending")}, []
@@ -75,7 +75,7 @@ def update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], p
 
     def apply(
         registry: nbmod.Registry,
-    ) -> tuple[dict[str, nbmod.Record | None], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
         record = registry.records.get(name)
         if record is None:
             raise NetworkError("Network not found", 404)

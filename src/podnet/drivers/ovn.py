@@ -30,8 +30,8 @@ from podnet.networks.errors import NetworkError, in_use
 from podnet.networks.server import NB_CONNECTION
 from podnet.ovn import nb as nbmod
 from podnet.ovn import vswitch
-from podnet.ovn.ovsdb import pymap
-from podnet.ovn.ports import SPARE
+from podnet.ovn.ops import Op
+from podnet.ovn.pod_ports import SPARE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ class OvnDriver(ClusterDriver):
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         uplink = self._uplink(ctx, config)
         clash = nbmod.taken_names(ctx.nb, name)
         if clash:  # someone else's rows: podnet would act on them later
@@ -330,7 +330,7 @@ class OvnDriver(ClusterDriver):
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         changed = [k for k in FIXED if config.get(k) != before.config.get(k)]
         if changed:
             raise NetworkError(
@@ -343,19 +343,19 @@ class OvnDriver(ClusterDriver):
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         n = nbmod.names(name)
         ports = ctx.nb.select(
             "Logical_Switch_Port",
-            [["external_ids", "includes", ["map", [[nbmod.TAG, name]]]]],
+            [nbmod.ours(name)],
             ["name", "external_ids"],
         )
         pods = [
-            p["name"]
+            p.name
             for p in ports
-            if p["name"] not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
-            and ovn_hostports.MGMT_ID not in pymap(p["external_ids"])  # the nodes' hostPorts
-            and SPARE not in pymap(p["external_ids"])  # the nodes' spare ports
+            if p.name not in (n["lsp_int_router"], n["lsp_ext_router"], n["lsp_provider"])
+            and ovn_hostports.MGMT_ID not in p.external_ids  # the nodes' hostPorts
+            and SPARE not in p.external_ids  # the nodes' spare ports
         ]
         if pods:  # named by their containers (a port podnet did not make: by its name)
             raise in_use(ctx.pods(name) or sorted(checked.show(p, 80) for p in pods))

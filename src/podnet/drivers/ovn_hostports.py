@@ -1,4 +1,4 @@
-"""hostPorts for pods on OVN networks (issue 16, item 5).
+"""hostPorts for pods on OVN networks.
 
 A node has no route into an OVN network's subnet: its pods sit behind the integration
 bridge. The first ADD with ``portMappings`` on a network gives the node a **management port**
@@ -13,8 +13,8 @@ there, as ovn-kubernetes does (``k8s-<node>``):
   (the node's link, podnet's); TX checksum offload off on a ``netdev`` datapath;
   ``ip_forward``/``forwarding`` and ``route_localnet`` as for a pod's host veth.
 
-The hostPort then works as for ptp and bridge pods: the same rows (seed 001's
-``portmap_entries``), conflict checks and ``inet podnet`` map elements; the DNATed packet
+The hostPort then works as for ptp and bridge pods: the same rows (``portmap_entries``),
+conflict checks and ``inet podnet`` map elements; the DNATed packet
 leaves through the management port, and ``postrouting`` masquerades every DNATed connection
 leaving through a ``pnm*`` link, so the pod's reply comes back through the node (the pod sees
 the management port's address as the client). The management port is the node's, like an
@@ -25,100 +25,25 @@ node forgets those of networks deleted elsewhere).
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any
 
 from podnet import checked, errors, proc
+from podnet.drivers.ovn_addresses import addresses, fits, own, security, subnets
 from podnet.firewall.table import MGMT_LINKS
 from podnet.link import names
+from podnet.ovn import pod_ports, vswitch
+from podnet.ovn.ovsdb import Ovsdb
+from podnet.ovn.vswitch import Chassis
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from podnet.ovn.ovsdb import Ovsdb
-    from podnet.ovn.vswitch import Chassis
+__all__ = [
+    "MGMT_ID", "MGMT_PREFIX", "RESOLV_CONF", "TUNNEL_TYPES", "addresses", "check_node",
+    "ensure_mgmt", "fits", "forget_mgmt", "holds", "mgmt_ifname", "mgmt_port", "nameservers",
+    "node_peers", "own", "peers", "remove_mgmt", "security", "subnets",
+]  # fmt: skip
 
 #: Links podnet makes as management ports; ``postrouting`` masquerades DNAT through them.
 MGMT_PREFIX = MGMT_LINKS.rstrip("*")
 MGMT_ID = "podnet-mgmt"
-
-
-def ovs(*args: str) -> None:
-    proc.run(["ovs-vsctl", "--timeout=10", *args])
-
-
-def wait_installed(host_if: str, port: str, deadline: float) -> None:
-    left = max(1, int(deadline - time.monotonic()))
-    argv = [
-        "ovs-vsctl",
-        f"--timeout={left}",
-        "wait-until",
-        "Interface",
-        host_if,
-        "external_ids:ovn-installed=true",
-    ]
-    rc, _, err = proc.spawn(argv, timeout=left + 2).wait()
-    if rc != 0:
-        raise errors.KernelError(
-            f"port {port} was not wired on this chassis within the deadline "
-            "(is ovn-controller running?)",
-            err.strip(),
-        )
-
-
-def own(
-    config: dict[str, str], found: list[str], what: str
-) -> tuple[str, dict[int, tuple[str, str, Any]], dict[int, int]]:
-    """The port's own MAC and addresses from northd's ``dynamic_addresses`` split (``found``:
-    ``MAC IPv4 [IPv6]``), each parsed before it reaches a tool: ``(MAC, {family: (address,
-    gateway, subnet)}, {family: prefix length})``. One address per family the network has,
-    inside its subnet, neither the router's address nor the subnet's network or broadcast
-    address. InvalidConfig (7) naming ``what`` for anything else (an NB record another writer
-    made), NoFreeAddress (100) when no family has one."""
-    nets: dict[int, Any] = {}
-    for family in (4, 6):
-        router = config.get(f"ipv{family}.address", "none")
-        if router not in ("", "none", "auto"):
-            nets[family] = checked.interface(router)
-    try:
-        mac = checked.mac(found[0] if found else "")
-    except checked.BadValue as err:
-        raise errors.InvalidConfig(f"{what}: the NB's MAC address: {err}") from None
-    alloc: dict[int, tuple[str, str, Any]] = {}
-    for text in found[1:]:
-        try:
-            address = checked.ip(text)
-        except checked.BadValue as err:
-            raise errors.InvalidConfig(f"{what}: the NB's addresses: {err}") from None
-        router_if = nets.get(address.version)
-        bad = router_if is None or address.version in alloc
-        if router_if is not None:
-            net = router_if.network
-            edge = address.version == 4 and address == net.broadcast_address
-            bad = bad or edge or address not in net or address in (router_if.ip,
-                                                                  net.network_address)  # fmt: skip
-        if bad or router_if is None:
-            raise errors.InvalidConfig(
-                f"{what}: the NB lists {checked.show(text)}, not an address of the network's "
-                f"subnets for a port (one per family)", f"dynamic_addresses {found}"
-            )
-        alloc[address.version] = (str(address), str(router_if.ip), net)
-    if not alloc:
-        raise errors.NoFreeAddress("OVN assigned no address in the network's subnets", f"{found}")
-    return mac, alloc, {f: a[2].prefixlen for f, a in alloc.items()}
-
-
-def security(mac: str, alloc: dict[int, tuple[str, str, Any]]) -> str:
-    """A pod port's ``port_security`` (``"MAC IPv4 [IPv6]"``, ovn-nb(5)): OVN drops what the
-    pod sends from any other MAC or address (ARP and neighbour discovery included; the
-    link-local address derived from the MAC and ``::`` stay allowed) and what is sent to
-    others."""
-    return " ".join([mac, *(alloc[f][0] for f in sorted(alloc))])
-
-
-def subnets(config: dict[str, str]) -> list[Any]:
-    """An OVN network's subnets (``ipvN.address``), as networks."""
-    return [checked.interface(config[k]).network for k in ("ipv4.address", "ipv6.address")
-            if config.get(k, "none") not in ("", "none", "auto")]  # fmt: skip
 
 
 #: Where the node's resolver addresses are (resolv.conf(5)).
@@ -187,9 +112,6 @@ def peers(nb_remotes: Any = (), chassis: Chassis | None = None, *, tunnels: bool
             except checked.BadValue:
                 continue
     if tunnels and chassis is not None:
-        from podnet.ovn import vswitch
-        from podnet.ovn.ovsdb import pymap
-
         rows = vswitch.local_db().select(
             "Interface", [["type", "!=", ""], ["type", "!=", "internal"]],
             ["name", "type", "options"],
@@ -198,10 +120,10 @@ def peers(nb_remotes: Any = (), chassis: Chassis | None = None, *, tunnels: bool
             if row.get("type") not in TUNNEL_TYPES:
                 continue
             try:
-                address = checked.ip(str(pymap(row.get("options")).get("remote_ip", "")))
+                address = checked.ip(row.options.get("remote_ip", ""))
             except checked.BadValue:
                 continue  # "flow" and the like
-            name = str(row.get("name"))
+            name = row.name
             plain = name.isascii() and name.replace("-", "").replace("_", "").isalnum()
             shown = name if plain and len(name) <= 15 else checked.show(name, 40)
             found.append((address, f"another chassis's tunnel endpoint (OVS interface "
@@ -213,8 +135,6 @@ def node_peers(nb_connection: str) -> list[tuple[Any, str]]:
     """:func:`peers` of this node for NB connection text ``nb_connection``, its chassis read
     from the local OVS (its SB remotes, tunnels); only the NB's and the nameservers when OVS
     is not set up for OVN or does not answer."""
-    from podnet.ovn import vswitch
-
     try:
         chassis: Chassis | None = vswitch.chassis()
     except errors.CNIError:
@@ -268,90 +188,6 @@ def holds(nets: Any, talks_to: Any) -> str:
     return ""
 
 
-def fits(config: dict[str, str], found: list[str]) -> bool:
-    """True when northd's addresses ``found`` (``MAC IPv4 [IPv6]`` split) hold one address in
-    each subnet the network's ``config`` has: northd leaves a family out when its subnet is
-    full, and moves addresses after a subnet change."""
-    want = {}
-    for family in (4, 6):
-        router = config.get(f"ipv{family}.address", "none")
-        if router not in ("", "none", "auto"):
-            want[family] = checked.interface(router).network
-    have = set()
-    for text in found[1:]:
-        try:
-            address = checked.ip(text)
-        except ValueError:
-            return False
-        if address.version in want and address in want[address.version]:
-            have.add(address.version)
-    return bool(want) and have == set(want)
-
-
-def ask(nb: Ovsdb, port: str, deadline: float, what: str) -> list[str]:
-    """The port's ``dynamic_addresses`` split, once northd has written them; TryAgainLater
-    (11) naming ``what`` when it did not before ``deadline`` (monotonic seconds)."""
-    from podnet.ovn import ports
-
-    left = max(1, int((deadline - time.monotonic()) * 1000))
-    found = ports.port_addresses(nb, port, left)
-    if not found:
-        raise errors.TryAgainLater(
-            f"OVN assigned no address to {what} in time (is ovn-northd running?)",
-            f"dynamic_addresses still empty after {left} ms",
-        )
-    return found
-
-
-def addresses(
-    nb: Ovsdb, network: str, port: str, config: dict[str, str], chassis: str,
-    ids: dict[str, str], registered: str | None, deadline: float, what: str,
-) -> tuple[list[str], bool]:
-    """The addresses northd gives port ``port`` (just made), every family of ``config``
-    (:func:`fits`). When the subnet is full, the nodes' spare ports
-    (:func:`podnet.ovn.ports.delete_spares`) give theirs back and the port is made again to
-    ask anew, as long as spares keep competing and the deadline allows; with none left it asks
-    twice more (another ADD may have given them back while this port asked). ``(found, True when
-    spares were given back)``. Errors: 100 no free address and no spare left, 11 northd did
-    not answer or spares competed until the deadline, or the network changed meanwhile."""
-    from podnet.ovn import ports
-    from podnet.ovn.ovsdb import Conflict
-
-    found = ask(nb, port, deadline, what)
-    gave_back, quiet = False, 0
-    while not fits(config, found):
-        try:
-            given = ports.delete_spares(nb, network)
-        except Conflict:
-            given = 1  # the spares changed while they were given back: read them again
-        # no spare left: another ADD may have given them back, or made and given back new
-        # ones, while this port asked; full only when two asks in a row found no spare
-        # before or after them
-        quiet = 0 if given else quiet + 1
-        if quiet > 2:
-            break
-        gave_back = True
-        if time.monotonic() >= deadline:
-            raise errors.TryAgainLater(
-                f"network {network} is nearly full: spare ports took its last addresses "
-                f"from {what} until the deadline",
-                f"dynamic_addresses {found}",
-            )
-        try:
-            ports.delete_port(nb, network, port)
-            ports.add_port(nb, network, port, found[0], chassis, ids, registered)
-        except Conflict:
-            raise errors.TryAgainLater(
-                f"network {network} changed while {what} asked for an address"
-            ) from None
-        found = ask(nb, port, deadline, what)
-    if not fits(config, found):
-        raise errors.NoFreeAddress(
-            f"network {network} has no free address for {what}", f"dynamic_addresses {found}"
-        )
-    return found, gave_back
-
-
 def mgmt_ifname(network: str) -> str:
     """The node's management link on ``network`` (15 characters, an interface name's most)."""
     return MGMT_PREFIX + hashlib.sha256(network.encode()).hexdigest()[:12]
@@ -382,7 +218,6 @@ def ensure_mgmt(
     OVS or the kernel refused, or ovn-controller did not wire it
     before ``deadline`` (monotonic seconds)."""
     from podnet.link import sysctl, veth
-    from podnet.ovn import ports
 
     dev = mgmt_ifname(network)
     port = mgmt_port(network, chassis.system_id)
@@ -392,15 +227,14 @@ def ensure_mgmt(
     rows = nb.select("Logical_Switch_Port", [["name", "==", port]], ["dynamic_addresses"])
     ids = {MGMT_ID: chassis.system_id}
     if not rows:
-        ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
+        pod_ports.add_port(nb, network, port, names.random_mac(), chassis.system_id, ids)
     found, _ = addresses(nb, network, port, config, chassis.system_id, ids, None, deadline,
                          f"management port {port}")  # fmt: skip
     mac, alloc, prefixes = own(config, found, f"management port {port}")
     existing = veth.alias_of(dev)
     if existing is not None and existing != owner:
         raise errors.KernelError(f"{dev} exists and is not this store's: refusing to use it")
-    ovs("--may-exist", "add-port", bridge, dev, "--", "set", "Interface", dev, "type=internal",
-         f"external_ids:iface-id={port}", f"external_ids:podnet-owner={owner}")  # fmt: skip
+    vswitch.add_port(bridge, dev, {"iface-id": port, "podnet-owner": owner}, internal=True)
     mtu = int(config.get("bridge.mtu") or 1500)
     lines = [
         f"link set dev {dev} address {mac} mtu {mtu}",
@@ -422,7 +256,7 @@ def ensure_mgmt(
         raise errors.KernelError(f"failed to configure management port {dev}", str(exc)) from None
     if chassis.userspace:
         proc.run(["ethtool", "-K", dev, "tx", "off"])
-    wait_installed(dev, port, deadline)
+    vswitch.wait_installed(dev, port, deadline)
     return dev
 
 
@@ -455,14 +289,10 @@ def _stale(dev: str, alloc: dict[int, tuple[str, str, Any]], prefixes: dict[int,
 def forget_mgmt(keep: set[str], owner: str) -> list[str]:
     """Remove this node's management links (of store ``owner``) of networks not in ``keep``
     (their switch went with the network); what was removed, as lines."""
-    from podnet.ovn import vswitch
-    from podnet.ovn.ovsdb import pymap
-
     wanted = {mgmt_ifname(n) for n in keep}
     done = []
     for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
-        name = str(row["name"])
-        ids = pymap(row.get("external_ids"))
+        name, ids = row.name, row.external_ids
         if name.startswith(MGMT_PREFIX) and name not in wanted and ids.get("podnet-owner") == owner:
             _remove(name, owner)
             done.append(f"management port {name} removed (its network is gone)")
@@ -481,6 +311,6 @@ def remove_mgmt(network: str, owner: str) -> None:
 def _remove(name: str, owner: str) -> None:
     from podnet.link import veth
 
-    ovs("--if-exists", "del-port", name)
+    vswitch.del_port(name)
     if veth.alias_of(name) == owner:
         veth.delete_host(name, owner=owner)

@@ -31,8 +31,6 @@ from typing import Any
 
 from podnet import errors, proc
 from podnet.drivers.base import link_alias, open_store, refuse_existing, require_netns
-from podnet.drivers.ovn_hostports import ovs as _ovs
-from podnet.drivers.ovn_hostports import wait_installed as _wait_installed
 from podnet.errors import CNIError
 from podnet.link import names
 
@@ -71,7 +69,7 @@ def mirrored(store: Store, name: str) -> tuple[dict[str, str], str] | None:
     """OVN network ``name`` as this node's store mirrors it: its config and the registry record
     it was mirrored from (:meth:`podnet.ovn.nb.Record.dumps`); None when not mirrored. An ADD
     makes its port on the condition that the NB still holds that record
-    (:func:`podnet.ovn.ports.add_port`), so it need not read the registry, whose size grows with
+    (:func:`podnet.ovn.pod_ports.add_port`), so it need not read the registry, whose size grows with
     the cluster's forwards."""
     from podnet.ovn import nb as nbmod
 
@@ -85,10 +83,9 @@ def mirrored(store: Store, name: str) -> tuple[dict[str, str], str] | None:
 def network_record(store: Store, nb: Ovsdb, name: str) -> tuple[dict[str, str], str]:
     """The OVN network's config from the NB, mirrored into the node's store (seed 004's
     ``networks``: the node's view), and its record's text as the NB holds it (for
-    :func:`podnet.ovn.ports.add_port`'s condition); InvalidConfig (7) when it is not an ovn
+    :func:`podnet.ovn.pod_ports.add_port`'s condition); InvalidConfig (7) when it is not an ovn
     network."""
     from podnet.ovn import nb as nbmod
-    from podnet.ovn.ovsdb import pymap
 
     registry = nbmod.read(nb)
     record = registry.records.get(name)
@@ -100,7 +97,7 @@ def network_record(store: Store, nb: Ovsdb, name: str) -> tuple[dict[str, str], 
             store.networks.insert(name, "ovn", record.description, record.config)
         elif dict(row.config) != record.config or row.description != record.description:
             store.networks.update(row.id, record.description, record.config)
-    return record.config, str(pymap(registry.raw).get(nbmod.PREFIX + name, record.dumps()))
+    return record.config, registry.held(name) or record.dumps()
 
 
 def _integration_bridge(store: Store) -> str:
@@ -112,18 +109,9 @@ def _integration_bridge(store: Store) -> str:
 def plug(bridge: str, host_if: str, port: str, owner: str) -> None:
     """Put ``host_if`` into OVS ``bridge`` as logical switch port ``port`` (``iface-id``),
     marked ``podnet-owner`` (GC's); idempotent."""
-    _ovs(
-        "--may-exist",
-        "add-port",
-        bridge,
-        host_if,
-        "--",
-        "set",
-        "Interface",
-        host_if,
-        f"external_ids:iface-id={port}",
-        f"external_ids:podnet-owner={owner}",
-    )
+    from podnet.ovn import vswitch
+
+    vswitch.add_port(bridge, host_if, {"iface-id": port, "podnet-owner": owner})
 
 
 def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
@@ -190,12 +178,12 @@ def attach(call: Call, conf: PodnetConf) -> dict[str, Any]:
             plug(bridge, host_if, port, link.alias)
             undo.push(
                 f"removing {host_if} from {bridge}",
-                lambda: _ovs("--if-exists", "del-port", bridge, host_if),
+                lambda: vswitch.del_port(host_if, bridge),
             )
             veth.finish_configure_pod(link, configuring)
             if tx_off is not None:
                 tx_off.check()
-            _wait_installed(host_if, port, deadline)
+            vswitch.wait_installed(host_if, port, deadline)
             if entries:
                 ensure_mgmt(nb, network, config, chassis, bridge, link.alias, deadline,
                             talks_to)  # fmt: skip
@@ -240,15 +228,15 @@ def _port(
     undo: Any, deadline: float, routes: Any = None, talks_to: Any = (),
 ) -> tuple[dict[str, str], str, tuple[str, dict[int, Any], dict[int, int]]]:
     """The pod's logical switch port, its undo pushed: a spare of this node claimed
-    (:func:`podnet.ovn.ports.claim_port`; not with a requested MAC, a spare's is fixed), else a
+    (:func:`podnet.ovn.spares.claim_port`; not with a requested MAC, a spare's is fixed), else a
     port made for the attachment (``pn-<network>-pod-<hash>``), after which the node's spares
-    are topped up (:func:`podnet.ovn.ports.top_up`) unless the subnet looked full. Both on the
+    are topped up (:func:`podnet.ovn.spares.top_up`) unless the subnet looked full. Both on the
     mirrored network record, re-read when it changed, and only once the network's subnets
     passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
     node's routes, being read since the ADD began; ``talks_to``: the addresses it talks to,
     :func:`podnet.drivers.ovn_hostports.peers`). The port's
     ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
-    them: :func:`podnet.ovn.ports.secure_port`). ``(network config, port name, (MAC,
+    them: :func:`podnet.ovn.pod_ports.secure_port`). ``(network config, port name, (MAC,
     {family: (address, gateway, subnet)}, {family: prefix}))``
     (:func:`podnet.drivers.ovn_hostports.own`). Errors: 7 a subnet not private or over a route
     of this node, or an address from the NB that is not one; 11 the record kept changing,
@@ -259,7 +247,7 @@ def _port(
     import random
 
     from podnet.drivers.ovn_hostports import addresses, check_node, fits, own, security
-    from podnet.ovn import ports
+    from podnet.ovn import pod_ports, spares
     from podnet.ovn.ovsdb import Conflict
 
     network = str(conf.network)
@@ -267,8 +255,8 @@ def _port(
     owner = link_alias(conf)
     ids = dict(zip(PORT_IDS, (call.container_id, call.ifname, chassis, owner), strict=True))
     known = mirrored(store, network)
-    pool = [] if requested else ports.spare_rows(nb, network, chassis)
-    port = ports.port_name(network, call.container_id, call.ifname)
+    pool = [] if requested else spares.spare_rows(nb, network, chassis)
+    port = pod_ports.port_name(network, call.container_id, call.ifname)
     passed: dict[str, str] | None = None  # the config check_node passed (``routes``: read)
     for _ in range(ADD_TRIES):
         known = known or network_record(store, nb, network)
@@ -285,17 +273,17 @@ def _port(
         ready = [r for r in ready if fits(config, r[1].split())]
         # a spare northd could not address (or not in every family) means a full subnet:
         # then no replacement takes an address a pod needs
-        refill = 1 if len(ready) == len(pool) <= ports.SPARES else 0
+        refill = 1 if len(ready) == len(pool) <= spares.SPARES else 0
         random.shuffle(ready)  # parallel ADDs on this node try different spares
         try:
             for spare, dynamic, mine, uuid in ready:
-                if ports.claim_port(nb, network, spare, dynamic, ids, known[1], refill,
+                if spares.claim_port(nb, network, spare, dynamic, ids, known[1], refill,
                                     security(mine[0], mine[1]), uuid):  # fmt: skip
-                    undo.push(f"deleting port {spare}",
-                              functools.partial(ports.delete_port, nb, network, spare))  # fmt: skip
+                    undo.push(f"deleting port {spare}", functools.partial(
+                        pod_ports.delete_port, nb, network, spare))  # fmt: skip
                     return config, spare, mine
             mac = requested or names.random_mac()
-            ports.add_port(nb, network, port, mac, chassis, ids, known[1])
+            pod_ports.add_port(nb, network, port, mac, chassis, ids, known[1])
             break
         except Conflict:
             known = None
@@ -303,18 +291,18 @@ def _port(
         raise errors.TryAgainLater(
             f"network {network} changed while this ADD made its port, {ADD_TRIES} times"
         )
-    undo.push(f"deleting port {port}", lambda: ports.delete_port(nb, network, port))
+    undo.push(f"deleting port {port}", lambda: pod_ports.delete_port(nb, network, port))
     found, gave_back = addresses(nb, network, port, config, chassis, ids, known[1], deadline,
                                  f"port {port}")  # fmt: skip
     mine = own(config, found, f"port {port}")
     try:
-        ports.secure_port(nb, network, port, " ".join(found), security(mine[0], mine[1]))
+        pod_ports.secure_port(nb, network, port, " ".join(found), security(mine[0], mine[1]))
     except Conflict:
         raise errors.TryAgainLater(
             f"northd changed the addresses of port {port} while this ADD secured them"
         ) from None
-    if not requested and not gave_back and len(pool) < ports.SPARES:
-        ports.top_up(nb, network, chassis, ports.SPARES)
+    if not requested and not gave_back and len(pool) < spares.SPARES:
+        spares.top_up(nb, network, chassis, spares.SPARES)
     return config, port, mine
 
 
@@ -377,7 +365,7 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
     from podnet import reconcile
     from podnet.drivers.teardown import flush_udp
     from podnet.link import veth
-    from podnet.ovn import ports, vswitch
+    from podnet.ovn import pod_ports, vswitch
 
     host_if = names.host_ifname(call.container_id, call.ifname)
     entries: list[PortMapping] = []
@@ -388,17 +376,17 @@ def detach(call: Call, conf: StoreConf, network: str) -> None:
             return  # another attachment of the container: not this DEL's
         try:
             bridge = _integration_bridge(store)
-            _ovs("--if-exists", "del-port", bridge, host_if)
+            vswitch.del_port(host_if, bridge)
         except CNIError as err:
             call.log.warn(f"removing {host_if} from OVS: {err.msg}")
         if veth.alias_of(host_if) in ("", link_alias(conf)):
             veth.delete_host(host_if)
         try:  # the row's port; without a row, by the attachment on this chassis
             if mine and pod is not None and pod.ovn_port:
-                ports.delete_port(_nb(store), network, pod.ovn_port)
+                pod_ports.delete_port(_nb(store), network, pod.ovn_port)
             else:
                 attachment = (call.container_id, call.ifname, vswitch.chassis().system_id)
-                ports.delete_port(_nb(store), network, "", attachment)
+                pod_ports.delete_port(_nb(store), network, "", attachment)
         except CNIError as err:
             call.log.warn(f"the port of {call.container_id}/{call.ifname} stays in the NB "
                           f"until a GC: {err.msg}")  # fmt: skip
@@ -416,8 +404,7 @@ def check(call: Call, conf: PodnetConf) -> None:
     bound here) and the pod's address on CNI_IFNAME; the first difference is code 103."""
     from podnet.cni.result import prev_result
     from podnet.link import veth
-    from podnet.ovn import ports, vswitch
-    from podnet.ovn.ovsdb import pyatom, pymap, pyset
+    from podnet.ovn import pod_ports, vswitch
 
     if prev_result(call.config) is None:
         raise errors.InvalidConfig("prevResult: required for CHECK (the result of the ADD chain)")
@@ -430,11 +417,11 @@ def check(call: Call, conf: PodnetConf) -> None:
     if pod is None or pod.ifname != call.ifname or pod.network_name != conf.name:
         raise CNIError(f"container {call.container_id} has no podnet attachment {call.ifname} in "
                        f"network {conf.name}", code=errors.UNKNOWN_CONTAINER)  # fmt: skip
-    port = pod.ovn_port or ports.port_name(network, call.container_id, call.ifname)
+    port = pod.ovn_port or pod_ports.port_name(network, call.container_id, call.ifname)
     if veth.alias_of(host_if) != link_alias(conf):
         raise errors.CheckFailed(f"host interface {host_if} is missing or not this store's")
     rows = vswitch.local_db().select("Interface", [["name", "==", host_if]], ["external_ids"])
-    ids = pymap(rows[0]["external_ids"]) if rows else {}
+    ids = rows[0].external_ids if rows else {}
     if ids.get("iface-id") != port:
         raise errors.CheckFailed(f"{host_if} is not the OVS port of {port} "
                                  "(podnetctl network restore puts it back)")  # fmt: skip
@@ -443,11 +430,10 @@ def check(call: Call, conf: PodnetConf) -> None:
     lsp = nb.select("Logical_Switch_Port", [["name", "==", port]], ["up", "dynamic_addresses"])
     if not lsp:
         raise errors.CheckFailed(f"logical switch port {port} is missing from the NB")
-    if pyset(lsp[0].get("up")) != [True]:
+    if lsp[0].set("up") != [True]:
         raise errors.CheckFailed(f"logical switch port {port} is not up (not bound; is "
                                  "ovn-northd running?)")
-    found = str(pyatom(pyset(lsp[0]["dynamic_addresses"])[0]) if pyset(lsp[0]["dynamic_addresses"])
-                else "").split()  # fmt: skip
+    found = lsp[0].first("dynamic_addresses").split()
     want = [a for a in (pod.ip_address_v4, pod.ip_address_v6) if a]
     if not set(want) <= set(found[1:]):
         raise errors.CheckFailed(f"port {port} has addresses {found[1:]}, the pod {want}")
@@ -462,12 +448,12 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     """GC's OVN part, after the rows and veths: this chassis's logical switch ports and OVS
     ports of this store (``podnet-owner``; ports made before it was recorded count as this
     store's) whose attachment is not valid (nor in the store any more); spares stay, but those
-    of chassis that stay out of the SB go (:func:`podnet.ovn.ports.sweep_spares`; an SB that
+    of chassis that stay out of the SB go (:func:`podnet.ovn.orphans.sweep_spares`; an SB that
     does not answer within :data:`SB_TIMEOUT` costs only a warning)."""
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.drivers.cluster import southbound
     from podnet.ovn import nb as nbmod
-    from podnet.ovn import ports, vswitch
+    from podnet.ovn import orphans, pod_ports, vswitch
     from podnet.ovn.ovsdb import Unreachable
 
     valid = parse_valid_attachments(call.config)
@@ -479,34 +465,28 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
             bridge = _integration_bridge(store)
         here = vswitch.chassis()
         system_id = here.system_id
-        for lsp in ports.ports_of_chassis(nb, system_id):
-            ids = lsp["external_ids"]
-            if ids.get(ports.SPARE):
+        for lsp in pod_ports.ports_of_chassis(nb, system_id):
+            ids = lsp.external_ids
+            if ids.get(pod_ports.SPARE):
                 continue  # the node's spares: no pod's yet
             if ids.get("podnet-owner", alias) != alias:
                 continue  # another store's pod on this node (a port without one is older)
             key = (str(ids.get("podnet-container")), str(ids.get("podnet-ifname")))
             if key not in valid and key not in known:
-                ports.delete_port(nb, str(ids.get(nbmod.TAG)), str(lsp["name"]))
+                pod_ports.delete_port(nb, str(ids.get(nbmod.TAG)), lsp.name)
         for row in vswitch.local_db().select("Interface", [], ["name", "external_ids"]):
-            ids = {k: str(v) for k, v in pymap_of(row).items()}
-            if ids.get("podnet-owner") == alias and not _link_exists(str(row["name"])):
-                _ovs("--if-exists", "del-port", bridge, str(row["name"]))
+            ids = row.external_ids
+            if ids.get("podnet-owner") == alias and not _link_exists(row.name):
+                vswitch.del_port(row.name, bridge)
         try:
             sb = southbound(nb, here.ovn_remote, SB_TIMEOUT)
-            chassis, switches = ports.southbound_view(sb)
+            chassis, switches = orphans.southbound_view(sb)
         except Unreachable as err:
             call.log.warn(f"spares of chassis gone from the SB stay: {err.msg}")
         else:
-            ports.sweep_spares(nb, chassis, switches, system_id, int(time.time()))
+            orphans.sweep_spares(nb, chassis, switches, system_id, int(time.time()))
     except CNIError as err:
         failures.append(f"OVN: {err.msg}: {err.details}")
-
-
-def pymap_of(row: dict[str, Any]) -> dict[str, Any]:
-    from podnet.ovn.ovsdb import pymap
-
-    return pymap(row.get("external_ids"))
 
 
 def _link_exists(name: str) -> bool:
@@ -519,13 +499,13 @@ def restore(store: Store, row: Any, owner: str) -> list[str]:
     """``network restore``: this node's pods on OVN network ``row`` back in the integration
     bridge (after OVS lost its ports); a pod whose host end is gone is named, not remade."""
     from podnet.link import veth
-    from podnet.ovn import ports
+    from podnet.ovn import pod_ports
 
     done = []
     bridge = _integration_bridge(store)
     for container_id, ifname, host_if in store.networks.pods(row.id):
         pod = store.pods.get(container_id)
-        port = (pod and pod.ovn_port) or ports.port_name(row.name, container_id, ifname)
+        port = (pod and pod.ovn_port) or pod_ports.port_name(row.name, container_id, ifname)
         if veth.alias_of(host_if) != owner:
             done.append(f"pod {container_id}: its host end {host_if} is gone (ADD it again)")
             continue

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from podnet import proc
 from podnet.drivers.cluster_base import ClusterDriver, Context, local_member
@@ -39,6 +38,7 @@ from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
 from podnet.ovn import ports, vswitch
+from podnet.ovn.ops import Op
 
 
 def bridge_name(network: str) -> str:
@@ -48,15 +48,6 @@ def bridge_name(network: str) -> str:
 
 #: Devices Open vSwitch makes for its datapaths (never a port).
 OVS_DEVICES = ("ovs-system", "ovs-netdev")
-
-
-def _ovs(*args: str) -> str | None:
-    """``ovs-vsctl`` ``args``' output; None when it fails (no such port, no OVS here)."""
-    try:
-        rc, out, _ = proc.spawn(["ovs-vsctl", "--timeout=10", *args]).wait()
-    except proc.ToolMissing:
-        return None
-    return out.strip() if rc == 0 else None
 
 
 def _held(parent: str, ours: str) -> str:
@@ -80,7 +71,7 @@ def _held(parent: str, ours: str) -> str:
         return "not a link of this network namespace"
     names = {x.index: x.name for x in every}
     master = names.get(link.master, "") if link.master else ""
-    in_ovs = _ovs("port-to-br", parent)
+    in_ovs = vswitch.bridge_of(parent)
     if in_ovs is not None and in_ovs != ours:
         return f"a port of OVS bridge {in_ovs}"
     if master == "ovs-system" and in_ovs != ours:  # a kernel-datapath port OVS cannot name
@@ -102,7 +93,7 @@ def _held(parent: str, ours: str) -> str:
     ports = sorted(x.name for x in every if x.master == link.index)  # a bridge's, a bond's
     if ports:
         return f"a bridge or bond with ports ({', '.join(ports)})"
-    if _ovs("br-exists", parent) is not None:
+    if vswitch.bridge_exists(parent):
         return "an OVS bridge"
     routes = routes_through(parent)
     if routes:
@@ -125,10 +116,9 @@ def _check_mapping(name: str, ours: str | None = None) -> None:
 
 def _ports(bridge: str) -> list[str] | None:
     """The ports of OVS bridge ``bridge`` (None: no such bridge)."""
-    if _ovs("br-exists", bridge) is None:
+    if not vswitch.bridge_exists(bridge):
         return None
-    out = _ovs("list-ports", bridge)
-    return out.split() if out else []
+    return vswitch.list_ports(bridge) or []
 
 
 def _me() -> str | None:
@@ -228,25 +218,8 @@ class PhysicalDriver(ClusterDriver):
             self.check_parent(name, parent)
         for stale in ports:  # a parent this node had before: podnet's port of its own bridge
             if stale != parent:
-                proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-port", bridge, stale])
-        argv = [
-            "ovs-vsctl",
-            "--timeout=10",
-            "--may-exist",
-            "add-br",
-            bridge,
-            "--",
-            "set",
-            "bridge",
-            bridge,
-            f"datapath_type={chassis.datapath_type}",
-            "--",
-            "--may-exist",
-            "add-port",
-            bridge,
-            parent,
-        ]
-        proc.run(argv)
+                vswitch.del_port(stale, bridge)
+        vswitch.add_bridge(bridge, chassis.datapath_type, parent)
         if chassis.userspace:
             proc.run(["ethtool", "-K", parent, "tx", "off"])
         proc.run(["ip", "link", "set", parent, "up"])
@@ -283,11 +256,11 @@ class PhysicalDriver(ClusterDriver):
         if chassis.bridge_mappings.get(name) != bridge_name(name):
             return  # not attached here, or mapped by someone else: not ours to undo
         vswitch.set_bridge_mapping(name, None)
-        proc.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", bridge_name(name)])
+        vswitch.del_bridge(bridge_name(name))
 
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, object]], Callable[[], list[str]]]:  # noqa: E501
+    ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
         """Instantiate pending uplink ``name``: this node's recorded parent is checked before
         anything is recorded, and attached after."""
         pending = ctx.registry.records.get(name) or nbmod.Record(self.type)
@@ -309,7 +282,7 @@ class PhysicalDriver(ClusterDriver):
 
     def cluster_update(
         self, ctx: Context, name: str, before: nbmod.Record, config: dict[str, str]
-    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, str], list[Op]]:
         mode = config.get("ovn.ingress_mode", "l2proxy")
         if mode == before.config.get("ovn.ingress_mode", "l2proxy"):
             return config, []
@@ -327,7 +300,7 @@ class PhysicalDriver(ClusterDriver):
 
     def cluster_delete(
         self, ctx: Context, name: str
-    ) -> tuple[list[dict[str, object]], Callable[[], None]]:
+    ) -> tuple[list[Op], Callable[[], None]]:
         users = [
             n
             for n, r in ctx.registry.records.items()

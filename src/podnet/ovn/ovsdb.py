@@ -1,15 +1,11 @@
-"""OVSDB transactions (RFC 7047) through the OVS project's ``ovsdb-client transact``.
+"""OVSDB transactions (RFC 7047) through the OVS project's ``ovsdb-client transact``: one
+process and one round trip, whatever the database holds (why this tool and not ``ovn-nbctl`` or
+the Python IDL: docs/decisions/0020-ovsdb-client-transport.md).
 
-Why this tool (issue 16, item 1; measured in docs/benchmarks.md "Reaching OVN"): one process
-and one round trip, whatever the database holds. ``ovn-nbctl`` and the Python IDL first copy
-whole tables into the client: an ``lsp-add`` took 10.3 ms with 0 ports and 31.5 ms with 1,000
-(``ovsdb-client``: 8.9 and 16.0 ms; a select stayed at 7 ms), and importing the IDL
-(``ovs.db.idl``, PyPI ``ovs``) alone costs 52 ms — an ADD's whole budget.
-
-A transaction is a list of operations (``insert``, ``update``, ``mutate``, ``delete``,
-``select``, ``wait``); a ``wait`` on the columns a change read makes it fail instead of losing
-a concurrent update (the API's ETag/If-Match across nodes). Values are built with :func:`oset`,
-:func:`omap`, :func:`uuid`, :func:`named` and read with :func:`pyset`, :func:`pymap`.
+A transaction is a list of operations (:class:`podnet.ovn.ops.Op`, RFC 7047 section 5.2); a
+``wait`` on the columns a change read makes it fail instead of losing a concurrent update (the
+API's ETag/If-Match across nodes). Values are built by :mod:`podnet.ovn.ops` and rows read
+through :class:`podnet.ovn.row.Row`; the value constructors are importable from here too.
 
 Errors: :class:`Unreachable` (CNI 11, the API's 503) names the connection; :class:`TxnFailed`
 (the server refused an operation: its ``error`` and ``details``); a ``wait`` that did not hold
@@ -37,11 +33,19 @@ import contextvars
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from podnet import proc
 from podnet.errors import KernelError, TryAgainLater
+from podnet.ovn import ops as opsmod
+from podnet.ovn.ops import Op, named, omap, oset, uuid
+from podnet.ovn.row import Row, rows
+
+__all__ = [
+    "Conflict", "Deadline", "Ovsdb", "TxnFailed", "Unreachable", "WaitTimedOut", "named",
+    "omap", "oset", "reason", "shared_deadline", "uuid",
+]  # fmt: skip
 
 #: Seconds ``ovsdb-client`` may take to connect and answer.
 DEFAULT_TIMEOUT = 10.0
@@ -139,41 +143,6 @@ class WaitTimedOut(TxnFailed):
     """A ``wait`` given time (``timeout`` > 0 ms) ran out before its condition held."""
 
 
-def oset(items: Iterable[Any]) -> list[Any]:
-    return ["set", list(items)]
-
-
-def omap(items: Mapping[str, str]) -> list[Any]:
-    return ["map", [[k, v] for k, v in sorted(items.items())]]
-
-
-def uuid(value: str) -> list[str]:
-    return ["uuid", value]
-
-
-def named(value: str) -> list[str]:
-    return ["named-uuid", value]
-
-
-def pyset(value: Any) -> list[Any]:
-    """A column's value as a list (OVSDB sends a one-element set as the element)."""
-    if isinstance(value, list) and value and value[0] == "set":
-        return [pyatom(v) for v in value[1]]
-    return [pyatom(value)]
-
-
-def pyatom(value: Any) -> Any:
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
-        return value[1]
-    return value
-
-
-def pymap(value: Any) -> dict[str, Any]:
-    if isinstance(value, list) and value and value[0] == "map":
-        return {k: pyatom(v) for k, v in value[1]}
-    return {}
-
-
 class Ovsdb:
     """Database ``database`` at ``remotes`` (OVSDB connection texts, tried in order: a
     clustered NB lists each member). ``ssl``: ``(private key, certificate, CA certificate)``
@@ -195,12 +164,13 @@ class Ovsdb:
     def describe(self) -> str:
         return ",".join(self.remotes)
 
-    def transact(self, ops: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Run ``ops`` as one transaction; each operation's result. Unreachable (11) when no
-        remote answers; Conflict for a failed ``wait`` (``timeout`` 0), WaitTimedOut for one whose
-        time ran out; TxnFailed for any other error (the
-        whole transaction was then rolled back by the server)."""
-        body = json.dumps([self.database, *ops], separators=(",", ":"))
+    def transact(self, ops: Sequence[Op | Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Run ``ops`` (:class:`podnet.ovn.ops.Op`, or their JSON objects) as one transaction;
+        each operation's result. Unreachable (11) when no remote answers; Conflict for a failed
+        ``wait`` (``timeout`` 0), WaitTimedOut for one whose time ran out; TxnFailed for any
+        other error (the whole transaction was then rolled back by the server)."""
+        sent = opsmod.wire(ops)
+        body = json.dumps([self.database, *sent], separators=(",", ":"))
         shared = _deadline.get()
         reasons, said = [], []
         for i, remote in enumerate(self.remotes):
@@ -225,7 +195,7 @@ class Ovsdb:
             except proc.ToolTimeout as tool:
                 rc, out, err = None, "", tool.details
             if rc == 0:
-                return self._results(json.loads(out), ops)
+                return self._results(json.loads(out), sent)
             reasons.append(f"{remote} ({reason(remote, rc, err)})")
             said.append(f"{remote}: {' '.join(err.split())[:300]}")
         raise Unreachable(
@@ -250,10 +220,6 @@ class Ovsdb:
 
     def select(
         self, table: str, where: Sequence[Any] = (), columns: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Row]:
         """The rows of ``table`` matching ``where`` (OVSDB conditions)."""
-        op: dict[str, Any] = {"op": "select", "table": table, "where": list(where)}
-        if columns is not None:
-            op["columns"] = list(columns)
-        rows: list[dict[str, Any]] = self.transact([op])[0].get("rows", [])
-        return rows
+        return rows(self.transact([opsmod.select(table, where, columns)])[0])
