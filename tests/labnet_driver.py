@@ -31,7 +31,9 @@ class LabNetDriver(Driver):
         try:
             iface = checked.interface(config.get(KEY, ""))
         except checked.BadValue as err:
-            raise NetworkError(f'Invalid value for network "{name}" option "{KEY}": {err}') from None
+            raise NetworkError(
+                f'Invalid value for network "{name}" option "{KEY}": {err}'
+            ) from None
         if iface.version != 4:
             raise NetworkError(f'Invalid value for network "{name}" option "{KEY}": not IPv4')
         return {KEY: str(iface)}

@@ -74,7 +74,9 @@ def test_registered_type_has_networks_and_forwards(lab: Lab, tmp_path: Path) -> 
     assert made["manager_forward"] == ["192.0.2.10", "by manager"]
     # the type's subnets are what its forwards may target (LXD's message)
     assert made["outside"] == [
-        400, "Failed creating forward: Default target address is not within the network subnet"]
+        400,
+        "Failed creating forward: Default target address is not within the network subnet",
+    ]
     assert (made["api_create"], made["api_patch"], made["api_get"]) == (201, 200, "labnet")
     listing = {f["listen_address"]: f for f in made["listing"]}
     assert sorted(listing) == ["192.0.2.10", "192.0.2.11"]

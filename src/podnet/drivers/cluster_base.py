@@ -98,9 +98,7 @@ class ClusterDriver(Driver):
         that changes what the network is made of is refused by the driver)."""
         return config, []
 
-    def cluster_delete(
-        self, ctx: Context, name: str
-    ) -> tuple[list[Op], Callable[[], None]]:
+    def cluster_delete(self, ctx: Context, name: str) -> tuple[list[Op], Callable[[], None]]:
         """The NB operations that remove the network, and what then detaches this node.
         NetworkError (400) while it is in use."""
         raise NotImplementedError

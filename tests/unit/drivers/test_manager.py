@@ -120,7 +120,9 @@ def test_registered_types_are_listed_and_loaded(tmp_path: Path) -> None:
     assert "labnet" in drivers.types()
 
 
-def test_a_type_naming_no_backend_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_type_naming_no_backend_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Elsewhere(LabNetDriver):
         type = "labelsewhere"
         backend = "elsewhere"
