@@ -1,6 +1,6 @@
 """Keeping table ``inet podnet`` in step with the store: incremental updates, a rebuild when the
 table is new, stale or was changed behind podnet's back — for hostPorts (the ``podnet`` plugin)
-and network forwards (:mod:`podnet.drivers.manager`) alike.
+and network forwards (:mod:`podnet.drivers.local_forwards`) alike.
 
 The store is the truth; the kernel may lag behind it but never holds more than it: callers
 commit rows *before* :func:`add` publishes their map elements, and call :func:`delete` *before*
@@ -123,8 +123,7 @@ def renderable(entries: Sequence[PortMapping], warn: Warn | None) -> list[PortMa
 
 class TableOwned(InvalidConfig):
     """Table ``inet podnet`` of this network namespace belongs to another store (code 7): its
-    comment names that store's data dir, and a database is there. Only the store that owns
-    the node-wide table rebuilds it (issue 13, item 5)."""
+    comment names that store's data dir, which holds a database. Only its owner rebuilds it."""
 
 
 #: Where the node records which store owns each network namespace's table, for this boot
@@ -143,8 +142,7 @@ def _claim_path() -> str | None:
 
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            cookie = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, 8),
-                                    "little")  # fmt: skip
+            cookie = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, 8), "little")
     except OSError:
         return None
     with open("/proc/sys/kernel/random/boot_id") as f:
@@ -268,8 +266,9 @@ def forwards(store: Store, listen: str, old: Sequence[Dnat] | None,
     (its translations; None: the forward does not exist), inside the write transaction that
     records the change: one nft transaction deleting what is gone and adding what is new, so
     its cost does not depend on how many forwards exist. A forward without a default target
-    has its listen address in the drop set (seed 004). A stale table, or one missing an
-    element, is rebuilt from the store (which already holds the change)."""
+    has its listen address in the drop set (LXD drops what no port or default target takes).
+    A stale table, or one missing an element, is rebuilt from the store (which holds the
+    change)."""
     from podnet import checked
     from podnet.firewall import dnat
     from podnet.firewall.table import drop_set
@@ -353,9 +352,8 @@ def finish_add(store: Store, pending: Pending, warn: Warn | None = None) -> None
         raise
 
 
-def delete(
-    store: Store, entries: Sequence[PortMapping], owner: str, warn: Warn | None = None
-) -> None:
+def delete(store: Store, entries: Sequence[PortMapping], owner: str,
+           warn: Warn | None = None) -> None:  # fmt: skip
     """Remove ``owner``'s ``entries`` from the kernel before their rows are deleted: element by
     element, or — when one is missing or the update fails — by a rebuild without ``owner``."""
     entries = renderable(entries, warn)

@@ -77,8 +77,10 @@ def _extra() -> dict[str, str]:
 
 
 def types() -> list[str]:
-    """Every registered type: built in, then ``PODNET_DRIVERS``'."""
-    return [*BUILTIN, *(t for t in _extra() if t not in BUILTIN)]
+    """Every registered type: built in, then ``PODNET_DRIVERS``', then those :func:`register`
+    gave a driver in this process."""
+    out = [*BUILTIN, *(t for t in _extra() if t not in BUILTIN)]
+    return out + sorted(t for t in _registered if t not in out)
 
 
 def creatable() -> list[str]:

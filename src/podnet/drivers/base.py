@@ -14,10 +14,7 @@ CHECK and GC, written once in :mod:`podnet.drivers.pods`; a driver only adds hoo
   result.
 
 Network side (``podnetctl network`` and the API, through :mod:`podnet.drivers.manager`):
-:meth:`Driver.validate`, :meth:`Driver.settle`, :meth:`Driver.create`, :meth:`Driver.update`,
-:meth:`Driver.delete`, :meth:`Driver.restore`, :meth:`Driver.users`, and :meth:`Driver.subnets`
-(which addresses a forward may target; the forward backend is podnet's nft table, shared by
-every driver, :mod:`podnet.reconcile`).
+:class:`podnet.drivers.network.NetworkType`, which :class:`Driver` extends.
 
 A call killed before its COMMIT may leave the veth with no row: the runtime's DEL removes it by
 name, a GC by its alias, and the next ADD given its address takes the host route over (``route
@@ -29,12 +26,13 @@ from __future__ import annotations
 import os
 
 from podnet import errors
+from podnet.drivers.network import NetworkType
 from podnet.errors import CNIError
 from podnet.link import names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable
     from typing import Any
 
     from podnet.checked import Iface, Net
@@ -101,83 +99,14 @@ def link_alias(conf: StoreConf) -> str:
     return names.owner_alias(conf.data_dir)
 
 
-class Driver:
-    """A network type. Subclasses set :attr:`type` and override the hooks they need; the
-    defaults are those of a routed (``ptp``) pod with no network of its own."""
+class Driver(NetworkType):
+    """A network type: its network side (:class:`podnet.drivers.network.NetworkType`) and its
+    pod side. Subclasses set :attr:`type` and override the hooks they need; the defaults are
+    those of a routed (``ptp``) pod with no network of its own."""
 
-    #: The network type this driver answers for (``networks.type``).
-    type = ""
     #: Whether the veth pair is created while ADD's COMMIT runs (a routed pod) or only after it,
     #: once :meth:`before_pair` made the node ready (a bridge port).
     pair_before_commit = True
-
-    # -- network side (drivers.manager) --------------------------------------------------
-    #: Whether ``podnetctl network create`` and the API may create and change its networks.
-    creatable = False
-    #: Whether its networks live in OVN's NB for every node (:mod:`podnet.drivers.cluster`)
-    #: instead of this node's store.
-    cluster = False
-
-    def validate(self, name: str, config: Mapping[str, str]) -> dict[str, str]:
-        """The config of network ``name`` checked, canonical; NetworkError (400) naming the key.
-        Default: this type's networks are not made by hand."""
-        from podnet.networks.errors import NetworkError
-
-        raise NetworkError(f"{self.type} networks are created by the podnet plugin")
-
-    def settle(self, name: str, config: dict[str, str], taken: Sequence[tuple[Net, str]],
-               owner: str, before: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
-        """Under the write lock: ``config`` with its defaults filled (``auto`` subnets avoid
-        ``taken``: ``(subnet, its holder)``), checked against the other networks and ranges and
-        the node's routes that are not ``owner``'s (409). ``before``: the config it replaces."""
-        return config
-
-    def subnets(self, config: Mapping[str, str]) -> dict[int, list[Net]]:
-        """The network's subnets per family (forward targets, overlap checks): default the
-        ``ipv4.ranges``/``ipv6.ranges`` a conflist recorded."""
-        from podnet import checked
-
-        out: dict[int, list[Net]] = {4: [], 6: []}
-        for key in ("ipv4.ranges", "ipv6.ranges"):
-            for cidr in config.get(key, "").split(","):
-                if cidr.strip():
-                    net = checked.network(cidr.strip())
-                    out[net.version].append(net)
-        return out
-
-    def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
-        """The containers attached to network ``row`` (``any_owner``: podnet-ipam's rows too)."""
-        return [str(p.container_id) for p in store.pods.all() if p.network_name == row.name
-                and (any_owner or p.owner in (None, "podnet"))]  # fmt: skip
-
-    def create(self, name: str, config: Mapping[str, str], owner: str) -> Callable[[], object]:
-        """Make network ``name`` exist on the node (inside the write transaction that records
-        it); returns the undo. KernelError (104); NetworkError 409 for a link not ``owner``'s."""
-        return lambda: None
-
-    def update(self, name: str, before: Mapping[str, str], config: Mapping[str, str],
-               owner: str) -> Callable[[], object]:  # fmt: skip
-        """Apply a changed config on the node; returns the undo."""
-        return lambda: None
-
-    def forget(self, store: Store, row: NetworkRow) -> None:
-        """Inside the write transaction that deletes ``row``: the store's own leftovers."""
-
-    def delete(self, name: str, owner: str,
-               warn: Callable[[str], None] | None) -> Callable[[], object]:  # fmt: skip
-        """Before a network is deleted: returns what removes it from the node once the rows are
-        gone (only what ``owner`` made)."""
-        return lambda: None
-
-    def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
-        """Bring network ``row`` back after a reboot or a cleanup; what was done, one line each."""
-        return []
-
-    def status(self, row: NetworkRow, owner: str) -> str:
-        """LXD's status of network ``row`` on this node (``Created``, or ``Unavailable`` when
-        what the node needs for it is missing: LXD's ``api.NetworkStatus*`` values). A
-        network with nothing of its own on the node is always ``Created``."""
-        return "Created"
 
     # -- pod side ---------------------------------------------------------------------------
     # The verbs (ADD, DEL, CHECK, GC) are :mod:`podnet.drivers.pods`' for every driver; a
@@ -317,21 +246,3 @@ def refuse_existing(store: Store, container_id: str) -> None:
             f"container {container_id} already has a podnet attachment ({existing.ifname} in "
             f"{existing.netns}); DEL it first"
         )
-
-
-def restore_rows(store: Store, owner: str,
-                 driver: Callable[[str], Driver]) -> tuple[list[str], list[str]]:  # fmt: skip
-    """Every network of ``store`` back on the node (:meth:`Driver.restore`, ``driver`` giving
-    each type's), one that fails not stopping the others (an uplink bridge with Open vSwitch
-    not up yet, say): (what was done, what failed, one line each)."""
-    from podnet.errors import CNIError
-    from podnet.networks.errors import NetworkError
-
-    done: list[str] = []
-    failed: list[str] = []
-    for row in store.networks.all():
-        try:
-            done += driver(row.type).restore(store, row, owner)
-        except (CNIError, NetworkError) as err:
-            failed.append(f"network {row.name}: {getattr(err, 'msg', None) or err}")
-    return done, failed

@@ -71,7 +71,7 @@ def local_uplinks(store: Store) -> dict[str, Record]:
 def ovn_users(store: Store, name: str) -> list[str]:
     """The OVN networks (in the NB the store's server config names) whose uplink is ``name``;
     NetworkError 503 when the NB does not answer (a bridge uplink is not deleted blind)."""
-    from podnet.drivers import cluster
+    from podnet.drivers import cluster_base as cluster
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Unreachable
 
@@ -81,7 +81,7 @@ def ovn_users(store: Store, name: str) -> list[str]:
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
-        raise cluster._failure(err) from None
+        raise cluster.failure(err) from None
     return sorted(n for n, r in registry.records.items()
                   if r.type == "ovn" and r.config.get("network") == name)  # fmt: skip
 
@@ -96,7 +96,7 @@ def read_registry(store: Store) -> Registry | None:
     """The NB's networks as the store's server config names the NB (None: no NB set), read
     without the store's lock held (the NB's deadline must never be the lock's). NetworkError
     503 when the NB does not answer."""
-    from podnet.drivers import cluster
+    from podnet.drivers import cluster_base as cluster
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Unreachable
 
@@ -106,7 +106,7 @@ def read_registry(store: Store) -> Registry | None:
     try:
         return nbmod.read(nb)
     except Unreachable as err:
-        raise cluster._failure(err) from None
+        raise cluster.failure(err) from None
 
 
 class Unread(Exception):

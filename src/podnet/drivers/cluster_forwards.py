@@ -1,4 +1,5 @@
-"""Forwards of OVN networks (issue 16, item 6; seed 004): records in OVN's NB registry, made
+"""Forwards of OVN networks (LXD's lxd/network/driver_ovn.go ``ForwardCreate``, ``ForwardUpdate``,
+``ForwardDelete``): records in OVN's NB registry, made
 of OVN load balancers on the network's router and internal switch (:func:`podnet.ovn.nb.
 forward_ops`), one set for the whole cluster — every node lists the same forwards, and a
 forward follows its target address to whichever pod on whichever node holds it.
@@ -9,18 +10,21 @@ network's subnet, router address, NAT address or another forward (``Listen addre
 overlaps with another network or NIC``); ``0.0.0.0``/``::`` allocates a free address of the
 routes (never a subnet's network, broadcast or gateway address). Ports and targets are checked
 as for bridge forwards (:func:`podnet.networks.forwards.validate`), against the OVN subnet.
-Records carry ``location`` "" (cluster-wide; seed 004's ``node_id`` NULL).
+Records carry ``location`` "" (cluster-wide: LXD's forward of an OVN network has no member).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import socket
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from podnet import checked
-from podnet.drivers.cluster import _failure
+from podnet.drivers.backend import driver_of
+from podnet.drivers.cluster_base import failure
 from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
@@ -53,8 +57,7 @@ def _network(registry: nbmod.Registry, network: str) -> nbmod.Record:
     record = registry.records.get(network)
     if record is None:
         raise NetworkError("Failed loading network: Network not found", 404)
-    if record.type != "ovn":
-        raise NetworkError(f'Network "{network}" of type {record.type} has no forwards')
+    driver_of(record.type).check_forwards(network)
     return record
 
 
@@ -168,8 +171,6 @@ def _candidates(net: Any) -> tuple[int, int]:
 def _forward_spans(registry: nbmod.Registry, family: int) -> Iterable[Span]:
     """The cluster's forwards of ``family`` as one-address :data:`Span` (their listen
     addresses are canonical text, :func:`podnet.ovn.nb.read`; read with ``inet_pton``)."""
-    import socket
-
     af = socket.AF_INET if family == 4 else socket.AF_INET6
     for network, listen in registry.forwards:
         try:
@@ -188,8 +189,6 @@ def _allocate(registry: nbmod.Registry, record: nbmod.Record, family: int,
     forwards included — to an address that is free: at most two checks per route, and the
     work is O((spans + forwards) · log) for the one sort. NetworkError (400) when no address
     is free, or (only with more routes than ``tries`` allows) none within ``tries`` checks."""
-    from bisect import bisect_right
-
     firsts, lasts = _merged([*_taken(registry), *_forward_spans(registry, family)], family)
     make = ipaddress.IPv4Address if family == 4 else ipaddress.IPv6Address
     checks = 0
@@ -240,7 +239,7 @@ def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str,
     try:
         return nbmod.change(nb, wrapped)
     except (Unreachable, TxnFailed) as err:
-        raise _failure(err) from None
+        raise failure(err) from None
 
 
 def list_forwards(nb: Ovsdb, network: str) -> list[Forward]:
@@ -248,7 +247,7 @@ def list_forwards(nb: Ovsdb, network: str) -> list[Forward]:
     try:
         registry = nbmod.read(nb)
     except Unreachable as err:
-        raise _failure(err) from None
+        raise failure(err) from None
     _network(registry, network)
     return [loads(listen, text) for (net, listen), text in sorted(registry.forwards.items())
             if net == network]  # fmt: skip

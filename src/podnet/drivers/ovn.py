@@ -1,5 +1,5 @@
-"""The ``ovn`` network type: one logical network for pods on every node (issue 16, item 3;
-LXD's ``ovn`` driver, FIELD-NOTES §8a). Its record and objects live in OVN's NB
+"""The ``ovn`` network type: one logical network for pods on every node (LXD's ``ovn`` driver,
+lxd/network/driver_ovn.go). Its record and objects live in OVN's NB
 (:mod:`podnet.ovn.nb`).
 
 Create fills LXD's defaults: ``ipv4.address``/``ipv6.address`` ``auto`` (a free
@@ -7,7 +7,7 @@ Create fills LXD's defaults: ``ipv4.address``/``ipv6.address`` ``auto`` (a free
 the router's uplink address (``volatile.network.ipv4.address``) is the first free one of the
 uplink's ``ipv4.ovn.ranges``; ``bridge.mtu`` is the underlay's MTU less Geneve's overhead.
 ``ipv4.nat.address`` must lie in the uplink's ``ipv4.routes`` with ``ovn.ingress_mode=routed``
-(seed 004).
+(LXD's ``Validate`` of driver_ovn.go).
 """
 
 from __future__ import annotations
@@ -19,13 +19,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podnet import checked, proc
-from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers import ovn_hostports
+from podnet.drivers.cluster_base import ClusterDriver, Context
 from podnet.drivers.ovn_hooks import OvnPodSide
+from podnet.drivers.ovn_hostports import holds, mgmt_ifname, peers
+from podnet.errors import CNIError
+from podnet.link.local import routes_over
 from podnet.networks import ovnconfig
 from podnet.networks.config import is_true
 from podnet.networks.errors import NetworkError, in_use
+from podnet.networks.server import NB_CONNECTION
 from podnet.ovn import nb as nbmod
+from podnet.ovn import vswitch
 from podnet.ovn.ops import Op
+from podnet.ovn.pod_ports import SPARE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,8 +66,6 @@ def _underlay_mtu(encap_ip: str) -> tuple[int, int]:
 
 def _node_routes() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     """Every destination this node routes (default routes aside), both families."""
-    from podnet.link.local import routes_over
-
     every = [checked.network("0.0.0.0/0"), checked.network("::/0")]
     return [checked.network(dst, strict=False) for dst, _ in routes_over(every)]
 
@@ -75,9 +80,6 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any], ow
     the network's own management link aside), naming it — a management port's address there
     would take that traffic. Every node checks again before it puts anything of the network
     on itself (:func:`podnet.drivers.ovn_hostports.check_node`)."""
-    from podnet.drivers.ovn_hostports import holds, mgmt_ifname
-    from podnet.link.local import routes_over
-
     for iface in internal:
         problem = checked.pod_range_problem(iface.network)
         if problem:
@@ -107,9 +109,6 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any], ow
 def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
     """:func:`podnet.drivers.ovn_hostports.peers` of the creating node, and every chassis's
     tunnel endpoint as the SB lists them (``Encap``; none when the SB does not answer)."""
-    from podnet.drivers.ovn_hostports import peers
-    from podnet.errors import CNIError
-
     found = peers(ctx.nb.remotes, chassis)
     try:
         encaps = ctx.sb().select("Encap", [], ["ip", "chassis_name"])
@@ -136,8 +135,7 @@ class OvnDriver(OvnPodSide, ClusterDriver):
         end that exists goes back into the integration bridge with its ``iface-id``; none when
         the network's subnets fail :func:`podnet.drivers.ovn_hostports.check_node` here (7,
         naming the route)."""
-        from podnet.drivers import ovn_hostports, ovn_pods
-        from podnet.networks.server import NB_CONNECTION
+        from podnet.drivers import ovn_pods
 
         talks = ovn_hostports.node_peers(store.config.all().get(NB_CONNECTION, ""))
         ovn_hostports.check_node(row.name, dict(row.config), owner=owner, talks_to=talks)
@@ -148,8 +146,6 @@ class OvnDriver(OvnPodSide, ClusterDriver):
         port comes with a hostPort's ADD), but a subnet that is not private or that overlaps a
         route of this node is named (7, :func:`podnet.drivers.ovn_hostports.check_node`):
         no pod or management port of it is put on this node."""
-        from podnet.drivers import ovn_hostports
-
         talks = ovn_hostports.node_peers(",".join(ctx.nb.remotes))
         ovn_hostports.check_node(name, dict(config), owner=ctx.owner, talks_to=talks)
         return []
@@ -210,8 +206,6 @@ class OvnDriver(OvnPodSide, ClusterDriver):
     def cluster_create(
         self, ctx: Context, name: str, config: dict[str, str]
     ) -> tuple[dict[str, str], list[Op], Callable[[], list[str]]]:  # noqa: E501
-        from podnet.ovn import vswitch
-
         uplink = self._uplink(ctx, config)
         clash = nbmod.taken_names(ctx.nb, name)
         if clash:  # someone else's rows: podnet would act on them later
@@ -318,9 +312,6 @@ class OvnDriver(OvnPodSide, ClusterDriver):
         self, ctx: Context, name: str
     ) -> tuple[list[Op], Callable[[], None]]:
         n = nbmod.names(name)
-        from podnet.drivers import ovn_hostports
-        from podnet.ovn.pod_ports import SPARE
-
         ports = ctx.nb.select(
             "Logical_Switch_Port",
             [nbmod.ours(name)],
@@ -342,7 +333,5 @@ class OvnDriver(OvnPodSide, ClusterDriver):
         return nbmod.delete_ops(name), lambda: ovn_hostports.remove_mgmt(name, ctx.owner)
 
     def forget_node(self, ctx: Context) -> list[str]:
-        from podnet.drivers import ovn_hostports
-
         keep = {n for n, r in ctx.registry.records.items() if r.type == "ovn"}
         return ovn_hostports.forget_mgmt(keep, ctx.owner)

@@ -5,7 +5,8 @@ Cluster-wide (its record is in OVN's NB, :mod:`podnet.ovn.nb`): every node sees 
 ``parent`` is each member's own, as in LXD's clustered creation: ``network create NAME
 --type=physical parent=eth1 --target <member>`` records one member's parent (the network is
 ``Pending``), ``network create NAME --type=physical KEY=VALUE…`` without a target makes it
-(``Created``). A member is a node's OVN chassis name (:func:`podnet.drivers.cluster.local_member`).
+(``Created``). A member is a node's OVN chassis name
+(:func:`podnet.drivers.cluster_base.local_member`).
 
 A node attaches only the parent recorded for its own chassis, never one recorded for another
 node: an OVS bridge ``pnu<8 hex>`` (the integration bridge's datapath type) holding the parent,
@@ -26,83 +27,23 @@ once it is up (``IFF_UP`` and an operational state ``UP`` or ``UNKNOWN``) and fr
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 
 from podnet import proc
-from podnet.drivers.cluster import ClusterDriver, Context
+from podnet.drivers.cluster_base import ClusterDriver, Context, local_member
+from podnet.drivers.uplink_parent import link_state, parent_addresses, routes_through
 from podnet.errors import CNIError
+from podnet.link import rtnl
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
+from podnet.ovn import forward_lbs, vswitch
 from podnet.ovn.ops import Op
 
 
 def bridge_name(network: str) -> str:
     """The OVS bridge that carries uplink ``network`` on a node (15 characters at most)."""
     return "pnu" + hashlib.sha256(network.encode()).hexdigest()[:8]
-
-
-def _parent_addresses(parent: str) -> list[str] | None:
-    """The IP addresses on ``parent`` in this netns (None: no such interface)."""
-    rc, out, _ = proc.spawn(["ip", "-j", "addr", "show", "dev", parent]).wait()
-    if rc != 0:
-        return None
-    try:
-        links = json.loads(out or "[]")
-    except ValueError:
-        return None
-    return [
-        a.get("local", "")
-        for link in links
-        for a in link.get("addr_info", [])
-        if a.get("scope") != "link"
-    ]
-
-
-def link_state(ifname: str) -> tuple[bool, str]:
-    """Whether ``ifname`` is up — administratively (``IFF_UP``) and operationally (``UP``, or
-    ``UNKNOWN`` for devices that report no carrier state, a dummy say) — and its state as
-    ``ip -j link`` gives it (``DOWN``, ``LOWERLAYERDOWN``, ``admin down``…); ``(False, "")``
-    when there is no such link. RFC 2863 operational states, as the kernel reports them."""
-    rc, out, _ = proc.spawn(["ip", "-j", "link", "show", "dev", ifname]).wait()
-    try:
-        links = json.loads(out or "[]") if rc == 0 else []
-    except ValueError:
-        links = []
-    if not links or not isinstance(links[0], dict):
-        return False, ""
-    flags = links[0].get("flags") or []
-    oper = str(links[0].get("operstate", "UNKNOWN"))
-    if "UP" not in flags:
-        return False, "administratively down"
-    return oper in ("UP", "UNKNOWN"), f"operational state {oper}"
-
-
-def _routes(parent: str) -> list[str]:
-    """Destinations routed through ``parent`` in any table of this netns — as a route's device
-    or one of its nexthops (multipath), or in a nexthop object — besides what the kernel keeps
-    on every link (the local table, IPv6 link-local and multicast)."""
-    found = []
-    for argv in (["-4", "route", "show", "table", "all"], ["-6", "route", "show", "table", "all"],
-                 ["nexthop", "show"]):  # fmt: skip
-        rc, out, _ = proc.spawn(["ip", "-j", *argv]).wait()
-        try:
-            routes = json.loads(out or "[]") if rc == 0 else []
-        except ValueError:
-            routes = []
-        for route in routes if isinstance(routes, list) else []:
-            devs = [route.get("dev")] + [h.get("dev") for h in route.get("nexthops") or []
-                                         if isinstance(h, dict)]  # fmt: skip
-            if parent not in devs:
-                continue
-            dst = str(route.get("dst", f"nexthop {route.get('id', '?')}"))
-            if route.get("table") == "local" or route.get("type") in ("local", "multicast"):
-                continue
-            if dst.startswith(("fe80::", "ff00::")):
-                continue
-            found.append(dst)
-    return found
 
 
 #: Devices Open vSwitch makes for its datapaths (never a port).
@@ -119,9 +60,6 @@ def _held(parent: str, ours: str) -> str:
       with ports, a bond with slaves);
     - routes through it (a CNI plugin's host veth carries a /32 route and no address);
     - the loopback device, an OVS bridge's own device, a link podnet made (its alias)."""
-    from podnet.link import rtnl
-    from podnet.ovn import vswitch
-
     if parent in OVS_DEVICES:
         return "Open vSwitch's own datapath device"
     try:  # the kernel's answer for this netns (/sys/class/net is the one sysfs was mounted in)
@@ -157,7 +95,7 @@ def _held(parent: str, ours: str) -> str:
         return f"a bridge or bond with ports ({', '.join(ports)})"
     if vswitch.bridge_exists(parent):
         return "an OVS bridge"
-    routes = _routes(parent)
+    routes = routes_through(parent)
     if routes:
         return f"used by routes ({', '.join(routes[:4])}{', …' if len(routes) > 4 else ''})"
     return ""
@@ -167,8 +105,6 @@ def _check_mapping(name: str, ours: str | None = None) -> None:
     """NetworkError (409) when this node's OVS maps OVN physical network ``name`` to a bridge
     other than ``ours`` (default :func:`bridge_name`), one podnet did not make for this uplink
     (``ovn-bridge-mappings``): the uplink would take over that mapping."""
-    from podnet.ovn import vswitch
-
     mapped = vswitch.chassis().bridge_mappings.get(name)
     if mapped not in (None, ours or bridge_name(name)):
         raise NetworkError(
@@ -180,8 +116,6 @@ def _check_mapping(name: str, ours: str | None = None) -> None:
 
 def _ports(bridge: str) -> list[str] | None:
     """The ports of OVS bridge ``bridge`` (None: no such bridge)."""
-    from podnet.ovn import vswitch
-
     if not vswitch.bridge_exists(bridge):
         return None
     return vswitch.list_ports(bridge) or []
@@ -190,8 +124,6 @@ def _ports(bridge: str) -> list[str] | None:
 def _me() -> str | None:
     """This node's member name (its OVN chassis name); None when its OVS is not set up for OVN
     or does not answer (then no member is this node)."""
-    from podnet.drivers.cluster import local_member
-
     try:
         return local_member()
     except CNIError:
@@ -202,6 +134,7 @@ class PhysicalDriver(ClusterDriver):
     """Uplinks of OVN networks."""
 
     type = "physical"
+    has_forwards = False
     creatable = True
     member_keys = ("parent",)
 
@@ -212,7 +145,7 @@ class PhysicalDriver(ClusterDriver):
     def check_parent(name: str, parent: str) -> bool:
         """Whether ``parent`` exists on this node; NetworkError (400) when it is not free
         (:func:`_held`) or holds IP addresses (LXD's rule)."""
-        found = _parent_addresses(parent)
+        found = parent_addresses(parent)
         if found is None:
             return False
         held = _held(parent, bridge_name(name))
@@ -247,8 +180,6 @@ class PhysicalDriver(ClusterDriver):
         restore``): a parent not in the bridge yet is never added — NetworkError (400) naming
         it and how to attach it, nothing changed — unless ``ctx.attach_new`` (``restore
         --attach-new``), which adds it only once it is up."""
-        from podnet.ovn import vswitch
-
         chassis = vswitch.chassis()
         me = chassis.system_id
         bridge = bridge_name(name)
@@ -266,7 +197,7 @@ class PhysicalDriver(ClusterDriver):
                     "removed"]  # fmt: skip
         ports = _ports(bridge) or []
         if parent not in ports:
-            if _parent_addresses(parent) is None:
+            if parent_addresses(parent) is None:
                 raise NetworkError(
                     f'Parent interface "{parent}" recorded for member "{me}" does not exist on '
                     "this node"
@@ -301,8 +232,6 @@ class PhysicalDriver(ClusterDriver):
         for this node ``Created`` only when its parent is in the uplink's bridge and mapped
         (``Unavailable`` otherwise: missing, down, not attached yet); another member's
         ``Created`` (only that node sees its own interfaces)."""
-        from podnet.ovn import vswitch
-
         if record.pending:
             return "Pending"
         parent = record.members.get(member, {}).get("parent")
@@ -320,8 +249,6 @@ class PhysicalDriver(ClusterDriver):
 
     def detach_node(self, ctx: Context, name: str) -> None:
         """Undo :meth:`attach_node` on this node (nothing when it was not attached)."""
-        from podnet.ovn import vswitch
-
         try:
             chassis = vswitch.chassis()
         except Exception:  # noqa: BLE001 - no OVS here: nothing of ours to undo
@@ -359,8 +286,6 @@ class PhysicalDriver(ClusterDriver):
         mode = config.get("ovn.ingress_mode", "l2proxy")
         if mode == before.config.get("ovn.ingress_mode", "l2proxy"):
             return config, []
-        from podnet.ovn import ports
-
         ops = []
         for net, record in ctx.registry.records.items():  # their forwards' neighbour answers
             if record.type == "ovn" and record.config.get("network") == name:
@@ -370,7 +295,7 @@ class PhysicalDriver(ClusterDriver):
                         f'Cannot set ovn.ingress_mode to "{mode}": network "{net}" uses {nat[0]}, '
                         'which needs "routed"'
                     )
-                ops += ports.ingress_ops(net, mode == "l2proxy")
+                ops += forward_lbs.ingress_ops(net, mode == "l2proxy")
         return config, ops
 
     def cluster_delete(
@@ -394,8 +319,6 @@ class PhysicalDriver(ClusterDriver):
     def forget_node(self, ctx: Context) -> list[str]:
         """Detach this node from uplinks no longer registered (deleted from another node): only
         mappings to a bridge of podnet's name for that uplink (:func:`bridge_name`)."""
-        from podnet.ovn import vswitch
-
         try:
             chassis = vswitch.chassis()
         except Exception:  # noqa: BLE001 - no OVS here: nothing of ours to undo

@@ -1,6 +1,6 @@
-"""Networks and network forwards (seed 004, issue 8): LXD-style bridge networks that pods join,
-the ``ptp`` networks the ``podnet`` plugin serves from ``ranges``, external addresses forwarded
-whole or per port to addresses inside a network, and a network's source NAT address.
+"""Networks and network forwards (LXD's ``/1.0/networks`` API): LXD-style bridge networks that
+pods join, the ``ptp`` networks the ``podnet`` plugin serves from ``ranges``, external addresses
+forwarded whole or per port to addresses inside a network, and a network's source NAT address.
 
 - :mod:`podnet.networks.model` — the API shapes (``NetworkForward``, ``NetworkForwardPort``,
   ``Network``) and their canonical form;

@@ -1,7 +1,7 @@
 """Validating a network forward and expanding it into the firewall's DNAT model (pure).
 
-Checks run in LXD's order with LXD's messages (``forwardValidate``, lxd/network/driver_common.go;
-FIELD-NOTES §6), so people and scripts that know ``lxc`` see the same refusals; podnet adds what
+Checks run in LXD's order with LXD's messages (``forwardValidate``, lxd/network/driver_common.go),
+so people and scripts that know ``lxc`` see the same refusals; podnet adds what
 LXD 5.0.2 lacks, with the messages later LXD versions use where they have one:
 
 - the listen address may not be unspecified (``Cannot use unspecified address: "0.0.0.0"``),

@@ -1,5 +1,6 @@
-"""The shapes of networks and network forwards, as LXD's API and ``lxc`` show them (seed 004:
-``NetworkForward``, ``NetworkForwardPut``, ``NetworkForwardPort``; LXD's ``Network``), their
+"""The shapes of networks and network forwards, as LXD's API and ``lxc`` show them
+(LXD's shared/api/network_forward.go: ``NetworkForward``, ``NetworkForwardPut``,
+``NetworkForwardPort``; shared/api/network.go: ``Network``), their
 canonical form (LXD's ``Normalise``) and their ETags.
 
 Field order is the one ``lxc … show`` prints (yaml.v2 follows the Go struct): a forward is
@@ -131,7 +132,8 @@ class Forward:
 
     def etag(self) -> str:
         """LXD's ETag of a forward: sha256 of Go's JSON of ``[listen_address, description,
-        config, ports]`` (FIELD-NOTES §6a), so the ``lxc`` client's ``If-Match`` matches."""
+        config, ports]`` (``NetworkForward.Etag``, LXD's shared/api/network_forward.go), so the
+        ``lxc`` client's ``If-Match`` matches."""
         return etag([self.listen_address, self.description, dict(self.config),
                      [GoStruct(p.to_api()) for p in self.ports]])  # fmt: skip
 

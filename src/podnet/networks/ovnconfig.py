@@ -1,6 +1,5 @@
 """Config of ``physical`` (uplink) and ``ovn`` networks: LXD's keys, defaults and messages
-(issue 16, items 2 and 3; FIELD-NOTES §8a; lxd/network/driver_physical.go and driver_ovn.go
-``Validate``), for the keys podnet implements.
+(lxd/network/driver_physical.go and driver_ovn.go ``Validate``), for the keys podnet implements.
 
 ``physical`` — an uplink OVN routers reach the outside through: ``parent`` (each member's own
 interface, set with ``--target``: :data:`MEMBER_KEYS`), ``mtu``,

@@ -1,6 +1,6 @@
 """The server config: LXD's ``config`` of ``GET|PUT|PATCH /1.0`` and ``lxc config
-set|get|unset|show``, for the keys podnet implements (issue 16, item 1; LXD's cluster config
-``network.ovn.*``, FIELD-NOTES §8a).
+set|get|unset|show``, for the keys podnet implements (LXD's server config
+``network.ovn.*``, lxd/cluster/config/config.go).
 
 - ``network.ovn.northbound_connection``: where OVN's northbound database is, as OVSDB names a
   connection — ``unix:<absolute path>``, ``tcp:<IP>:<port>`` or ``ssl:<IP>:<port>`` (an IPv6
