@@ -36,8 +36,8 @@ from podnet.errors import CNIError
 from podnet.link import rtnl
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
-from podnet.ovn import nb as nbmod
 from podnet.ovn import forward_lbs, vswitch
+from podnet.ovn import nb as nbmod
 from podnet.ovn.ops import Op
 
 
