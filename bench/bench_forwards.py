@@ -110,7 +110,7 @@ def listen_of(i: int) -> str:
 # -- helpers that run inside namespaces (this file re-executed, or -c scripts) ----------------
 POPULATE = r"""
 import sys, time, ipaddress
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 from podnet.networks.model import Forward, ForwardPort
 data, network, base, count, target, port = sys.argv[1], sys.argv[2], \
     ipaddress.IPv4Address(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]

@@ -219,7 +219,7 @@ class Run:
 
     def fill(self, level: int) -> None:
         """``level`` filler ports in the switch and ``level`` forwards on the network."""
-        from podnet.drivers import cluster_forwards
+        from podnet.drivers.ovn import forwards as cluster_forwards
         from podnet.networks.model import Forward
         from podnet.ovn import nb as nbmod
         from podnet.ovn.ovsdb import Ovsdb, named, oset
@@ -262,7 +262,7 @@ class Run:
 
     def shrink(self, level: int) -> None:
         """Back down to ``level`` filler ports and forwards (the later rounds of ``--rounds``)."""
-        from podnet.drivers import cluster_forwards
+        from podnet.drivers.ovn import forwards as cluster_forwards
         from podnet.ovn import nb as nbmod
         from podnet.ovn.ovsdb import Ovsdb, oset
 

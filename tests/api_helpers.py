@@ -586,7 +586,7 @@ def schema_run(data_dir: str, max_examples: int, seed: int) -> None:
     from starlette.testclient import TestClient
 
     from podnet.api.app import create_app
-    from podnet.drivers.manager import Manager
+    from podnet.manage.manager import Manager
 
     inner = create_app(Manager(data_dir, create=True))
     crashes: list[str] = []

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
-    from podnet.drivers.conf import PodnetConf
+    from podnet.netconf import PodnetConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
 

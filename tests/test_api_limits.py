@@ -522,7 +522,7 @@ def test_an_unexpected_exception_tells_the_log_not_the_client(tmp_path: Path,
     import asyncio
 
     from podnet.api.app import create_app
-    from podnet.drivers.manager import Manager
+    from podnet.manage.manager import Manager
 
     class Broken(Manager):
         def list_networks(self, *args: Any, **kwargs: Any) -> Any:

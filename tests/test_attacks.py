@@ -377,8 +377,8 @@ def test_the_allow_list_takes_a_directory_itself_unless_its_entry_says_below(
     review: a NetConf's /var/lib/podnet/evil became a second store that took the node's
     table after a reboot); a PODNET_DATA_DIRS entry allows itself, or with ``/*`` what lies
     below it."""
-    from podnet.drivers.conf import store_keys
     from podnet.errors import CNIError
+    from podnet.netconf import store_keys
 
     if env is None:
         monkeypatch.delenv("PODNET_DATA_DIRS", raising=False)

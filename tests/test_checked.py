@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podnet import checked
-from podnet.drivers.conf import PodnetConf
 from podnet.errors import InvalidConfig
 from podnet.link import veth
+from podnet.netconf import PodnetConf
 from podnet.networks import config as netconfig
 from podnet.networks import forwards
 from podnet.networks.errors import NetworkError

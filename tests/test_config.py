@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podnet.drivers.conf import PodnetConf
 from podnet.errors import CNIError
+from podnet.netconf import PodnetConf
 
 BASE = {"cniVersion": "1.0.0", "name": "kindnet", "type": "podnet", "ranges": ["10.244.2.0/24"]}
 

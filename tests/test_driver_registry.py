@@ -255,8 +255,8 @@ def test_plain_veth_teardown_is_only_for_builtin_veth_types(monkeypatch: pytest.
     process replaces."""
     from podnet import drivers
     from podnet.drivers.base import Driver
-    from podnet.drivers.conf import StoreConf
     from podnet.drivers.pods import VethDriver
+    from podnet.netconf import StoreConf
 
     for kind in set(drivers.BUILTIN) - set(drivers.VETH_TEARDOWN):
         cls = type(drivers.get(kind))

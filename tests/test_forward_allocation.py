@@ -1,5 +1,5 @@
 """``0.0.0.0``/``::`` forwards of OVN networks take the first free address of the uplink's
-routes (:mod:`podnet.drivers.cluster_forwards`). The work is bounded by the candidates tried,
+routes (:mod:`podnet.drivers.ovn.forwards`). The work is bounded by the candidates tried,
 not by the uplink's OVN ranges times the taken addresses: with thousands of ranges and
 thousands of forwards the allocation is counted in Python calls (``sys.setprofile``), and a
 run of taken addresses is passed over in one candidate check."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from podnet.drivers import cluster_forwards as cf
+from podnet.drivers.ovn import forwards as cf
 from podnet.networks.errors import NetworkError
 from podnet.ovn import nb as nbmod
 

@@ -14,14 +14,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: and the ones below.
 LAYERS: list[tuple[str, ...]] = [
     ("checked",),
-    ("errors", "values", "trusted"),
+    ("errors", "values", "trusted", "nodeconf"),
     ("proc", "undo"),
     ("cni",),
     ("link", "store", "firewall", "networks", "ovn"),
-    ("ipam", "claims"),
+    ("ipam", "claims", "netconf"),
     ("reconcile",),
     ("drivers",),
-    ("plugins",),
+    ("plugins", "manage"),
     ("runtime", "api", "agent"),
     ("cli",),
 ]

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from envgate import need
 from netns import VENV_BIN
-from podnet.drivers import nodeconf
-from podnet.drivers.conf import store_keys
+from podnet import nodeconf
 from podnet.errors import InvalidConfig
+from podnet.netconf import store_keys
 
 PODNETCTL = str(VENV_BIN / "podnetctl")
 BASE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -122,7 +122,7 @@ def test_render_of_below_entries_parses(entry: str) -> None:
 @pytest.mark.parametrize("value", ["//*", "/*", "/"])
 def test_environment_entry_for_root_allows_nothing(monkeypatch: pytest.MonkeyPatch,
                                                    value: str) -> None:  # fmt: skip
-    from podnet.drivers.conf import allowed_data_dirs, data_dir_allowed
+    from podnet.netconf import allowed_data_dirs, data_dir_allowed
 
     monkeypatch.setenv("PODNET_DATA_DIRS", value)
     allowed = allowed_data_dirs(nodeconf.NodeConf("/x/n.conf"))

@@ -1,5 +1,5 @@
 """Faults a node can have while pods join OVN networks (the ``podnet`` plugin on an ``ovn``
-network, :mod:`podnet.drivers.ovn_pods`): an unwritable podnet database, ``ovs-vsctl`` or
+network, :mod:`podnet.drivers.ovn.pods`): an unwritable podnet database, ``ovs-vsctl`` or
 ``ethtool`` not installed, the plugin killed with SIGKILL in the middle of ADD, and DELs of
 what is already gone.
 

@@ -167,7 +167,7 @@ def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> Non
         assert not errors, errors
         config = cluster.networks(n2)["ovn1"]["config"]
         assert {f"user.{k}{i}" for k in "ab" for i in range(10)} <= set(config), config
-        from podnet.drivers.cluster import connect, update
+        from podnet.drivers.ovn.cluster import connect, update
         from podnet.networks.errors import NetworkError
 
         nb = connect({"network.ovn.northbound_connection": cluster.lab.nb_unix})
@@ -831,8 +831,8 @@ def test_a_bridge_network_is_an_uplink(cluster: Cluster) -> None:
     n2, without the bridge, lists the network but cannot make another on it; the bridge is not
     deleted while used; ``network restore`` brings a removed veth pair back; once deleted,
     nothing of it is left on n1."""
-    from podnet.drivers.bridge_uplink import ovs_bridge as bridge_name
-    from podnet.drivers.bridge_uplink import veth_names
+    from podnet.drivers.ovn.bridge_uplink import ovs_bridge as bridge_name
+    from podnet.drivers.ovn.bridge_uplink import veth_names
 
     n1, n2, n3 = cluster.lab.nodes
     here, there = veth_names("brup")
@@ -1075,7 +1075,7 @@ def test_hostports_reach_ovn_pods(cluster: Cluster) -> None:
     address, in the subnet); a second pod asking for the same hostPort gets 101 and leaves
     nothing; DEL takes the hostPort away. Deleting the network is not refused for the
     management port, and ``network restore`` on n2 then removes it."""
-    from podnet.drivers.ovn_hostports import mgmt_ifname
+    from podnet.drivers.ovn.hostports import mgmt_ifname
     from podnet.link.names import host_ifname
 
     n1, n2, n3 = cluster.lab.nodes

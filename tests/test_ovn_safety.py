@@ -27,7 +27,7 @@ import pytest
 from envgate import need
 from netns import Lab
 from podnet import checked, errors
-from podnet.drivers.ovn_hostports import own, security
+from podnet.drivers.ovn.hostports import own, security
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from podnet.cli.demo.ovnlab import OvnLab, missing_tools  # noqa: E402
@@ -268,10 +268,10 @@ def test_routes_over_names_what_an_address_would_take(lab: Lab) -> None:
 
 
 def test_the_addresses_a_node_talks_to(tmp_path: Path) -> None:
-    """:func:`podnet.drivers.ovn_hostports.peers`: the NB and SB remotes (``unix:`` passed by),
+    """:func:`podnet.drivers.ovn.hostports.peers`: the NB and SB remotes (``unix:`` passed by),
     the node's tunnel endpoint and its nameservers (a zone index dropped, words that are not
     an address passed by), each with why; a subnet holding one is named with it."""
-    from podnet.drivers.ovn_hostports import holds, peers
+    from podnet.drivers.ovn.hostports import holds, peers
     from podnet.ovn.vswitch import Chassis
 
     resolv = tmp_path / "resolv.conf"

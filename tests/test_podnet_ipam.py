@@ -32,9 +32,9 @@ from netns import (
 )
 from podnet.cni import env as cni_env
 from podnet.cni import skel
-from podnet.drivers.conf import PodnetConf
 from podnet.errors import CNIError
 from podnet.ipam import delegate
+from podnet.netconf import PodnetConf
 from podnet.plugins import podnet_ipam
 from podnet.plugins.podnet_ipam_conf import IpamConf
 from podnet.store import open_store

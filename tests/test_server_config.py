@@ -143,7 +143,7 @@ def test_ssl_files_written_by_parallel_calls() -> None:
     marker = uuid.uuid4().hex
     src = str(Path(__file__).resolve().parent.parent / "src")
     code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from podnet.drivers.cluster import _ssl_files\n"
+            "from podnet.drivers.ovn.cluster import _ssl_files\n"
             "for i in range(40):\n"
             "    m = sys.argv[2] + str(i)\n"
             "    config = {'network.ovn.client_key': 'K' + m, 'network.ovn.client_cert': 'C' + m,"
@@ -173,7 +173,7 @@ def test_a_replaced_client_key_leaves_no_copy_in_run(tmp_path: Path) -> None:
     files with the same PEM text stay (the hash covers the store)."""
     import shutil
 
-    from podnet.drivers import cluster
+    from podnet.drivers.ovn import cluster
 
     need("root")
     pems = {}

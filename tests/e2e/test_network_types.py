@@ -1,6 +1,6 @@
 """A network type that has forwards is one registered class (:mod:`labnet_driver`): networks of
 it are created, and their forwards created, listed, changed and deleted, through
-:class:`podnet.drivers.manager.Manager` and through the REST API application in-process, in a
+:class:`podnet.manage.manager.Manager` and through the REST API application in-process, in a
 node namespace of the test's own, with the forwards' nft map elements checked in the kernel.
 LXD's shape: lxd/network/driver_common.go (``ForwardCreate``/``ForwardUpdate``/
 ``ForwardDelete`` on every network type)."""
@@ -22,7 +22,7 @@ import json
 import labnet_driver
 from starlette.testclient import TestClient
 from podnet.api.app import create_app
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort
 

@@ -31,11 +31,10 @@ import json
 import os
 from typing import Any
 
-from podnet import checked
+from podnet import checked, nodeconf
 from podnet.agent.notes import LOG, Notes
-from podnet.drivers import nodeconf
-from podnet.drivers.conf import PodnetConf
 from podnet.errors import CNIError
+from podnet.netconf import PodnetConf
 from podnet.runtime import installer
 from podnet.runtime.files import write_atomic
 

@@ -3,7 +3,7 @@
 provider manage podnet.
 
 - :mod:`podnet.api.app` — the FastAPI application: LXD's routes, envelopes, ETags, If-Match;
-  every handler is one call into :class:`podnet.drivers.manager.Manager` (the CLI's operations);
+  every handler is one call into :class:`podnet.manage.manager.Manager` (the CLI's operations);
 - :mod:`podnet.api.server` — the unix socket (``<dataDir>/unix.socket``, 0660) and the
   optional TCP listener with TLS and a client-certificate trust store, on uvicorn.
 """

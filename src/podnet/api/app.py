@@ -23,7 +23,7 @@ may reach the routes at all (trust, content type, size): :mod:`podnet.api.guard`
 POST answers 201 with a ``Location`` and ``metadata: null``; PUT, PATCH and DELETE answer 200
 with ``metadata: {}``. Single-object GETs carry ``ETag: "<sha256 hex>"`` computed as LXD
 computes it, so the ``lxc`` client's ``If-Match`` matches. Every handler is one call into
-:class:`podnet.drivers.manager.Manager`, the same operations ``podnetctl network`` runs.
+:class:`podnet.manage.manager.Manager`, the same operations ``podnetctl network`` runs.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ from podnet.api.bodies import (
 from podnet.api.document import API_EXTENSIONS, default_project, server_document
 from podnet.api.envelopes import error, sync
 from podnet.api.guard import Guard
-from podnet.drivers import server_config
-from podnet.drivers.manager import Manager
 from podnet.errors import IO_FAILURE, KERNEL_FAILURE, TRY_AGAIN_LATER, CNIError
+from podnet.manage import server_config
+from podnet.manage.manager import Manager
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward
 from podnet.ovn.ovsdb import Unreachable, shared_deadline

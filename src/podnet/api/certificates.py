@@ -20,7 +20,7 @@ from podnet.api.envelopes import error, sync
 from podnet.api.guard import REFUSALS, client_key, describe_client
 from podnet.api.protocol import fingerprint
 from podnet.checked import one_line, show
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 
 __all__ = ["add_routes"]
 

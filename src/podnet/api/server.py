@@ -52,7 +52,7 @@ from podnet import checked
 from podnet.api.anycert import accept_any
 from podnet.api.listener import Budget, Listener, budget
 from podnet.api.protocol import Connection, GuardedProtocol, Limits, fingerprint
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 from podnet.store import open_store
 
 __all__ = ["SOCKET_NAME", "fingerprint", "serve"]

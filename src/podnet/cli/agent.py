@@ -20,7 +20,7 @@ from podnet.agent.settings import (
 )
 from podnet.cli.node import SHOWN, default_data_dir
 from podnet.cni.netconf import MAX_NAME, valid_network_name
-from podnet.drivers.nodeconf import data_dir_problem
+from podnet.nodeconf import data_dir_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

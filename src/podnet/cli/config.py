@@ -10,7 +10,7 @@ from podnet.checked import printable
 from podnet.cli.lxcfmt import dump_yaml
 from podnet.cli.netargs import add_store_options, config_args, manager_of
 from podnet.cli.node import SHOWN, default_data_dir
-from podnet.drivers import server_config
+from podnet.manage import server_config
 
 
 @click.group()

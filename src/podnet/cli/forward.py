@@ -1,6 +1,6 @@
 """``podnetctl network forward …``: network forwards with ``lxc``'s argument order, output and
 messages (``Network forward 198.51.100.1 created``, ``Error: …`` and exit 1), on the store
-directly. Each command is one call into :class:`podnet.drivers.manager.Manager`.
+directly. Each command is one call into :class:`podnet.manage.manager.Manager`.
 """
 
 from __future__ import annotations

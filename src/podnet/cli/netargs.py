@@ -1,6 +1,6 @@
 """What ``podnetctl network``, ``network forward`` and ``config`` share: the ``lxc``-style
 options and arguments, the store options any subcommand takes, the run's
-:class:`~podnet.drivers.manager.Manager`, ``key=value`` arguments and ``lxc … edit``."""
+:class:`~podnet.manage.manager.Manager`, ``key=value`` arguments and ``lxc … edit``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from podnet.cli.lxcfmt import FORMATS
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 from podnet.networks.errors import NetworkError
 
 __all__ = [
@@ -60,7 +60,7 @@ def forward_arguments(f: Any) -> Any:
 
 
 def manager_of(ctx: click.Context) -> Any:
-    """The :class:`~podnet.drivers.manager.Manager` for this run, made on first use from the
+    """The :class:`~podnet.manage.manager.Manager` for this run, made on first use from the
     store options (``--data-dir``, ``--busy-timeout``, ``--init``) given before or after the
     subcommand."""
     obj = ctx.find_object(dict)

@@ -1,7 +1,7 @@
 """``podnetctl network …`` and ``podnetctl network forward …``: networks and forwards with
 ``lxc``'s argument order, output and messages (``Network forward 198.51.100.1 created``,
 ``Error: …`` and exit 1), working on the store directly (``--data-dir`` / ``PODNET_DATA_DIR``),
-no daemon. Each command is one call into :class:`podnet.drivers.manager.Manager`.
+no daemon. Each command is one call into :class:`podnet.manage.manager.Manager`.
 """
 
 from __future__ import annotations

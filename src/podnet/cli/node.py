@@ -1,10 +1,10 @@
-"""The node's store as ``podnetctl``'s default ``--data-dir`` (:mod:`podnet.drivers.nodeconf`)."""
+"""The node's store as ``podnetctl``'s default ``--data-dir`` (:mod:`podnet.nodeconf`)."""
 
 from __future__ import annotations
 
 import click
 
-from podnet.drivers import nodeconf
+from podnet import nodeconf
 
 #: ``show_default`` of every ``--data-dir`` that defaults to the node's store.
 SHOWN = "the node config's data_dir, else /var/lib/podnet"

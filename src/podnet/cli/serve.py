@@ -14,7 +14,7 @@ from podnet.api import tokens
 from podnet.api.tokens import check_certificate
 from podnet.checked import one_line
 from podnet.cli.node import SHOWN, default_data_dir
-from podnet.drivers.manager import Manager
+from podnet.manage.manager import Manager
 from podnet.store import open_store
 
 data_dir_option = click.option(

@@ -17,8 +17,8 @@ import click
 
 from podnet import checked
 from podnet.cli.node import SHOWN, default_data_dir
-from podnet.drivers.nodeconf import no_store
 from podnet.ipam.allocator import usable_count
+from podnet.nodeconf import no_store
 
 if TYPE_CHECKING:  # rich, yaml and the store load only when a view runs (net commands skip them)
     from rich.console import Console

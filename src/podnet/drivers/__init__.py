@@ -1,5 +1,5 @@
-"""Network drivers: one interface per network type, and the registry keyed by type (issue 15,
-item 1; modelled on LXD's network drivers and the reference plugins' ``PortMapper``).
+"""Network drivers: one interface per network type, and the registry keyed by type (modelled on
+LXD's lxd/network drivers and the reference plugins' ``PortMapper``).
 
 A driver (:class:`podnet.drivers.base.Driver`) does for its network type what the layers below
 offer: validate a network's config; create, restore and delete the network on the node; attach
@@ -11,7 +11,7 @@ Built in: ``ptp`` (addresses from the conflist's ``ranges``, one veth pair per p
 route), ``bridge`` (a podnet-managed Linux bridge, LXD's keys) and ``delegated`` (``ptp`` links
 with addresses from an IPAM plugin, CNI SPEC "Plugin Delegation"). An administrator adds
 drivers with ``driver = type=module:Class`` lines in the node configuration
-(:mod:`podnet.drivers.nodeconf`, read by every plugin call whatever the runtime's environment)
+(:mod:`podnet.nodeconf`, read by every plugin call whatever the runtime's environment)
 and with ``PODNET_DRIVERS`` in the environment of the runtime and of podnetctl —
 ``type=module:Class`` entries separated by commas; a type both name must name the same class.
 Each is imported only when a network of that type is met; like the data dirs, a node setting no
@@ -29,15 +29,15 @@ from podnet.errors import InvalidConfig
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.drivers.base import Driver
-    from podnet.drivers.conf import StoreConf
+    from podnet.netconf import StoreConf
 
 #: Built-in drivers: type → ``module:Class``.
 BUILTIN = {
     "ptp": "podnet.drivers.ptp:PtpDriver",
     "bridge": "podnet.drivers.bridge:BridgeDriver",
     "delegated": "podnet.drivers.delegated:DelegatedDriver",
-    "physical": "podnet.drivers.physical:PhysicalDriver",
-    "ovn": "podnet.drivers.ovn:OvnDriver",
+    "physical": "podnet.drivers.ovn.physical:PhysicalDriver",
+    "ovn": "podnet.drivers.ovn.driver:OvnDriver",
 }
 #: Types the ``network`` commands and the API may create (``ptp`` networks come from conflists,
 #: ``delegated`` attachments have no network of their own).
@@ -58,7 +58,7 @@ def _extra() -> dict[str, str]:
     ``driver`` lines, then ``PODNET_DRIVERS``. InvalidConfig (7) for a malformed entry or a
     type the two name differently, naming it; NodeConfError (7) for a malformed or untrusted
     node configuration."""
-    from podnet.drivers import nodeconf
+    from podnet import nodeconf
 
     node = nodeconf.load()
     out = dict(node.drivers)

@@ -4,11 +4,11 @@ lxd/network/network_load.go).
 
 Two backends implement :class:`Backend`: :class:`podnet.drivers.local.LocalBackend` (this
 node's store: every change under its write lock, in one write transaction, the kernel
-reconciled before the COMMIT) and :class:`podnet.drivers.cluster_backend.ClusterBackend` (OVN's
+reconciled before the COMMIT) and :class:`podnet.drivers.ovn.cluster_backend.ClusterBackend` (OVN's
 NB: every change one NB transaction, re-applied when another node changed the registry
 meanwhile). A type names
 its backend (:attr:`podnet.drivers.network.NetworkType.backend`);
-:class:`podnet.drivers.manager.Manager` loads a network and dispatches to the backend that
+:class:`podnet.manage.manager.Manager` loads a network and dispatches to the backend that
 holds it, never asking which kind it is.
 """
 
@@ -65,7 +65,7 @@ class LoadedNetwork:
 
 
 class Host(Protocol):
-    """What a backend needs of its caller (:class:`podnet.drivers.manager.Manager`): this
+    """What a backend needs of its caller (:class:`podnet.manage.manager.Manager`): this
     node's owner mark and member name, the warning sink, the store and the ``--target``
     check."""
 

@@ -13,7 +13,7 @@ CHECK and GC, written once in :mod:`podnet.drivers.pods`; a driver only adds hoo
   :meth:`Driver.finish_result` add a driver's own steps to DEL, CHECK, GC, STATUS and ADD's
   result.
 
-Network side (``podnetctl network`` and the API, through :mod:`podnet.drivers.manager`):
+Network side (``podnetctl network`` and the API, through :mod:`podnet.manage.manager`):
 :class:`podnet.drivers.network.NetworkType`, which :class:`Driver` extends.
 
 A call killed before its COMMIT may leave the veth with no row: the runtime's DEL removes it by
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
     from podnet.checked import Iface, Net
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.link.veth import PodLink
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
     from podnet.store.pods import Pod

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from podnet.checked import Iface, Net
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf
     from podnet.link.bridge import BridgeState
+    from podnet.netconf import PodnetConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
     from podnet.store.pods import Pod
@@ -69,9 +69,9 @@ class BridgeDriver(VethDriver):
 
     def users(self, store: Store, row: NetworkRow, *, any_owner: bool = False) -> list[str]:
         """Its pods; with ``any_owner`` (before a delete) also the OVN networks that use it as
-        their uplink (:func:`podnet.drivers.bridge_uplink.ovn_users`), as ``OVN network
+        their uplink (:func:`podnet.drivers.ovn.bridge_uplink.ovn_users`), as ``OVN network
         <name>``."""
-        from podnet.drivers import bridge_uplink
+        from podnet.drivers.ovn import bridge_uplink
 
         pods = [cid for cid, _, _ in store.networks.pods(row.id)]
         if any_owner and bridge_uplink.is_uplink(row.config):
@@ -143,7 +143,7 @@ class BridgeDriver(VethDriver):
             return lambda: None
 
         def remove() -> None:
-            from podnet.drivers import bridge_uplink
+            from podnet.drivers.ovn import bridge_uplink
 
             bridge_uplink.detach(name, owner)
             bridge.delete(name, owner=owner)
@@ -267,9 +267,9 @@ def _bridge_change(before: BridgeState | None, want: Sequence[Iface], mtu: int) 
 def _uplink(name: str, before: Mapping[str, str], config: Mapping[str, str],
             owner: str, *, restoring: bool = False) -> list[str]:  # fmt: skip
     """Bridge ``name`` as an OVN uplink going from ``before`` to ``config``
-    (:mod:`podnet.drivers.bridge_uplink`): its routes, joined to OVS when it becomes an uplink
+    (:mod:`podnet.drivers.ovn.bridge_uplink`): its routes, joined to OVS when it becomes an uplink
     (or is restored as one), detached when it stops being one. What was done."""
-    from podnet.drivers import bridge_uplink
+    from podnet.drivers.ovn import bridge_uplink
 
     bridge_uplink.sync_routes(name, before, config)
     try:

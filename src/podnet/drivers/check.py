@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from podnet.checked import Net
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf
+    from podnet.netconf import PodnetConf
     from podnet.store.pods import Pod
     from podnet.values import PortMapping
 

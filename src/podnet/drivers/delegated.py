@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Allocation
-    from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
     from podnet.store.pods import Pod

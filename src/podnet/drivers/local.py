@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from podnet import reconcile as sync
-from podnet.drivers import bridge_uplink, local_forwards
+from podnet.drivers import local_forwards
 from podnet.drivers.backend import Backend, Change, LoadedNetwork, driver_of
 from podnet.drivers.local_forwards import taken_subnets
 from podnet.drivers.network import LOCAL
+from podnet.drivers.ovn import bridge_uplink
 from podnet.errors import CNIError
 from podnet.firewall import hostports, nft
 from podnet.networks.errors import NetworkError, in_use
@@ -115,7 +116,7 @@ class LocalBackend(Backend):
     def _registry(self, before: Mapping[str, str], config: Mapping[str, str], *,
                   force: bool = False) -> Registry | None | bool:  # fmt: skip
         """The NB's networks when a bridge going from ``before`` to ``config`` needs them
-        (:func:`podnet.drivers.bridge_uplink.read_registry`; None: no NB set), False when it
+        (:func:`podnet.drivers.ovn.bridge_uplink.read_registry`; None: no NB set), False when it
         does not (``force``: read all the same): read without the store's lock, so that a slow
         or blackholed NB never holds the lock the plugin's ADD and DEL wait for."""
         if not force and not bridge_uplink.needs_registry(before, config):

@@ -1,12 +1,12 @@
 """The network side of a network type: what ``podnetctl network`` and the API ask of it, through
-:class:`podnet.drivers.manager.Manager` (LXD's ``Network`` interface, lxd/network/
+:class:`podnet.manage.manager.Manager` (LXD's ``Network`` interface, lxd/network/
 driver_common.go: ``Validate``, ``Create``, ``Update``, ``Delete``, ``Start``, and
 ``ForwardCreate``/``ForwardUpdate``/``ForwardDelete``).
 
 A type says where its networks live (:attr:`NetworkType.backend`): ``local`` (this node's
 store, under its write lock, the kernel reconciled from it: :mod:`podnet.drivers.local`) or
 ``cluster`` (OVN's northbound database, one NB transaction per change:
-:mod:`podnet.drivers.cluster`). The backend keeps the rows and the forwards; the type validates
+:mod:`podnet.drivers.ovn.cluster`). The backend keeps the rows and the forwards; the type validates
 and makes its networks, and says whether they carry forwards and what a forward may target
 (:meth:`NetworkType.subnets`). A new type is one class registered with
 :func:`podnet.drivers.register` (or named in the node configuration): nothing else changes.
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 #: The backend of a type whose networks are this node's (:mod:`podnet.drivers.local`).
 LOCAL = "local"
-#: The backend of a type whose networks live in OVN's NB (:mod:`podnet.drivers.cluster`).
+#: The backend of a type whose networks live in OVN's NB (:mod:`podnet.drivers.ovn.cluster`).
 CLUSTER = "cluster"
 
 

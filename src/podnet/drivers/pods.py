@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Choice
-    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.link.veth import PodLink
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.proc import Spawned
     from podnet.reconcile import Pending
     from podnet.store import Store

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from podnet.checked import Net
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
 

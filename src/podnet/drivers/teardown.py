@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
-    from podnet.drivers.conf import StoreConf
+    from podnet.netconf import StoreConf
     from podnet.store import Store
     from podnet.store.pods import Pod
     from podnet.values import PortMapping

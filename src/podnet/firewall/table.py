@@ -53,7 +53,7 @@ __all__ = ["FAMILY", "FORWARDS", "HOSTPORTS", "TABLE", "T", "BridgeNat", "TableS
            "add_script", "cluster_elements", "cluster_set", "delete_script", "script"]  # fmt: skip
 
 MASQ_MARK = 0x2000
-#: OVN management ports (:mod:`podnet.drivers.ovn_hostports`): a hostPort DNATed to a pod of
+#: OVN management ports (:mod:`podnet.drivers.ovn.hostports`): a hostPort DNATed to a pod of
 #: an OVN network leaves through one and is masqueraded, so the reply comes back to the node.
 MGMT_LINKS = "pnm*"
 _L4 = "meta l4proto { tcp, udp }"

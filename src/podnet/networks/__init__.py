@@ -8,6 +8,6 @@ forwarded whole or per port to addresses inside a network, and a network's sourc
 - :mod:`podnet.networks.forwards` — forward validation in LXD's order with LXD's messages (and
   the checks LXD lacks: port bounds, unspecified/loopback listen addresses, network/broadcast
   targets), expansion into the firewall's DNAT model;
-- :mod:`podnet.drivers.manager` — the operations the CLI and the API run: each validates, writes
+- :mod:`podnet.manage.manager` — the operations the CLI and the API run: each validates, writes
   the store and changes the kernel under the store's write lock, and undoes itself on failure.
 """

@@ -153,7 +153,7 @@ BRIDGE_KEYS: dict[str, Callable[[str], None]] = {
     "ipv4.nat.address": _address(4),
     "ipv6.nat.address": _address(6),
     "bridge.mtu": _mtu,
-    # an uplink of OVN networks (LXD's bridge keys; podnet.drivers.bridge_uplink)
+    # an uplink of OVN networks (LXD's bridge keys; podnet.drivers.ovn.bridge_uplink)
     "ipv4.ovn.ranges": checks_ranges(4),
     "ipv6.ovn.ranges": checks_ranges(6),
     "ipv4.routes": checks_routes(4),

@@ -99,7 +99,7 @@ class Registry:
     #: :data:`GENERATION` as read (0: absent or not a count).
     generation: int = 0
     #: This node's bridge networks that are uplinks, as :class:`Record` of ``physical`` keys
-    #: (:func:`podnet.drivers.bridge_uplink.view`): not in the NB, set by the caller.
+    #: (:func:`podnet.drivers.ovn.bridge_uplink.view`): not in the NB, set by the caller.
     local_uplinks: dict[str, Record] = field(default_factory=dict)
 
     def held(self, name: str) -> str | None:

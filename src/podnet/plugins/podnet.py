@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
-    from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.store.networks import NetworkRow
 
 PLUGIN = "podnet"
 
 
 def _conf(call: Call) -> PodnetConf:
-    from podnet.drivers.conf import PodnetConf
+    from podnet.netconf import PodnetConf
 
     return PodnetConf(call.config)
 
@@ -43,7 +43,7 @@ def _network(conf: PodnetConf) -> NetworkRow | None:
     with open_store(conf) as store:
         row = store.networks.get(conf.network)
         if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
-            from podnet.drivers.cluster import cluster_row
+            from podnet.drivers.ovn.cluster import cluster_row
 
             row = cluster_row(store, conf.network)
     if row is None:
@@ -82,12 +82,12 @@ def cmd_add(call: Call) -> dict[str, Any]:
 def cmd_del(call: Call) -> None:
     """DEL (spec "DEL"): release (CNI_CONTAINERID, CNI_IFNAME, network); idempotent, works with
     an empty, stale or deleted CNI_NETNS. Reads only the config keys it uses
-    (:class:`~podnet.drivers.conf.StoreConf`), so it is not refused over, say, a range,
+    (:class:`~podnet.netconf.StoreConf`), so it is not refused over, say, a range,
     and never needs the network to still exist (:func:`podnet.drivers.teardown.detach`) nor its
     type's driver (:func:`_teardown_driver`); a ``ptp`` or ``bridge`` pod's loads none
     (:func:`podnet.drivers.plain_veth_teardown`)."""
     from podnet import drivers
-    from podnet.drivers.conf import StoreConf
+    from podnet.netconf import StoreConf
 
     conf = StoreConf(call.config)
     network, network_type = _stored_network(call, conf)
@@ -173,7 +173,7 @@ def cmd_gc(call: Call) -> None:
     """GC (spec 1.1 "GC"): remove every attachment of this network not in
     ``cni.dev/valid-attachments`` (:func:`podnet.drivers.teardown.gc`); errors are reported together
     at the end."""
-    from podnet.drivers.conf import StoreConf
+    from podnet.netconf import StoreConf
 
     conf = StoreConf(call.config)
     driver = _teardown_driver(call, conf, _stored_network(call, conf)[1], "GC")

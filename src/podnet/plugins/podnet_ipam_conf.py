@@ -19,8 +19,8 @@ Invalid values → code 7 naming the key (``ipam.ranges[1]: …``).
 from __future__ import annotations
 
 from podnet.cni import netconf
-from podnet.drivers.conf import parse_ranges, store_keys
 from podnet.errors import InvalidConfig
+from podnet.netconf import parse_ranges, store_keys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -41,8 +41,8 @@ class PortmapConf:
                  "busy_timeout")  # fmt: skip
 
     def __init__(self, raw: dict[str, Any]) -> None:
-        from podnet.drivers.conf import store_keys
         from podnet.firewall.portmap_iptables import PortmapOptions
+        from podnet.netconf import store_keys
 
         self.cni_version = netconf.require_version(raw)
         self.name = netconf.require_name(raw)

@@ -33,12 +33,11 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from podnet import checked
+from podnet import checked, nodeconf
 from podnet.cni import fastjson
-from podnet.drivers import nodeconf
-from podnet.drivers.conf import PodnetConf
-from podnet.drivers.nodeconf import NodeConf
 from podnet.errors import IO_FAILURE, CNIError, InvalidConfig
+from podnet.netconf import PodnetConf
+from podnet.nodeconf import NodeConf
 from podnet.runtime.conflist import validate_network_name
 from podnet.runtime.files import Installed, write_atomic
 from podnet.runtime.files import write_file as _write
@@ -201,13 +200,13 @@ def install(
     ``bin_dir`` (mode 0755), unless ``conflist`` is False the network's conflist into
     ``conf_dir`` (mode 0644; ``network``: see :func:`network_conflist`), ``units`` (name →
     text, :func:`install_units`) into ``unit_dir``, and the node configuration ``node_conf``
-    (default :func:`podnet.drivers.nodeconf.conf_path`; mode 0644, atomically) when
+    (default :func:`podnet.nodeconf.conf_path`; mode 0644, atomically) when
     ``data_dir`` is given — it becomes the node's store — or the file exists: it lists every
     file written, for :func:`uninstall`, and is written before the conflist and the units.
     Returns what was done per file, plugins first.
 
     The conflist is validated as the plugins will read it: against the node configuration as
-    written when ``node_conf`` is the file they read (:func:`podnet.drivers.nodeconf.conf_path`
+    written when ``node_conf`` is the file they read (:func:`podnet.nodeconf.conf_path`
     in this environment), else against that file as it is — a ``node_conf`` elsewhere (a
     test's, a demo's) changes nothing the plugins see, so its ``data_dir`` must be allowed
     by theirs (or ``PODNET_DATA_DIRS``).

@@ -43,7 +43,7 @@ def plugin_script(entry_point: str, interpreter: str | None = None,
     e.g. a self-contained bundle's ``sbin``) are put before the runtime's ``PATH``, so the
     plugin runs the ``ip`` and ``nft`` found there first (:func:`podnet.proc.which`). What the
     node allows (its data dirs, its store) is not in the file: every call reads the node
-    configuration (:mod:`podnet.drivers.nodeconf`).
+    configuration (:mod:`podnet.nodeconf`).
     """
     exe = interpreter or sys.executable
     if not exe or not os.path.isabs(exe):

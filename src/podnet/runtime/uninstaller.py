@@ -15,8 +15,7 @@ import stat
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from podnet import reconcile
-from podnet.drivers import nodeconf
+from podnet import nodeconf, reconcile
 from podnet.errors import INVALID_CONFIG, IO_FAILURE, CNIError
 from podnet.firewall import nft
 from podnet.link.names import owner_alias
@@ -29,7 +28,7 @@ from podnet.store.conn import _require_trusted
 from podnet.store.schema import MIGRATIONS
 
 if TYPE_CHECKING:
-    from podnet.drivers.nodeconf import NodeConf
+    from podnet.nodeconf import NodeConf
 
 __all__ = ["STORE_DIRS", "STORE_FILES", "uninstall"]
 

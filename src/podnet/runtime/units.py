@@ -29,7 +29,7 @@ def restore_unit(data_dir: str | None = None, podnetctl: str | None = None) -> s
     It runs before ``network.target``, so without ``--attach-new``: an OVN uplink's parent
     already in its OVS bridge is kept, one not attached yet is left alone and named (the unit
     then fails), never taken while networking may still be configuring it
-    (:mod:`podnet.drivers.physical`). ``data_dir``: the store, default the node
+    (:mod:`podnet.drivers.ovn.physical`). ``data_dir``: the store, default the node
     configuration's when the unit runs."""
     store = f" --data-dir {data_dir}" if data_dir else ""  # else the node config's store
     command = f"{podnetctl or _podnetctl()} network{store} --init"

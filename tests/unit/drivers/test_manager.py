@@ -1,7 +1,7 @@
-""":mod:`podnet.drivers.manager` loads and dispatches: no branch on the kind of network (a
+""":mod:`podnet.manage.manager` loads and dispatches: no branch on the kind of network (a
 ``.cluster`` attribute, an NB connection tested against None, a type's name), no backend's work
 of its own. Where a network is kept is its type's (:attr:`podnet.drivers.network.NetworkType.
-backend`) and the backend's (:mod:`podnet.drivers.local`, :mod:`podnet.drivers.cluster_backend`)."""
+backend`) and the backend's (:mod:`podnet.drivers.local`, :mod:`podnet.drivers.ovn.cluster_backend`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from labnet_driver import LabNetDriver
 from podnet import drivers
-from podnet.drivers import manager
 from podnet.drivers.local import LocalBackend
 from podnet.drivers.network import CLUSTER, LOCAL
+from podnet.manage import manager
 from podnet.networks.errors import NetworkError
 
 SOURCE = Path(manager.__file__).read_text()
@@ -46,8 +46,8 @@ def test_no_network_type_named() -> None:
                and isinstance(n.value, str) and id(n) not in defaults}  # fmt: skip
     assert not {"bridge", "ptp", "ovn", "physical"} & strings
     imported = {n.module for n in ast.walk(TREE) if isinstance(n, ast.ImportFrom)}
-    assert not {"podnet.drivers.cluster", "podnet.drivers.cluster_forwards",
-                "podnet.reconcile", "podnet.drivers.bridge_uplink"} & imported  # fmt: skip
+    assert not {"podnet.drivers.ovn.cluster", "podnet.drivers.ovn.forwards",
+                "podnet.reconcile", "podnet.drivers.ovn.bridge_uplink"} & imported  # fmt: skip
 
 
 def test_each_builtin_type_names_its_backend() -> None:

@@ -17,9 +17,9 @@ from podnet import drivers, errors, proc, reconcile
 from podnet.cni.skel import Call
 from podnet.drivers import base, pods, teardown
 from podnet.drivers.bridge import BridgeDriver
-from podnet.drivers.conf import PodnetConf, StoreConf
 from podnet.drivers.ptp import PtpDriver
 from podnet.link import names, sysctl
+from podnet.netconf import PodnetConf, StoreConf
 from podnet.plugins import podnet as plugin
 from podnet.store import open_store
 from podnet.store.networks import Networks

@@ -28,7 +28,7 @@ import hashlib
 from typing import Any
 
 from podnet import checked, errors, proc
-from podnet.drivers.ovn_addresses import addresses, fits, own, security, subnets
+from podnet.drivers.ovn.addresses import addresses, fits, own, security, subnets
 from podnet.firewall.table import MGMT_LINKS
 from podnet.link import names
 from podnet.ovn import pod_ports, vswitch

@@ -4,7 +4,7 @@ networks), and their connection to OVN's northbound database, where those networ
 
 The NB is reached as the server config says (``network.ovn.northbound_connection``,
 :mod:`podnet.networks.server`); with it unset the node has no cluster networks. The operations
-on these networks are :mod:`podnet.drivers.cluster`'s.
+on these networks are :mod:`podnet.drivers.ovn.cluster`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ UNREACHABLE = 503
 class Context:
     """One cluster operation: the NB connection, the registry as read in this attempt, this
     node's owner mark and the warning sink. ``attach_new``: ``network restore --attach-new``
-    (an uplink's parent not attached yet may be attached, :mod:`podnet.drivers.physical`)."""
+    (an uplink's parent not attached yet may be attached, :mod:`podnet.drivers.ovn.physical`)."""
 
     nb: Ovsdb
     registry: nbmod.Registry

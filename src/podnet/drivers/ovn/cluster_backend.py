@@ -1,6 +1,6 @@
 """The backend of networks kept in OVN's northbound database (:class:`podnet.drivers.backend.
-Backend`): each operation is one of :mod:`podnet.drivers.cluster` (networks) or
-:mod:`podnet.drivers.cluster_forwards` (their forwards), one NB transaction each.
+Backend`): each operation is one of :mod:`podnet.drivers.ovn.cluster` (networks) or
+:mod:`podnet.drivers.ovn.forwards` (their forwards), one NB transaction each.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from podnet.drivers import cluster_forwards
 from podnet.drivers.backend import Backend, Change, LoadedNetwork, driver_of
-from podnet.drivers.bridge_uplink import local_uplinks
-from podnet.drivers.cluster import connect, create, delete, network, networks, restore, update
 from podnet.drivers.network import CLUSTER
+from podnet.drivers.ovn import forwards as cluster_forwards
+from podnet.drivers.ovn.bridge_uplink import local_uplinks
+from podnet.drivers.ovn.cluster import connect, create, delete, network, networks, restore, update
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, Network
 from podnet.ovn import nb as nbmod
@@ -34,7 +34,7 @@ class ClusterBackend(Backend):
         return connect(store.config.all(), store.path)
 
     def _uplinks(self) -> dict[str, nbmod.Record]:
-        """This node's bridge uplinks (:func:`podnet.drivers.bridge_uplink.local_uplinks`)."""
+        """This node's bridge uplinks (:func:`podnet.drivers.ovn.bridge_uplink.local_uplinks`)."""
         with self.manager.store() as store:
             return local_uplinks(store)
 

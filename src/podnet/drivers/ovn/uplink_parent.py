@@ -1,6 +1,6 @@
 """What this node's kernel says of an uplink's parent interface (``ip -j``, in the caller's
 network namespace): its addresses, whether it is up, and the routes through it — what a
-``physical`` network checks before it takes the parent (:mod:`podnet.drivers.physical`;
+``physical`` network checks before it takes the parent (:mod:`podnet.drivers.ovn.physical`;
 LXD's rules in lxd/network/driver_physical.go).
 """
 

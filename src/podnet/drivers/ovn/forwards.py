@@ -24,7 +24,7 @@ from typing import Any
 
 from podnet import checked
 from podnet.drivers.backend import driver_of
-from podnet.drivers.cluster_base import failure
+from podnet.drivers.ovn.cluster_base import failure
 from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError

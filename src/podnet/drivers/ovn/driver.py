@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podnet import checked, proc
-from podnet.drivers import ovn_hostports
-from podnet.drivers.cluster_base import ClusterDriver, Context
-from podnet.drivers.ovn_hooks import OvnPodSide
-from podnet.drivers.ovn_hostports import holds, mgmt_ifname, peers
+from podnet.drivers.ovn import hostports as ovn_hostports
+from podnet.drivers.ovn.cluster_base import ClusterDriver, Context
+from podnet.drivers.ovn.hooks import OvnPodSide
+from podnet.drivers.ovn.hostports import holds, mgmt_ifname, peers
 from podnet.errors import CNIError
 from podnet.link.local import routes_over
 from podnet.networks import ovnconfig
@@ -75,11 +75,11 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any], ow
     """The rules of a bridge's subnet, on the creating node: NetworkError 400 for a subnet that
     is not a private range (:func:`podnet.checked.pod_range_problem`), 409 for one holding an
     address the node talks to (``talks_to``: ``(address, why)``,
-    :func:`podnet.drivers.ovn_hostports.peers`; the NB, reached through the default route
+    :func:`podnet.drivers.ovn.hostports.peers`; the NB, reached through the default route
     say) or overlapping a route of this node (:func:`podnet.link.local.routes_over`; those on
     the network's own management link aside), naming it — a management port's address there
     would take that traffic. Every node checks again before it puts anything of the network
-    on itself (:func:`podnet.drivers.ovn_hostports.check_node`)."""
+    on itself (:func:`podnet.drivers.ovn.hostports.check_node`)."""
     for iface in internal:
         problem = checked.pod_range_problem(iface.network)
         if problem:
@@ -107,7 +107,7 @@ def _check_subnets(name: str, config: Mapping[str, str], internal: list[Any], ow
 
 
 def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
-    """:func:`podnet.drivers.ovn_hostports.peers` of the creating node, and every chassis's
+    """:func:`podnet.drivers.ovn.hostports.peers` of the creating node, and every chassis's
     tunnel endpoint as the SB lists them (``Encap``; none when the SB does not answer)."""
     found = peers(ctx.nb.remotes, chassis)
     try:
@@ -125,7 +125,7 @@ def _talks_to(ctx: Context, chassis: Any) -> list[tuple[Any, str]]:
 
 
 class OvnDriver(OvnPodSide, ClusterDriver):
-    """OVN networks; their pods' hooks are :class:`podnet.drivers.ovn_hooks.OvnPodSide`'s."""
+    """OVN networks; their pods' hooks are :class:`podnet.drivers.ovn.hooks.OvnPodSide`'s."""
 
     type = "ovn"
     creatable = True
@@ -133,9 +133,9 @@ class OvnDriver(OvnPodSide, ClusterDriver):
     def restore(self, store: Store, row: NetworkRow, owner: str) -> list[str]:
         """The OVS ports of this node's pods on the network (the node's view of it): each host
         end that exists goes back into the integration bridge with its ``iface-id``; none when
-        the network's subnets fail :func:`podnet.drivers.ovn_hostports.check_node` here (7,
+        the network's subnets fail :func:`podnet.drivers.ovn.hostports.check_node` here (7,
         naming the route)."""
-        from podnet.drivers import ovn_pods
+        from podnet.drivers.ovn import pods as ovn_pods
 
         talks = ovn_hostports.node_peers(store.config.all().get(NB_CONNECTION, ""))
         ovn_hostports.check_node(row.name, dict(row.config), owner=owner, talks_to=talks)
@@ -144,7 +144,7 @@ class OvnDriver(OvnPodSide, ClusterDriver):
     def restore_node(self, ctx: Context, name: str, config: Mapping[str, str]) -> list[str]:
         """``network restore``: nothing to bring back for the network itself (its management
         port comes with a hostPort's ADD), but a subnet that is not private or that overlaps a
-        route of this node is named (7, :func:`podnet.drivers.ovn_hostports.check_node`):
+        route of this node is named (7, :func:`podnet.drivers.ovn.hostports.check_node`):
         no pod or management port of it is put on this node."""
         talks = ovn_hostports.node_peers(",".join(ctx.nb.remotes))
         ovn_hostports.check_node(name, dict(config), owner=ctx.owner, talks_to=talks)

@@ -1,7 +1,7 @@
 """Pods on OVN networks: the logical switch port of a pod (claimed or made by
 :func:`claim`), the OVS side of a node's pods (:func:`plug`, :func:`restore`), and the
 ``podnet`` plugin's GC and STATUS for an ``ovn`` network. The ADD, DEL and CHECK steps are the
-shared pipeline's with the hooks of :mod:`podnet.drivers.ovn_hooks`.
+shared pipeline's with the hooks of :mod:`podnet.drivers.ovn.hooks`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from podnet.link.veth import quiet_host_end as quiet_host_end  # bridge uplinks 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf, StoreConf
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.ovn.ovsdb import Ovsdb
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
@@ -33,7 +33,7 @@ PORT_IDS = ("podnet-container", "podnet-ifname", "podnet-chassis", "podnet-owner
 
 def nb_of(store: Store) -> Ovsdb:
     """The NB of the server config; 7 when none is configured."""
-    from podnet.drivers import cluster
+    from podnet.drivers.ovn import cluster
 
     nb = cluster.connect(store.config.all(), store.path)
     if nb is None:
@@ -110,21 +110,21 @@ def claim(
     port made for the attachment (``pn-<network>-pod-<hash>``), after which the node's spares
     are topped up (:func:`podnet.ovn.spares.top_up`) unless the subnet looked full. Both on the
     mirrored network record, re-read when it changed, and only once the network's subnets
-    passed :func:`podnet.drivers.ovn_hostports.check_node` on this node (``routes``: the
+    passed :func:`podnet.drivers.ovn.hostports.check_node` on this node (``routes``: the
     node's routes, being read since the ADD began; ``talks_to``: the addresses it talks to,
-    :func:`podnet.drivers.ovn_hostports.peers`). The port's
+    :func:`podnet.drivers.ovn.hostports.peers`). The port's
     ``port_security`` is its own MAC and addresses (claimed with them, or set once northd gave
     them: :func:`podnet.ovn.pod_ports.secure_port`). ``(network config, port name, (MAC,
     {family: (address, gateway, subnet)}, {family: prefix}))``
-    (:func:`podnet.drivers.ovn_hostports.own`). Errors: 7 a subnet not private or over a route
+    (:func:`podnet.drivers.ovn.hostports.own`). Errors: 7 a subnet not private or over a route
     of this node, or an address from the NB that is not one; 11 the record kept changing,
     northd assigned nothing in time or changed the addresses meanwhile; 100 no free address
-    (after the spares gave theirs back, :func:`podnet.drivers.ovn_hostports.addresses`); 102
+    (after the spares gave theirs back, :func:`podnet.drivers.ovn.hostports.addresses`); 102
     another ADD or node holds a port for this attachment."""
     import functools
     import random
 
-    from podnet.drivers.ovn_hostports import addresses, check_node, fits, own, security
+    from podnet.drivers.ovn.hostports import addresses, check_node, fits, own, security
     from podnet.ovn import pod_ports, spares
     from podnet.ovn.ovsdb import Conflict
 
@@ -191,7 +191,7 @@ def gc_also(call: Call, conf: StoreConf, failures: list[str]) -> None:
     of chassis that stay out of the SB go (:func:`podnet.ovn.orphans.sweep_spares`; an SB that
     does not answer within :data:`SB_TIMEOUT` costs only a warning)."""
     from podnet.cni.netconf import parse_valid_attachments
-    from podnet.drivers.cluster import southbound
+    from podnet.drivers.ovn.cluster import southbound
     from podnet.ovn import nb as nbmod
     from podnet.ovn import orphans, pod_ports, vswitch
     from podnet.ovn.ovsdb import Unreachable

@@ -1,5 +1,5 @@
-"""A podnet ``bridge`` network as an uplink of OVN networks (issue 16, item 2; LXD: a managed
-bridge with ``ipv4.ovn.ranges`` is an uplink, FIELD-NOTES §8a).
+"""A podnet ``bridge`` network as an uplink of OVN networks (LXD: a managed bridge with
+``ipv4.ovn.ranges`` is an uplink; docs/sources.md#how-lxd-builds-ovn-networks).
 
 The bridge keys (:mod:`podnet.networks.config`): ``ipv{4,6}.ovn.ranges`` (addresses OVN routers
 take on the bridge's subnet; the bridge's own address is their gateway) and ``ipv{4,6}.routes``
@@ -71,7 +71,7 @@ def local_uplinks(store: Store) -> dict[str, Record]:
 def ovn_users(store: Store, name: str) -> list[str]:
     """The OVN networks (in the NB the store's server config names) whose uplink is ``name``;
     NetworkError 503 when the NB does not answer (a bridge uplink is not deleted blind)."""
-    from podnet.drivers import cluster_base as cluster
+    from podnet.drivers.ovn import cluster_base as cluster
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Unreachable
 
@@ -96,7 +96,7 @@ def read_registry(store: Store) -> Registry | None:
     """The NB's networks as the store's server config names the NB (None: no NB set), read
     without the store's lock held (the NB's deadline must never be the lock's). NetworkError
     503 when the NB does not answer."""
-    from podnet.drivers import cluster_base as cluster
+    from podnet.drivers.ovn import cluster_base as cluster
     from podnet.ovn import nb as nbmod
     from podnet.ovn.ovsdb import Unreachable
 
@@ -145,7 +145,7 @@ def check_change(store: Store, name: str, before: Mapping[str, str],
 
 def ovs_bridge(network: str) -> str:
     """The OVS bridge of bridge uplink ``network`` (its own name space, never a ``physical``
-    uplink's :func:`podnet.drivers.physical.bridge_name`)."""
+    uplink's :func:`podnet.drivers.ovn.physical.bridge_name`)."""
     return "pnb" + hashlib.sha256(b"uplink:" + network.encode()).hexdigest()[:10]
 
 
@@ -158,8 +158,8 @@ def veth_names(network: str) -> tuple[str, str]:
 def attach(network: str, config: Mapping[str, str], owner: str) -> list[str]:
     """Join bridge ``network`` to OVN on this node (idempotent); what was done. NetworkError 400
     when this node has no Open vSwitch, 409 when the mapping is someone else's."""
-    from podnet.drivers.ovn_pods import quiet_host_end
-    from podnet.drivers.physical import _check_mapping
+    from podnet.drivers.ovn.physical import _check_mapping
+    from podnet.drivers.ovn.pods import quiet_host_end
     from podnet.link import mtu as mtumod
     from podnet.link import veth
     from podnet.link.veth import alias_of

@@ -1,11 +1,11 @@
 """The operations on networks that span nodes (``physical`` uplinks and ``ovn`` networks): their
 truth is OVN's northbound database, not a node's SQLite (:mod:`podnet.ovn.nb`). Their backend
-(:mod:`podnet.drivers.cluster_backend`) runs them.
+(:mod:`podnet.drivers.ovn.cluster_backend`) runs them.
 
 Every change is one NB transaction (registry and objects together) that re-reads and re-applies
 itself when another node changed the registry meanwhile, so two nodes never lose each other's
 update; an ETag sent (If-Match) is checked against the record as it is at that moment (412).
-The types' interface and the NB connection: :mod:`podnet.drivers.cluster_base`.
+The types' interface and the NB connection: :mod:`podnet.drivers.ovn.cluster_base`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from podnet.drivers.cluster_base import (
+from podnet.drivers.ovn.cluster_base import (
     UNREACHABLE,
     ClusterDriver,
     Context,
@@ -29,7 +29,7 @@ from podnet.drivers.cluster_base import (
     southbound,
     ssl_dir,
 )
-from podnet.drivers.cluster_members import define_member, update_member
+from podnet.drivers.ovn.cluster_members import define_member, update_member
 from podnet.errors import CNIError
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
 
-#: Defined here, and what other modules reach through this one (:mod:`podnet.drivers.cluster_base`).
+#: Defined here, and what other modules reach through this one
+#: (:mod:`podnet.drivers.ovn.cluster_base`).
 __all__ = [
     "DELETE_TARGET", "UNREACHABLE", "ClusterDriver", "Context", "_ssl_files", "as_network",
     "check_member", "cluster_row", "connect", "create", "delete", "drop_ssl_dir", "local_member",

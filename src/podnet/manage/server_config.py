@@ -1,4 +1,4 @@
-"""The server config of a node's store: LXD's ``config`` of ``/1.0`` (issue 16, item 1), read
+"""The server config of a node's store: LXD's ``config`` of ``/1.0`` (LXD's doc/rest-api.yaml), read
 and changed for the CLI (``podnetctl config``) and the API (``GET|PUT|PATCH /1.0``). The keys,
 their parsing and messages: :mod:`podnet.networks.server`."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from podnet.drivers.manager import Manager, stale
+from podnet.manage.manager import Manager, stale
 
 
 def shown(config: Mapping[str, str]) -> dict[str, str]:
@@ -49,7 +49,7 @@ def update(
         valid = server.validate(merged)
         with store.write():
             store.config.replace(valid)
-        from podnet.drivers import cluster
+        from podnet.drivers.ovn import cluster
 
         cluster.drop_ssl_dir(current, valid, store.path)
         return valid

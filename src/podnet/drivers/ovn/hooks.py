@@ -9,7 +9,7 @@ ADD, each step's undo on the pipeline's stack:
    ready, so no northd recompute is waited for), else ``pn-<network>-pod-<hash of
    container/ifname>`` made for it, ``"<MAC> dynamic"`` (northd assigns the addresses, unique on
    every node even when all ADD at once) and ``requested-chassis`` this node, and its addresses
-   waited for (:func:`podnet.drivers.ovn_pods.claim`);
+   waited for (:func:`podnet.drivers.ovn.pods.claim`);
 2. :func:`choose`, inside it: those addresses, the network's ``bridge.mtu`` and the port's MAC
    for the pod; the row records the port;
 3. the pipeline's veth pair (host end ``pn<13 hex>``, alias ``podnet:<dataDir>``, an OVS port:
@@ -20,7 +20,7 @@ ADD, each step's undo on the pipeline's stack:
    (``netdev``: OVS does not finish offloaded checksums there, and TCP stalls), then
    ``external_ids:ovn-installed=true`` waited for (ovn-controller has wired the port on this
    chassis, as ovn-kubernetes waits), under the call's deadline; with hostPorts, the node's
-   management port (:func:`podnet.drivers.ovn_hostports.ensure_mgmt`).
+   management port (:func:`podnet.drivers.ovn.hostports.ensure_mgmt`).
 
 DEL (:func:`release`, after the pipeline removed the veth and the rows): the OVS port and the
 logical switch port (the row's; without a row, found by its attachment's ``external_ids``);
@@ -33,7 +33,7 @@ import time
 
 from podnet import errors, proc
 from podnet.drivers.base import Choice, Driver, link_alias, refuse_existing
-from podnet.drivers.ovn_pods import WAIT, claim, gc_also, integration_bridge, nb_of, plug, status
+from podnet.drivers.ovn.pods import WAIT, claim, gc_also, integration_bridge, nb_of, plug, status
 from podnet.drivers.teardown import names_this
 from podnet.errors import CNIError
 from podnet.link import names
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from podnet.cni.skel import Call
-    from podnet.drivers.conf import PodnetConf, StoreConf
     from podnet.link.veth import PodLink
+    from podnet.netconf import PodnetConf, StoreConf
     from podnet.ovn.ovsdb import Ovsdb
     from podnet.ovn.vswitch import Chassis
     from podnet.store import Store
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 
 class OvnPodSide(Driver):
-    """The pod side of the ``ovn`` driver (:class:`podnet.drivers.ovn.OvnDriver`): the hooks
+    """The pod side of the ``ovn`` driver (:class:`podnet.drivers.ovn.driver.OvnDriver`): the hooks
     of the shared pipeline, this module's steps."""
 
     takes_pods = True
@@ -98,11 +98,11 @@ class OvnPodSide(Driver):
 
     def status_also(self, call: Call, conf: PodnetConf) -> None:
         """STATUS: the NB answers and has the network; this node's OVS is set up for OVN
-        (:func:`podnet.drivers.ovn_pods.status`)."""
+        (:func:`podnet.drivers.ovn.pods.status`)."""
         status(conf)
 
     def gc_also(self, call: Call, conf: StoreConf, failures: list[str]) -> None:
-        """GC's OVN part (:func:`podnet.drivers.ovn_pods.gc_also`)."""
+        """GC's OVN part (:func:`podnet.drivers.ovn.pods.gc_also`)."""
         gc_also(call, conf, failures)
 
 
@@ -131,7 +131,7 @@ def prepare(call: Call, conf: PodnetConf, store: Store, undo: Undo,
     the network's record kept changing, northd assigned nothing in time; 100 no free address;
     102 the container already has an attachment, or another ADD holds its port."""
     from podnet.cni.netconf import parse_requested_mac
-    from podnet.drivers.ovn_hostports import peers
+    from podnet.drivers.ovn.hostports import peers
     from podnet.link.local import start_reading_routes
     from podnet.ovn import vswitch
 
@@ -164,7 +164,7 @@ def choose(claimed: Claimed, conf: PodnetConf, store: Store, net: NetworkRow | N
 def after_pair(claimed: Claimed, conf: PodnetConf, link: PodLink, undo: Undo) -> None:
     """Step 4, after the pod end is configured. Errors: 104 OVS failure, or the port not wired
     by ovn-controller within the deadline (naming it); the management port's."""
-    from podnet.drivers.ovn_hostports import ensure_mgmt
+    from podnet.drivers.ovn.hostports import ensure_mgmt
     from podnet.ovn import vswitch
 
     host_if, bridge, port = link.host_if, claimed.bridge, claimed.port

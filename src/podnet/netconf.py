@@ -1,10 +1,11 @@
-"""The ``podnet`` plugin's NetConf (seed 001's conflist with ``"type": "podnet"``).
+"""The ``podnet`` plugin's NetConf (cni-kindnet's conflist with ``"type": "podnet"``,
+docs/sources.md#cni-kindnet).
 
 Keys: ``ranges`` (IPv4 and/or IPv6 CIDRs, several allowed, first with space wins; required
 unless ``ipam`` or ``network`` is given), ``network`` (a bridge network made by ``podnetctl
 network create``: the pod joins its bridge and gets an address of its subnet),
 ``capabilities.portMappings``, and optional ``dataDir`` (default the node's store:
-:mod:`podnet.drivers.nodeconf`, ``/var/lib/podnet`` unless configured), ``mtu``
+:mod:`podnet.nodeconf`, ``/var/lib/podnet`` unless configured), ``mtu``
 (bytes, 0 = the default-route link's or the bridge's), ``ipMasq`` (default true), ``logFile``,
 ``busyTimeout`` (seconds the database lock is waited for, default 5), ``toolTimeout`` (seconds
 a spawned tool may run, default 10), ``ipam`` (an object with ``type``: the IPAM plugin in
@@ -15,16 +16,16 @@ CNI_PATH podnet delegates to instead of using ``ranges`` — host-local, static,
 from __future__ import annotations
 
 from podnet.cni import netconf
-from podnet.drivers.nodeconf import BELOW
-from podnet.drivers.nodeconf import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # re-exported
 from podnet.errors import InvalidConfig
+from podnet.nodeconf import BELOW
+from podnet.nodeconf import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # re-exported
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from podnet.drivers.nodeconf import NodeConf
     from podnet.ipam.allocator import Network
+    from podnet.nodeconf import NodeConf
 
 #: Seconds: a runtime's own call timeout is shorter than this anyway (kubelet's CRI: 4 min).
 MAX_BUSY_TIMEOUT = 3600.0
@@ -33,22 +34,21 @@ MIN_MTU = {4: 68, 6: 1280}
 
 
 #: The variable of the runtime's environment that may add data dirs to those the node's
-#: configuration allows (:mod:`podnet.drivers.nodeconf`): ``:``-separated entries, each a
+#: configuration allows (:mod:`podnet.nodeconf`): ``:``-separated entries, each a
 #: directory allowing itself only, or ``<directory>/*`` allowing every directory below it.
 DATA_DIRS_ENV = "PODNET_DATA_DIRS"
 
 
 def allowed_data_dirs(node: NodeConf | None = None) -> list[tuple[str, bool]]:
     """``(directory, below)`` a NetConf's ``dataDir`` may be: those of the node's configuration
-    (``node``, default :func:`podnet.drivers.nodeconf.load`; :meth:`~podnet.drivers.nodeconf.
+    (``node``, default :func:`podnet.nodeconf.load`; :meth:`~podnet.nodeconf.
     NodeConf.data_dirs`) and each entry of :data:`DATA_DIRS_ENV` whose directory is a checked
     path other than ``/`` (others are ignored: ``//*`` would allow every directory); ``below``:
     the entry ends in :data:`BELOW`. NodeConfError (7)
     naming the file when the node's configuration is malformed or untrusted."""
     import os
 
-    from podnet import checked
-    from podnet.drivers import nodeconf
+    from podnet import checked, nodeconf
 
     out = (node or nodeconf.load()).data_dirs()
     for item in os.environ.get(DATA_DIRS_ENV, "").split(":"):
@@ -75,15 +75,14 @@ def store_keys(section: dict[str, Any], where: str = "",
                node: NodeConf | None = None) -> tuple[str, float]:  # fmt: skip
     """``(dataDir, busyTimeout)`` of ``section`` (the NetConf, or its ``ipam`` object with
     ``where="ipam."``): an absolute, normal path of safe characters (default the node's store,
-    ``data_dir`` of the node's configuration ``node`` — default :func:`podnet.drivers.nodeconf.
+    ``data_dir`` of the node's configuration ``node`` — default :func:`podnet.nodeconf.
     load` —, else :data:`DEFAULT_DATA_DIR`; :func:`podnet.checked.path` — it reaches ``ip`` in
     the host veths' alias and nft in the table's comment) that the node's administrator allows
     (:func:`allowed_data_dirs`: a NetConf's author must not point root's store at a directory
     they can write, such as their container's rootfs) and seconds >= 0 (default 5). Code 7
     naming ``<where>dataDir`` / ``<where>busyTimeout``, or naming the node configuration's file
     when that is malformed or untrusted."""
-    from podnet import checked
-    from podnet.drivers import nodeconf
+    from podnet import checked, nodeconf
 
     node = node or nodeconf.load()
     data_dir = section.get("dataDir", node.data_dir)

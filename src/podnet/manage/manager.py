@@ -5,7 +5,7 @@ same way and interleave safely.
 A network is loaded once (:meth:`Manager.load`, LXD's ``LoadByName`` in
 lxd/network/network_load.go) and the operation dispatched to the backend that keeps it
 (:class:`podnet.drivers.backend.Backend`: this node's store, :mod:`podnet.drivers.local`, or
-OVN's NB, :mod:`podnet.drivers.cluster_backend`); a new network is made by the backend its
+OVN's NB, :mod:`podnet.drivers.ovn.cluster_backend`); a new network is made by the backend its
 type names (:attr:`podnet.drivers.network.NetworkType.backend`). What a network type does is
 its driver's (:mod:`podnet.drivers`); nothing here depends on which types exist.
 
@@ -23,15 +23,15 @@ from contextlib import contextmanager
 
 from podnet import checked, drivers
 from podnet.drivers.backend import Backend, LoadedNetwork, driver_of
-from podnet.drivers.cluster_backend import ClusterBackend
 from podnet.drivers.local import LocalBackend, stale
 from podnet.drivers.network import CLUSTER, LOCAL
-from podnet.drivers.nodeconf import no_store
+from podnet.drivers.ovn.cluster_backend import ClusterBackend
 from podnet.errors import CNIError
 from podnet.link.names import owner_alias
 from podnet.networks import config as netconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Forward, ForwardPort, Network, clean
+from podnet.nodeconf import no_store
 from podnet.store import Store, open_store
 from podnet.store.db import DB_NAME, discard_new
 
@@ -137,7 +137,7 @@ class Manager:
     def get_network(self, name: str, target: str | None = None) -> Network:
         """One network; 404 ``Network not found``. ``target``: a member (this node for the
         node's own networks; for a cluster network any member, whose own keys and status are
-        shown: :func:`podnet.drivers.cluster.network`)."""
+        shown: :func:`podnet.drivers.ovn.cluster.network`)."""
         net = self.load(name)
         return net.backend.get(net, target)
 
@@ -150,7 +150,7 @@ class Manager:
         let its driver make it. 400 bad name/config/type, 409 existing name or a subnet
         overlapping another network or range. ``target``: this node for a node's network; for
         a cluster network the member whose own keys are recorded (a pending network,
-        :func:`podnet.drivers.cluster.create`)."""
+        :func:`podnet.drivers.ovn.cluster.create`)."""
         netconfig.check_name(name)
         description = clean(description)
         config = {clean(k): clean(v) for k, v in (config or {}).items()}
@@ -187,7 +187,7 @@ class Manager:
         exists, say) with its ranges, which leave the masquerade sets. 400 while pods use it,
         404 unknown. ``target``: for a node's network this node (404 ``Member "x" not found``
         otherwise, :meth:`check_target`); a cluster network is deleted on every member, so a
-        target is refused (:func:`podnet.drivers.cluster.delete`). Nothing changes when
+        target is refused (:func:`podnet.drivers.ovn.cluster.delete`). Nothing changes when
         refused."""
         net = self.load(name)
         net.backend.delete(net, target)
@@ -198,7 +198,7 @@ class Manager:
         (with forwards). Idempotent. Returns what it did, one line each; NetworkError naming
         each network that could not be restored, once the others are. An uplink's parent is
         only kept, never attached anew, unless ``attach_new``
-        (:mod:`podnet.drivers.physical`)."""
+        (:mod:`podnet.drivers.ovn.physical`)."""
         done: list[str] = []
         failed: list[str] = []
         for backend in self.backends.values():

@@ -24,7 +24,7 @@ make the file malformed. :meth:`NodeConf.render` writes what :func:`parse` reads
 It is read only while no one but root can change it (:mod:`podnet.trusted`'s rule, every
 directory on the way included; a regular file). A missing file means the defaults (store
 ``/var/lib/podnet``, no other data dir). ``PODNET_CONF`` in the environment names another file
-(tests); ``PODNET_DATA_DIRS`` may still add data dirs (:func:`podnet.drivers.conf.
+(tests); ``PODNET_DATA_DIRS`` may still add data dirs (:func:`podnet.netconf.
 allowed_data_dirs`).
 
 Parsed with ``str`` methods only (no ``json``/``re``: the plugins' import budget); read once per

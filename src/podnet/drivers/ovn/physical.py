@@ -6,7 +6,7 @@ Cluster-wide (its record is in OVN's NB, :mod:`podnet.ovn.nb`): every node sees 
 --type=physical parent=eth1 --target <member>`` records one member's parent (the network is
 ``Pending``), ``network create NAME --type=physical KEY=VALUE…`` without a target makes it
 (``Created``). A member is a node's OVN chassis name
-(:func:`podnet.drivers.cluster_base.local_member`).
+(:func:`podnet.drivers.ovn.cluster_base.local_member`).
 
 A node attaches only the parent recorded for its own chassis, never one recorded for another
 node: an OVS bridge ``pnu<8 hex>`` (the integration bridge's datapath type) holding the parent,
@@ -30,8 +30,8 @@ import hashlib
 from collections.abc import Callable, Mapping
 
 from podnet import proc
-from podnet.drivers.cluster_base import ClusterDriver, Context, local_member
-from podnet.drivers.uplink_parent import link_state, parent_addresses, routes_through
+from podnet.drivers.ovn.cluster_base import ClusterDriver, Context, local_member
+from podnet.drivers.ovn.uplink_parent import link_state, parent_addresses, routes_through
 from podnet.errors import CNIError
 from podnet.link import rtnl
 from podnet.networks import ovnconfig

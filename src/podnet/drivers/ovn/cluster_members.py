@@ -1,14 +1,20 @@
 """Member-specific config of cluster networks (``--target <member>``): LXD's pending networks
 and per-member keys (lxd/networks.go ``networksPost`` with a target, ``CreatePendingNetwork``;
 ``networkPut`` with a target). A member is a node's OVN chassis name
-(:func:`podnet.drivers.cluster_base.local_member`).
+(:func:`podnet.drivers.ovn.cluster_base.local_member`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from podnet.drivers.cluster_base import Context, as_network, check_member, cluster_driver, failure
+from podnet.drivers.ovn.cluster_base import (
+    Context,
+    as_network,
+    check_member,
+    cluster_driver,
+    failure,
+)
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
 from podnet.networks.model import Network
