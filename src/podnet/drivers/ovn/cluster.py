@@ -25,6 +25,8 @@ from podnet.drivers.ovn.cluster_base import (
     drop_ssl_dir,
     failure,
     local_member,
+    network,
+    networks,
     read_only,
     southbound,
     ssl_dir,
@@ -48,32 +50,6 @@ __all__ = [
     "check_member", "cluster_row", "connect", "create", "delete", "drop_ssl_dir", "local_member",
     "network", "networks", "restore", "southbound", "ssl_dir", "update",
 ]  # fmt: skip
-
-
-def networks(nb: Ovsdb, owner: str) -> list[Network]:
-    """Every cluster network. NetworkError 503 when the NB does not answer."""
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
-    ctx = Context(nb, registry, owner)
-    return [as_network(ctx, n, r) for n, r in sorted(registry.records.items())]
-
-
-def network(nb: Ovsdb, owner: str, name: str, target: str | None) -> Network | None:
-    """Cluster network ``name`` (None: no such network), as member ``target`` has it when
-    given (404 ``Member "x" not found`` for a member OVN does not know). 503 NB unreachable."""
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
-    record = registry.records.get(name)
-    if record is None:
-        return None
-    ctx = Context(nb, registry, owner)
-    if target is not None:
-        check_member(ctx, target)
-    return as_network(ctx, name, record, target)
 
 
 def create(

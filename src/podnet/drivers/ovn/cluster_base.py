@@ -225,12 +225,17 @@ def as_network(ctx: Context, name: str, record: nbmod.Record, target: str | None
     )
 
 
-def networks(nb: Ovsdb, owner: str) -> list[Network]:
-    """Every cluster network. NetworkError 503 when the NB does not answer."""
+def read_registry(nb: Ovsdb) -> nbmod.Registry:
+    """The NB's registry of cluster networks; NetworkError 503 when the NB does not answer."""
     try:
-        registry = nbmod.read(nb)
+        return nbmod.read(nb)
     except Unreachable as err:
         raise failure(err) from None
+
+
+def networks(nb: Ovsdb, owner: str) -> list[Network]:
+    """Every cluster network. NetworkError 503 when the NB does not answer."""
+    registry = read_registry(nb)
     ctx = Context(nb, registry, owner)
     return [as_network(ctx, n, r) for n, r in sorted(registry.records.items())]
 
@@ -238,10 +243,7 @@ def networks(nb: Ovsdb, owner: str) -> list[Network]:
 def network(nb: Ovsdb, owner: str, name: str, target: str | None) -> Network | None:
     """Cluster network ``name`` (None: no such network), as member ``target`` has it when
     given (404 ``Member "x" not found`` for a member OVN does not know). 503 NB unreachable."""
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
+    registry = read_registry(nb)
     record = registry.records.get(name)
     if record is None:
         return None

@@ -14,6 +14,7 @@ from podnet.drivers.ovn.cluster_base import (
     check_member,
     cluster_driver,
     failure,
+    read_registry,
 )
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
@@ -34,10 +35,7 @@ def define_member(nb: Ovsdb, owner: str, name: str, kind: str, config: dict[str,
     valid = ovnconfig.validate_member(name, target, config)
     if name in local_names:
         raise NetworkError("The network already exists", 409)
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
+    registry = read_registry(nb)
     check_member(Context(nb, registry, owner), target)
     driver.check_member_keys(name, target, valid)
 
@@ -72,10 +70,7 @@ def update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], p
     The ETag is the member's view's (GET with the same target). A ``parent`` an earlier podnet
     recorded for every node is dropped: the members' own ones replace it. On this node the
     new keys are checked before (:meth:`ClusterDriver.check_member_keys`) and applied after."""
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
+    registry = read_registry(nb)
     check_member(Context(nb, registry, owner), target)
     checked_keys: list[dict[str, str]] = []
 

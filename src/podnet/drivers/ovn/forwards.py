@@ -24,7 +24,7 @@ from typing import Any
 
 from podnet import checked
 from podnet.drivers.backend import driver_of
-from podnet.drivers.ovn.cluster_base import failure
+from podnet.drivers.ovn.cluster_base import failure, read_registry
 from podnet.networks import forwards as fwd
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
@@ -244,10 +244,7 @@ def _apply(nb: Ovsdb, fn: Callable[[nbmod.Registry], Any], prefix: str,
 
 def list_forwards(nb: Ovsdb, network: str) -> list[Forward]:
     """The forwards of OVN network ``network``, by listen address."""
-    try:
-        registry = nbmod.read(nb)
-    except Unreachable as err:
-        raise failure(err) from None
+    registry = read_registry(nb)
     _network(registry, network)
     return [loads(listen, text) for (net, listen), text in sorted(registry.forwards.items())
             if net == network]  # fmt: skip
