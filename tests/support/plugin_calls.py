@@ -42,3 +42,11 @@ def map_elements(lab: Lab) -> str:
         return ""
     items = json.loads(out.stdout)["nftables"]
     return json.dumps([i["map"].get("elem", []) for i in items if "map" in i and i["map"]["name"].startswith("hostports")])
+
+
+def ipam_conf(data_dir: Path | str, ranges: list[str] | None = None, version: str = "1.1.0",
+              name: str = "brnet", **ipam: Any) -> dict[str, Any]:
+    """A main plugin's config (the reference bridge's shape) with a podnet-ipam ``ipam``."""
+    return {"cniVersion": version, "name": name, "type": "bridge",
+            "ipam": {"type": "podnet-ipam", "ranges": ranges or ["10.22.0.0/24"],
+                     "dataDir": str(data_dir), **ipam}}

@@ -1,9 +1,9 @@
-"""podnet-portmap, iptables backend (issue 3, items 1-5): the reference portmap's layout rule for
-rule (seed 000, FIELD-NOTES §3).
+"""podnet-portmap, iptables backend: the reference portmap's layout rule for rule
+(containernetworking/plugins plugins/meta/portmap, 1.1.1 in Debian 12).
 
-1. Golden files (no root): ``setup_script`` on an empty table and ``teardown_script`` on a saved
-   one, per option combination; the model of iptables-save used for the saved inputs is checked
-   against the kernel.
+1. The golden scripts (tests/unit/firewall/test_portmap_iptables_golden.py compares them with
+   the files) loaded into the kernel: the model of iptables-save used for the saved inputs is
+   what the kernel prints.
 2. The reference ``/usr/lib/cni/portmap`` (1.1.1) and podnet-portmap fed the same input in two
    node namespaces leave the same ``iptables-save -t nat`` / ``ip6tables-save -t nat``, after
    ADD and after DEL, with iptables-nft and with iptables-legacy.
@@ -17,9 +17,6 @@ rule (seed 000, FIELD-NOTES §3).
 Two bugs these tests found are fixed: CHECK now falls back to ``iptables -C`` for conditions
 not written as iptables-save prints them, and a long entry comment is cut as the reference
 cuts it (253 + "...", of which the kernel keeps 255).
-
-Regenerate the golden files with ``PODNET_UPDATE_GOLDEN=1``: the run rewrites them and fails; review
-the diff, then run again without it.
 """
 
 from __future__ import annotations
@@ -30,12 +27,16 @@ from typing import Any
 
 import pytest
 
-import golden
-import paths
 from netns import CLIENT_ADDR4, CLIENT_ADDR6, NODE_ADDR4, NODE_ADDR6, REFUSED, Lab
 from podnet.firewall import portmap_iptables as rules
-from podnet.plugins.podnet_portmap import PortmapConf
-from podnet.values import ContainerNet
+from portmap_golden import (
+    CID,
+    GOLDEN_CASES,
+    NET,
+    add_scripts,
+    extra_chains,
+    saved_table,
+)
 from portmap_helpers import (
     BASE_PATH,
     PODNET_PORTMAP,
@@ -63,141 +64,6 @@ from portmap_helpers import (
     udp,
     user_chains,
 )
-
-GOLDEN = paths.GOLDEN / "portmap"
-
-# --- 1. golden files ---------------------------------------------------------------------------
-
-NET = "mynet"
-CID = "0f3b2c1d9e8a"
-OTHER_CID = "77aa55bb33cc"  # a second container of the same network in the saved tables
-V4 = ContainerNet.from_cidr("172.16.30.2/24")  # seed 000's example
-V6 = ContainerNet.from_cidr("fd00:10:30::2/64")
-OTHER_V4 = ContainerNet.from_cidr("172.16.30.3/24")
-OTHER_V6 = ContainerNet.from_cidr("fd00:10:30::3/64")
-SEED_PORTS = [tcp(8080, 80), tcp(8043, 443)]
-HOST_IP_PORTS = [tcp(8080, 80, "192.0.2.1"), tcp(8443, 443, "2001:db8:1::1"), udp(5353, 53),
-                 udp(5354, 54, "0.0.0.0"), tcp(8444, 444, "::")]
-
-# name → (container family, options, mappings)
-GOLDEN_CASES: dict[str, tuple[int, dict[str, Any], list[dict[str, Any]]]] = {
-    "defaults": (4, {}, SEED_PORTS),
-    "snat_false": (4, {"snat": False}, SEED_PORTS),
-    "mark_bit_5": (4, {"markMasqBit": 5}, SEED_PORTS),
-    "external_chain": (4, {"externalSetMarkChain": "KUBE-MARK-MASQ"}, SEED_PORTS),
-    "conditions_v4": (4, {"conditionsV4": ["!", "-d", "192.0.2.0/24"],
-                          "conditionsV6": ["!", "-d", "fc00::/7"]}, SEED_PORTS),
-    "conditions_v6": (6, {"conditionsV4": ["!", "-d", "192.0.2.0/24"],
-                          "conditionsV6": ["!", "-d", "fc00::/7"]}, SEED_PORTS),
-    "conditions_match": (4, {"conditionsV4": ["-m", "addrtype", "!", "--src-type", "LOCAL",
-                                              "!", "-s", "10.9.0.0/16"]}, SEED_PORTS),
-    "masq_all": (4, {"masqAll": True}, SEED_PORTS),
-    "masq_all_v6": (6, {"masqAll": True}, SEED_PORTS),
-    "host_ip": (4, {}, HOST_IP_PORTS),
-    "host_ip_v6": (6, {}, HOST_IP_PORTS),
-    "ipv6": (6, {}, SEED_PORTS),
-    "ports20_tcp": (4, {}, [tcp(9000 + i, 80 + i) for i in range(20)]),
-    "tcp_udp": (4, {}, [tcp(8080, 80), udp(8053, 53), tcp(8443, 443), udp(8054, 54)]),
-}
-
-
-def parsed(options: dict[str, Any], mappings: list[dict[str, Any]]) -> PortmapConf:
-    """The options and mappings as podnet-portmap parses them from a NetConf."""
-    return PortmapConf(portmap_conf("podnet-portmap", None, mappings, name=NET, **options))
-
-
-def container(family: int, other: bool = False) -> ContainerNet:
-    if other:
-        return OTHER_V6 if family == 6 else OTHER_V4
-    return V6 if family == 6 else V4
-
-
-def setup_text(case: str, saved: str = "", cid: str = CID, other: bool = False) -> str:
-    family, options, mappings = GOLDEN_CASES[case]
-    conf = parsed(options, mappings)
-    return rules.setup_script(rules.SavedNat(saved), conf.options, NET, cid,
-                              container(family, other), conf.port_mappings)
-
-
-def extra_chains(case: str) -> tuple[str, ...]:
-    """The externally managed chain of ``case``, which exists before any ADD."""
-    return tuple(v for k, v in GOLDEN_CASES[case][1].items() if k == "externalSetMarkChain")
-
-
-def add_scripts(case: str) -> list[str]:
-    """The restore scripts of ADD OTHER_CID then ADD CID through ``case``, each generated from
-    the table the one before left."""
-    extra = extra_chains(case)
-    first = setup_text(case, as_saved(extra_chains=extra), OTHER_CID, other=True)
-    second = setup_text(case, as_saved(first, extra_chains=extra))
-    return [first, second]
-
-
-def saved_table(case: str) -> str:
-    """The nat table after :func:`add_scripts`, as iptables-save prints it."""
-    return as_saved(*add_scripts(case), extra_chains=extra_chains(case))
-
-
-def check_golden(name: str, text: str) -> None:
-    golden.match(GOLDEN / name, text)
-
-
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-def test_golden_setup(case: str) -> None:
-    check_golden(f"{case}.setup.rules", setup_text(case))
-
-
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-def test_golden_teardown(case: str) -> None:
-    script = rules.teardown_script(rules.SavedNat(saved_table(case)), NET, CID)
-    assert script is not None
-    check_golden(f"{case}.teardown.rules", script)
-    # What is left is exactly the table with only the other container.
-    first, second = add_scripts(case)
-    extra = extra_chains(case)
-    assert as_saved(first, second, script, extra_chains=extra) == as_saved(first, extra_chains=extra)
-
-
-def test_golden_setup_on_existing_table() -> None:
-    """A second container and a repeated ADD: shared chains and jumps are neither declared
-    again (that would flush them) nor duplicated; the container's old entry rules go first."""
-    saved = saved_table("tcp_udp")
-    check_golden("existing_readd.setup.rules", setup_text("tcp_udp", saved))
-    fresh = setup_text("tcp_udp", saved, "1234fresh")
-    check_golden("existing_new.setup.rules", fresh)
-
-
-def test_golden_teardown_old_snat_chain() -> None:
-    """DEL also removes the ``CNI-SN-`` chain of plugin versions before 0.8 (as reference)."""
-    sn_chain = "CNI-SN-" + rules.dnat_chain_name(NET, CID)[7:]
-    old = (f"*nat\n:CNI-HOSTPORT-SNAT - [0:0]\n:{sn_chain} - [0:0]\n"
-           f"-A POSTROUTING -j CNI-HOSTPORT-SNAT\n"
-           f"-A CNI-HOSTPORT-SNAT -s 127.0.0.1/32 ! -d 127.0.0.1/32 -j {sn_chain}\n"
-           f"-A {sn_chain} -s 127.0.0.1/32 -d 172.16.30.2/32 -p tcp -m tcp --dport 80 -j MASQUERADE\n")
-    saved = as_saved(old, extra_chains=())
-    script = rules.teardown_script(rules.SavedNat(saved), NET, CID)
-    assert script is not None
-    check_golden("old_snat.teardown.rules", script)
-
-
-def test_teardown_of_absent_container_is_nothing() -> None:
-    assert rules.teardown_script(rules.SavedNat(saved_table("defaults")), NET, "absent") is None
-    assert rules.teardown_script(rules.SavedNat(""), NET, CID) is None
-
-
-def test_no_stale_golden_files() -> None:
-    wanted = {f"{case}.{kind}.rules" for case in GOLDEN_CASES for kind in ("setup", "teardown")}
-    wanted |= {"existing_readd.setup.rules", "existing_new.setup.rules", "old_snat.teardown.rules"}
-    assert {p.name for p in GOLDEN.iterdir()} == wanted
-
-
-def test_chain_name_is_cut_sha512() -> None:
-    import hashlib
-
-    name = rules.dnat_chain_name(NET, CID)
-    assert name == ("CNI-DN-" + hashlib.sha512((NET + CID).encode()).hexdigest())[:28]
-    assert len(name) == 28
-
 
 # --- root: the model of iptables-save used above is what the kernel prints ---------------------
 

@@ -1,62 +1,18 @@
-"""podnet-redirect's rules as data (issue 4, in progress): linkerd2-proxy-init's chains and
-comments (seed 003, FIELD-NOTES §5), golden text per option set, and loading them for real."""
+"""podnet-redirect's rules loaded for real: linkerd2-proxy-init's chains and comments
+(linkerd/linkerd2-proxy-init, iptables/iptables.go) per option set, with iptables-nft,
+iptables-legacy and nft, in a node namespace; a run again or after a half-applied one leaves the
+same rules. The text itself: tests/unit/firewall/test_redirect_golden.py."""
 
 from __future__ import annotations
 
 import subprocess
-from ipaddress import ip_network
 
 import pytest
 
-import golden
-import paths
 from envgate import need
 from netns import Lab
 from podnet.firewall import redirect as r
-
-GOLDEN = paths.GOLDEN / "redirect"
-
-CASES = {
-    "defaults": r.RedirectOptions(),
-    "ignores": r.RedirectOptions(
-        inbound_ports_to_ignore=r.parse_ports("4190,4191,25-27"),
-        outbound_ports_to_ignore=r.parse_ports("443,6443"),
-        subnets_to_ignore=[ip_network("10.0.0.0/8"), ip_network("fd00::/8")], proxy_gid=2103,
-    ),
-    "redirect_listed": r.RedirectOptions(ports_to_redirect=r.parse_ports("80,8080-8090"), proxy_uid=0),
-    "custom_ports_no_uid": r.RedirectOptions(incoming_proxy_port=15006, outgoing_proxy_port=15001,
-                                             proxy_uid=0, proxy_gid=1337,
-                                             outbound_ports_to_ignore=r.parse_ports("1-1024")),
-    "many_ports": r.RedirectOptions(inbound_ports_to_ignore=r.parse_ports(
-        ",".join(str(p) for p in range(1000, 1012)) + ",2000-2001,3000-3001,4000")),
-}
-
-
-def test_multiport_split_counts_ranges_twice() -> None:
-    ports = r.parse_ports(",".join(str(p) for p in range(1, 14)) + ",100-101,200")
-    sizes = [sum(p.refs for p in chunk) for chunk in r.chunks(ports)]
-    assert sizes == [15, 1]  # 13 ports + the range (2 refs) fill a rule; 200 starts the next
-    assert [len(c) for c in r.chunks(ports)] == [14, 1]
-
-
-@pytest.mark.parametrize("bad", ["0", "70000", "10-5", "a", "1-b"])
-def test_bad_ports(bad: str) -> None:
-    with pytest.raises(ValueError):
-        r.parse_ports(bad)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("family", [4, 6])
-def test_restore_golden(name: str, family: int) -> None:
-    text = r.restore_script(CASES[name], family, set())
-    golden.match(GOLDEN / f"{name}_v{family}.rules", text)
-
-
-@pytest.mark.parametrize("ipv6", [True, False], ids=["ipv6", "ipv4-only"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_nft_golden(name: str, ipv6: bool) -> None:
-    text = r.nft_script(CASES[name], ipv6)
-    golden.match(GOLDEN / (f"{name}.nft" if ipv6 else f"{name}_ipv4_only.nft"), text)
+from redirect_cases import CASES
 
 
 def _jumps(save: str) -> set[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from podnet.firewall import nft
+from podnet.firewall import nft, portmap_nft
 from podnet.firewall import portmap_nft as pn
 from podnet.firewall.portmap_iptables import PortmapOptions
 from podnet.values import ContainerNet, PortMappingArg
@@ -259,3 +259,37 @@ def test_chain_text(stub: NftStub) -> None:
     assert stub.calls == [("chain", "inet", "podnet_portmap", CHAIN)]
     stub.answers[("chain", "inet", "podnet_portmap", CHAIN)] = CHAIN_TEXT
     assert pn.chain_text(CHAIN) == CHAIN_TEXT
+
+
+def test_setup_text_on_an_empty_node() -> None:
+    listing = portmap_nft.Listing(None)
+    nets = [ContainerNet.from_cidr("172.16.30.2/24"), ContainerNet.from_cidr("fd00::2/64")]
+    maps = [PortMappingArg(8080, 80, "tcp", None), PortMappingArg(5353, 53, "udp", ip_address("192.0.2.1"))]
+    text = portmap_nft.setup_script(listing, PortmapOptions(), "mynet", "ctr1", nets, maps)
+    chain = portmap_nft.chain_name("mynet", "ctr1")
+    assert chain == "dn-5145007e2a8415ce07579"  # the iptables backend's hash
+    assert f"add element inet podnet_portmap dispatch_any_v4 {{ tcp . 8080 : jump {chain} }}" in text
+    assert f"add element inet podnet_portmap dispatch_any_v6 {{ tcp . 8080 : jump {chain} }}" in text
+    assert f"add element inet podnet_portmap dispatch_v4 {{ 192.0.2.1 . udp . 5353 : jump {chain} }}" in text
+    assert "dispatch_v6 { 192.0.2.1" not in text  # a v4 hostIP never maps to the v6 address
+    rules = [line.split(f"{chain} ", 1)[1] for line in text.splitlines() if line.startswith(f"add rule inet podnet_portmap {chain}")]
+    assert rules == [
+        "tcp dport 8080 ip saddr 172.16.30.0/24 meta mark set meta mark | 0x00002000",
+        "tcp dport 8080 ip saddr 127.0.0.1 meta mark set meta mark | 0x00002000",
+        "tcp dport 8080 dnat ip to 172.16.30.2:80",
+        "ip daddr 192.0.2.1 udp dport 5353 ip saddr 172.16.30.0/24 meta mark set meta mark | 0x00002000",
+        "ip daddr 192.0.2.1 udp dport 5353 ip saddr 127.0.0.1 meta mark set meta mark | 0x00002000",
+        "ip daddr 192.0.2.1 udp dport 5353 dnat ip to 172.16.30.2:53",
+        "tcp dport 8080 ip6 saddr fd00::/64 meta mark set meta mark | 0x00002000",
+        "tcp dport 8080 dnat ip6 to [fd00::2]:80",
+    ]
+    assert "meta mark & 0x00002000 == 0x00002000 masquerade" in text
+
+
+def test_options_snat_false_and_masq_all() -> None:
+    net = [ContainerNet.from_cidr("10.1.0.2/24")]
+    maps = [PortMappingArg(80, 80, "tcp", None)]
+    no_snat = portmap_nft.container_rules(PortmapOptions(snat=False), net[0], maps)
+    assert no_snat == ["tcp dport 80 dnat ip to 10.1.0.2:80"]
+    masq_all = portmap_nft.container_rules(PortmapOptions(masq_all=True, mark_masq_bit=5), net[0], maps)
+    assert masq_all == ["tcp dport 80 meta mark set meta mark | 0x00000020", "tcp dport 80 dnat ip to 10.1.0.2:80"]
