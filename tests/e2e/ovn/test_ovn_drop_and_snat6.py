@@ -1,5 +1,5 @@
 """OVN networks, traffic that only the feature under test explains (a three-node OVN lab of
-its own, the fixtures of tests/test_ovn_networks.py):
+its own, tests/e2e/ovn/conftest.py):
 
 - seed 004's drop: a forward without a default target drops what no port matches. The listen
   address is also held by the uplink's router (the outside namespace), which answers on it: so
@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import subprocess
 
-import test_ovn_networks
-from test_ovn_networks import UPLINK, UPLINK6, Cluster, Echo, plugin, release, tcp, udp
-
-#: The OVN lab fixture of tests/test_ovn_networks.py: a lab of this module's own.
-cluster = test_ovn_networks.cluster
+from ovn_cluster import UPLINK, UPLINK6, Cluster, Echo, plugin, release, tcp, udp
 
 SINK = "198.51.100.66"
 

@@ -24,16 +24,13 @@ from pathlib import Path
 
 import pytest
 
+import paths
 from envgate import need
 from netns import Lab
+from ovn_cluster import UPLINK, Cluster, plugin, run_plugin
 from podnet import checked, errors
+from podnet.cli.demo.ovnlab import OvnLab, missing_tools
 from podnet.drivers.ovn_hostports import own, security
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_ovn_networks import UPLINK, Cluster, plugin, run_plugin  # noqa: E402
-
-import paths
-from podnet.cli.demo.ovnlab import OvnLab, missing_tools  # noqa: E402
 
 SUBNET = 247  # the lab's underlay: 192.168.247.0/24, the NB at 192.168.247.1
 
