@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,26 @@ def plugin(cluster: Cluster, node: Node, command: str, cid: str, netns: str, net
     return json.loads(out.stdout) if out.stdout.strip() else {}
 
 
+def add_pods(cluster: Cluster, pods: dict[str, tuple[Node, str]], cid: str,
+             network: str) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Pod ``k`` of ``pods`` (``k: (node, namespace)``) made: its namespace added, container
+    ``<cid>-<k>`` ADDed to ``network`` on its node; the results by ``k``. :func:`release` undoes
+    it."""
+    results = {}
+    for k, (node, ns) in pods.items():
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        results[k] = plugin(cluster, node, "ADD", f"{cid}-{k}", ns, network)
+    return results
+
+
+def seen_from(pods: dict[str, tuple[Node, str]], host: str, port: int, expected: str) -> None:
+    """Every pod of ``pods`` reaches the echo server at ``host:port`` over TCP and UDP, which
+    answers ``expected`` (its name and the source address it saw)."""
+    for k, (_, ns) in pods.items():
+        assert tcp(ns, host, port) == expected, k
+        assert udp(ns, host, port) == expected, k
+
+
 def release(cluster: Cluster, servers: list[Echo], pods: dict[str, tuple[Node, str]], cid: str,
             network: str) -> None:  # fmt: skip
     """A test's teardown: its servers stopped, pod ``k`` (container ``<cid>-<k>``) DELeted from
@@ -141,3 +163,25 @@ def yaml_load(text: str) -> Any:
 
 def yaml_dump(data: Any) -> str:
     return str(yaml.safe_dump(data))
+
+
+def discard(cluster: Cluster, servers: list[Echo], pods: dict[str, tuple[Node, str]],
+            *networks: str) -> None:  # fmt: skip
+    """A test's teardown when its pods are DELeted already (or never were): its servers
+    stopped, the pods' namespaces removed, ``networks`` deleted (from n1, in this order)."""
+    for server in servers:
+        server.stop()
+    for _, ns in pods.values():
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for network in networks:
+        cluster.ctl(cluster.lab.nodes[0], "network", "delete", network)
+
+
+def at_once(target: Callable[..., object], calls: Iterable[tuple[object, ...]]) -> None:
+    """``target(*args)`` for every ``args`` of ``calls``, each in a thread of its own, all
+    started before any is waited for; returns when every one has returned."""
+    threads = [threading.Thread(target=target, args=args) for args in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

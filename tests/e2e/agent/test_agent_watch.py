@@ -298,6 +298,22 @@ def _change_unseen(api: KubeAPI) -> None:
     api.update(node("a", ["10.244.0.0/24"], ["192.168.50.111"]))
 
 
+@contextmanager
+def _missed_change(api: KubeAPI, tmp_path: Path) -> Iterator[tuple[RecordingSink, Any]]:
+    """The agent running on nodes a and b, its first LIST applied and its watch open, then
+    :func:`_change_unseen` while the stream is muted; yields the sink and the agent."""
+    api.create(A)
+    api.create(B)
+    sink = RecordingSink()
+    with agent(api, tmp_path, sink) as the:
+        sink.wait(lambda me, o: names(o) == {"b"})
+        assert api.wait_streams(1)
+        api.mute()
+        _change_unseen(api)
+        api.mute(False)
+        yield sink, the
+
+
 @pytest.mark.parametrize("gone", ["http", "event"])
 def test_gone_at_watch_start_relists(api: KubeAPI, tmp_path: Path, gone: str) -> None:
     """The watch is resumed from a resourceVersion the server no longer has: 410 (an HTTP
@@ -361,15 +377,7 @@ def test_relist_with_same_view_retries_a_failed_sync(api: KubeAPI, tmp_path: Pat
 
 def test_gone_mid_stream_relists(api: KubeAPI, tmp_path: Path) -> None:
     """An ERROR event carrying a Status with code 410 on an open watch → relist."""
-    api.create(A)
-    api.create(B)
-    sink = RecordingSink()
-    with agent(api, tmp_path, sink) as the:
-        sink.wait(lambda me, o: names(o) == {"b"})
-        assert api.wait_streams(1)
-        api.mute()
-        _change_unseen(api)
-        api.mute(False)
+    with _missed_change(api, tmp_path) as (sink, the):
         api.expire(streams=True)
         sink.wait(_converged)
         assert api.requests["list"] == 2
@@ -395,15 +403,7 @@ GARBAGE = [
 
 @pytest.mark.parametrize("data", GARBAGE)
 def test_garbage_on_the_stream_relists(api: KubeAPI, tmp_path: Path, data: bytes) -> None:
-    api.create(A)
-    api.create(B)
-    sink = RecordingSink()
-    with agent(api, tmp_path, sink) as the:
-        sink.wait(lambda me, o: names(o) == {"b"})
-        assert api.wait_streams(1)
-        api.mute()
-        _change_unseen(api)
-        api.mute(False)
+    with _missed_change(api, tmp_path) as (sink, the):
         assert api.garbage(data) == 1
         sink.wait(_converged)
         assert api.requests["list"] == 2
@@ -455,15 +455,7 @@ def test_dripping_list_has_a_deadline_and_healthz_goes_stale(
 
 
 def test_dropped_stream_relists(api: KubeAPI, tmp_path: Path) -> None:
-    api.create(A)
-    api.create(B)
-    sink = RecordingSink()
-    with agent(api, tmp_path, sink) as the:
-        sink.wait(lambda me, o: names(o) == {"b"})
-        assert api.wait_streams(1)
-        api.mute()
-        _change_unseen(api)
-        api.mute(False)
+    with _missed_change(api, tmp_path) as (sink, the):
         assert api.drop_streams() == 1
         sink.wait(_converged)
         assert api.requests["list"] == 2

@@ -12,22 +12,15 @@ nodes, and an outside namespace behind ``n1``'s uplink. Each node has its own po
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import ovn_cluster as oc
 from envgate import need
-from ovn_cluster import (
-    UPLINK,
-    Cluster,
-    nbctl,
-    run_plugin,
-    yaml_dump,
-    yaml_load,
-)
+from ovn_cluster import Cluster
 from podnet.cli.demo.ovnlab import Node
 
 pytestmark = pytest.mark.root
@@ -40,7 +33,7 @@ def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None
     port on the uplink, the HA chassis group of n1, the only chassis mapping the uplink); n1's
     OVS maps the uplink to a bridge holding ext0. Delete removes all of it."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.uplink(n1, "up0", UPLINK)
+    cluster.uplink(n1, "up0", oc.UPLINK)
     mappings = cluster.lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids:ovn-bridge-mappings")
     assert mappings.strip('"').startswith("up0:pnu"), mappings
     bridge = mappings.strip('"').split(":")[1]
@@ -54,21 +47,21 @@ def test_uplink_and_ovn_network_are_one_for_every_node(cluster: Cluster) -> None
     assert ovn0["config"]["ipv4.nat"] == "true" and ovn0["config"]["bridge.mtu"] == "1442", ovn0
     shows = [cluster.ok(n, "network", "show", "ovn0") for n in (n1, n2)]
     assert shows[0] == shows[1]
-    assert nbctl(cluster, "--bare", "--columns=other_config", "list", "Logical_Switch",
+    assert oc.nbctl(cluster, "--bare", "--columns=other_config", "list", "Logical_Switch",
                  "pn-ovn0-ls-int").find("subnet=10.40.0.0/24") >= 0  # fmt: skip
-    nat = nbctl(cluster, "lr-nat-list", "pn-ovn0-lr")
+    nat = oc.nbctl(cluster, "lr-nat-list", "pn-ovn0-lr")
     assert "203.0.113.10" in nat and "10.40.0.0/24" in nat, nat
-    assert "203.0.113.254" in nbctl(cluster, "lr-route-list", "pn-ovn0-lr")
-    assert "localnet" in nbctl(cluster, "--bare", "--columns=type", "list", "Logical_Switch_Port",
+    assert "203.0.113.254" in oc.nbctl(cluster, "lr-route-list", "pn-ovn0-lr")
+    assert "localnet" in oc.nbctl(cluster, "--bare", "--columns=type", "list", "Logical_Switch_Port",
                                "pn-ovn0-ls-ext-lsp-provider")  # fmt: skip
-    assert nbctl(cluster, "--bare", "--columns=chassis_name", "list", "HA_Chassis").split() == ["n1"]
+    assert oc.nbctl(cluster, "--bare", "--columns=chassis_name", "list", "HA_Chassis").split() == ["n1"]
     refused = cluster.ctl(n1, "network", "delete", "up0")
     assert refused.returncode == 1 and "currently in use" in refused.stderr, refused.stderr
     cluster.ok(n1, "network", "delete", "ovn0")
     assert "ovn0" not in cluster.networks(n2)
-    assert nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Router") == ""
-    assert nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch") == ""
-    assert nbctl(cluster, "--bare", "--columns=name", "list", "HA_Chassis_Group") == ""
+    assert oc.nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Router") == ""
+    assert oc.nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch") == ""
+    assert oc.nbctl(cluster, "--bare", "--columns=name", "list", "HA_Chassis_Group") == ""
     cluster.ok(n2, "network", "delete", "up0")  # n2 has no ext0: the record goes, n1 keeps its side
     assert "up0" not in cluster.networks(n1)
     assert bridge in cluster.lab.vsctl(n1, "list-br").split()
@@ -82,7 +75,7 @@ def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> Non
     """Two nodes set different keys of one OVN network at the same time, 10 rounds: every key
     is there afterwards; an If-Match ETag read before another node's change gets 412."""
     n1, n2, n3 = cluster.lab.nodes
-    cluster.uplink(n1, "up1", UPLINK)
+    cluster.uplink(n1, "up1", oc.UPLINK)
     cluster.ok(n1, "network", "create", "ovn1", "--type=ovn", "network=up1", "ipv6.address=none")
     try:
         errors: list[str] = []
@@ -93,11 +86,7 @@ def test_concurrent_changes_from_two_nodes_lose_nothing(cluster: Cluster) -> Non
                 if out.returncode != 0:
                     errors.append(out.stderr)
 
-        threads = [threading.Thread(target=setter, args=(n, k)) for n, k in ((n1, "a"), (n2, "b"))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        oc.at_once(setter, ((n1, "a"), (n2, "b")))
         assert not errors, errors
         config = cluster.networks(n2)["ovn1"]["config"]
         assert {f"user.{k}{i}" for k in "ab" for i in range(10)} <= set(config), config
@@ -133,20 +122,20 @@ def _etag(network: dict[str, Any]) -> str:
 def test_ovn_network_config_is_checked(cluster: Cluster, extra: list[str], message: str | None) -> None:
     """LXD's rules and messages; a refused create leaves no record and no NB object."""
     n1 = cluster.lab.nodes[0]
-    cluster.uplink(n1, "up2", UPLINK)
+    cluster.uplink(n1, "up2", oc.UPLINK)
     try:
-        before = nbctl(cluster, "show")
+        before = oc.nbctl(cluster, "show")
         out = cluster.ctl(n1, "network", "create", "bad", "--type=ovn", "network=up2", "ipv6.address=none", *extra)
         if message is None:
             assert out.returncode == 0, out.stderr
-            snat = nbctl(cluster, "lr-nat-list", "pn-bad-lr")
+            snat = oc.nbctl(cluster, "lr-nat-list", "pn-bad-lr")
             want = extra[0].split("=")[1] if extra else "203.0.113.10"
             assert want in snat, snat
             cluster.ok(n1, "network", "delete", "bad")
         else:
             assert out.returncode == 1 and message in out.stderr, out.stderr
             assert "bad" not in cluster.networks(n1)
-            assert nbctl(cluster, "show") == before
+            assert oc.nbctl(cluster, "show") == before
     finally:
         cluster.ctl(n1, "network", "delete", "bad")
         cluster.ctl(n1, "network", "delete", "up2")
@@ -154,7 +143,7 @@ def test_ovn_network_config_is_checked(cluster: Cluster, extra: list[str], messa
 
 def test_nat_address_needs_a_routed_uplink(cluster: Cluster) -> None:
     n1 = cluster.lab.nodes[0]
-    l2 = {**UPLINK, "ovn.ingress_mode": "l2proxy"}
+    l2 = {**oc.UPLINK, "ovn.ingress_mode": "l2proxy"}
     cluster.uplink(n1, "up3", l2)
     try:
         out = cluster.ctl(n1, "network", "create", "nat3", "--type=ovn", "network=up3",
@@ -227,7 +216,7 @@ def test_ssl_northbound_with_a_real_ca(cluster: Cluster, tmp_path: Path) -> None
                            "--target", "n1")  # fmt: skip
         assert made.returncode == 0, made.stderr
         made = cluster.ctl(n3, "network", "create", "up13", "--type=physical",
-                           *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+                           *[f"{k}={v}" for k, v in oc.UPLINK.items() if k != "parent"])  # fmt: skip
         assert made.returncode == 0, made.stderr
         assert cluster.networks(n1)["up13"]["config"] == cluster.networks(n3)["up13"]["config"]
         for key, cert, ca, who in (("n3.key", "n3.crt", "rogue.crt", "a CA that did not sign the NB"),
@@ -266,7 +255,7 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
 
         out = run("network", "create", "up9", "--type=physical", "parent=ext0", "--target", "n1")
         assert out.returncode == 0 and "Network up9 pending on member n1" in out.stdout, out.stderr
-        out = run("network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])
+        out = run("network", "create", "up9", "--type=physical", *[f"{k}={v}" for k, v in oc.UPLINK.items() if k != "parent"])
         assert out.returncode == 0 and "Network up9 created" in out.stdout, out.stderr
         out = run("network", "get", "up9", "parent", "--target", "n1")
         assert out.returncode == 0 and out.stdout.strip() == "ext0", (out.stdout, out.stderr)
@@ -274,7 +263,7 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
         assert out.returncode == 1 and 'Config key "user.k" may not be used as member-specific key' in out.stderr
         out = run("network", "set", "up9", "parent=ext0", "--target", "n1")  # GET and PUT ?target=, If-Match
         assert out.returncode == 0, out.stderr
-        shown = yaml_load(run("network", "show", "up9").stdout)
+        shown = oc.yaml_load(run("network", "show", "up9").stdout)
         assert "parent" not in shown["config"] and shown["locations"] == ["n1"], shown
         out = run("network", "create", "ovn9", "--type=ovn", "network=up9", "ipv6.address=none")
         assert out.returncode == 0, out.stderr
@@ -286,13 +275,13 @@ def test_lxc_client_manages_ovn_networks_and_forwards(cluster: Cluster, tmp_path
         assert out.returncode == 0, out.stderr
         listed = run("network", "list", "--format", "csv").stdout
         assert "ovn9,ovn,YES" in listed and "up9,physical,YES" in listed, listed
-        shown = yaml_load(run("network", "show", "ovn9").stdout)
+        shown = oc.yaml_load(run("network", "show", "ovn9").stdout)
         assert shown["config"] == cluster.networks(n2)["ovn9"]["config"]
         assert "198.51.100.40" in cluster.ok(n2, "network", "forward", "list", "ovn9")
         out = run("network", "set", "ovn9", "bridge.mtu=1300")
         assert out.returncode == 1 and 'Changing "bridge.mtu" of an OVN network is not supported' in out.stderr
         assert run("network", "set", "ovn9", "ipv4.nat=false").returncode == 0  # SNAT rules follow
-        assert nbctl(cluster, "--bare", "--columns=_uuid", "list", "NAT") == ""
+        assert oc.nbctl(cluster, "--bare", "--columns=_uuid", "list", "NAT") == ""
         assert run("network", "set", "ovn9", "user.owner=team-a").returncode == 0
         assert cluster.networks(n2)["ovn9"]["config"]["user.owner"] == "team-a"
         assert run("network", "delete", "ovn9").returncode == 0
@@ -313,7 +302,7 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
     from podnet.ovn.ovsdb import Ovsdb, omap
 
     n1, n2, _ = cluster.lab.nodes
-    cluster.uplink(n1, "up11", UPLINK)
+    cluster.uplink(n1, "up11", oc.UPLINK)
     cluster.ok(n1, "network", "create", "ovn11", "--type=ovn", "network=up11", "ipv6.address=none")
     nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
     pad = "x" * 1000
@@ -362,10 +351,10 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
     try:
         listed = cluster.networks(n2)
         assert not {"evb", "evo", "ev;x"} & set(listed), listed
-        out = run_plugin(cluster, n2, "ADD", "ev-1", ns, "evb")
+        out = oc.run_plugin(cluster, n2, "ADD", "ev-1", ns, "evb")
         assert out.returncode == 1 and '"code": 7' in out.stdout, out.stdout
         assert "evb" not in subprocess.run(["ip", "-n", n2.netns, "-o", "link"], capture_output=True, text=True).stdout
-        cluster.uplink(n1, "upx", UPLINK)
+        cluster.uplink(n1, "upx", oc.UPLINK)
         bad = cluster.ctl(n1, "network", "create", "xy", "--type=ovn", "network=upx", "ipv6.address=none")
         assert bad.returncode == 1 and "pn-xy-lr" in bad.stderr and "not made by podnet" in bad.stderr, bad.stderr
         assert "xy" not in cluster.networks(n1)
@@ -376,8 +365,8 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         bad = cluster.ctl(n2, "network", "create", "ovy", "--type=ovn", "network=upx",
                           "volatile.network.ipv4.address=203.0.113.10")  # fmt: skip
         assert bad.returncode == 1 and "read-only" in bad.stderr, bad.stderr
-        shown = yaml_load(cluster.ok(n2, "network", "show", "ovx"))
-        edited = cluster.ctl(n2, "network", "edit", "ovx", input=yaml_dump({"config": {**shown["config"], "user.a": "b"}}))
+        shown = oc.yaml_load(cluster.ok(n2, "network", "show", "ovx"))
+        edited = cluster.ctl(n2, "network", "edit", "ovx", input=oc.yaml_dump({"config": {**shown["config"], "user.a": "b"}}))
         assert edited.returncode == 0, edited.stderr
         mappings = cluster.lab.vsctl(n1, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings").strip('"')
         cluster.lab.vsctl(n1, "set", "Open_vSwitch", ".", f'external_ids:ovn-bridge-mappings="{mappings},adm:br-int"')

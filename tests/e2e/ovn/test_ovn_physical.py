@@ -13,11 +13,8 @@ from typing import Any
 
 import pytest
 
-from ovn_cluster import (
-    UPLINK,
-    Cluster,
-    yaml_load,
-)
+import ovn_cluster as oc
+from ovn_cluster import Cluster
 from podnet.cli.demo.ovnlab import Node
 
 pytestmark = pytest.mark.root
@@ -64,7 +61,7 @@ def test_physical_network_is_pending_until_created_without_target(cluster: Clust
     its global config not settable) until it is created without ``--target``, which refuses
     ``parent``; then it is Created, with the members that have a parent as its locations."""
     n1, n2, n3 = cluster.lab.nodes
-    keys = [f"{k}={v}" for k, v in UPLINK.items() if k != "parent"]
+    keys = [f"{k}={v}" for k, v in oc.UPLINK.items() if k != "parent"]
 
     def refused(node: Node, *args: str) -> str:
         out = cluster.ctl(node, "network", *args)
@@ -101,10 +98,10 @@ def test_physical_network_is_pending_until_created_without_target(cluster: Clust
             'Error: Requested network type "ovn" does not match type in existing database record "physical"'
         assert "upp" not in cluster.ok(n2, "network", "restore")  # pending: nothing anywhere
         assert cluster.ok(n1, "network", "create", "upp", "--type=physical", *keys).strip() == "Network upp created"
-        shown = yaml_load(cluster.ok(n2, "network", "show", "upp"))
+        shown = oc.yaml_load(cluster.ok(n2, "network", "show", "upp"))
         assert shown["status"] == "Created" and shown["locations"] == ["n1", "n3"], shown
         assert "parent" not in shown["config"] and shown["config"]["ipv4.gateway"] == "203.0.113.254/24", shown
-        assert yaml_load(cluster.ok(n2, "network", "show", "upp", "--target", "n3"))["config"]["parent"] == "eth7"
+        assert oc.yaml_load(cluster.ok(n2, "network", "show", "upp", "--target", "n3"))["config"]["parent"] == "eth7"
         assert cluster.ok(n3, "network", "get", "upp", "parent", "--target", "n1").strip() == "ext0"
         assert _mapping(cluster, n1, "upp") is not None and _in_ovs(cluster, n1, "ext0") == _mapping(cluster, n1, "upp")
         assert refused(n1, "create", "upp", "--type=physical", "parent=ext1", "--target", "n2") == \
@@ -133,11 +130,11 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
     _dummies(cluster, n3, "ext0", "upl2")
     try:
         cluster.ok(n2, "network", "create", "upq", "--type=physical", "parent=upl2", "--target", "n2")
-        cluster.uplink(n1, "upq", UPLINK)
+        cluster.uplink(n1, "upq", oc.UPLINK)
         bridge1 = _mapping(cluster, n1, "upq")
         assert bridge1 and _in_ovs(cluster, n1, "ext0") == bridge1
         assert _mapping(cluster, n2, "upq") is None  # n2 attaches at its restore
-        assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
+        assert oc.yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
         done = cluster.ok(n2, "network", "restore", "--attach-new")
         bridge2 = _mapping(cluster, n2, "upq")
         assert bridge2 and f"uplink upq: upl2 in OVS bridge {bridge2}, mapped for OVN" in done, done
@@ -148,14 +145,14 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
             link = _link(cluster, node, "ext0")
             assert _in_ovs(cluster, node, "ext0") == "" and "master" not in link, (node.name, link)
         assert _in_ovs(cluster, n3, "upl2") == ""
-        seen = {m: yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", m)) for m in ("n1", "n2", "n3")}
+        seen = {m: oc.yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", m)) for m in ("n1", "n2", "n3")}
         assert [seen[m]["config"].get("parent") for m in ("n1", "n2", "n3")] == ["ext0", "upl2", None]
         assert [seen[m]["status"] for m in ("n1", "n2", "n3")] == ["Created", "Created", "Unavailable"], seen
-        assert yaml_load(cluster.ok(n2, "network", "show", "upq"))["locations"] == ["n1", "n2"]
+        assert oc.yaml_load(cluster.ok(n2, "network", "show", "upq"))["locations"] == ["n1", "n2"]
         # n2's parent changed from n1: n2 applies it at its next restore
         shown = cluster.ctl(n1, "network", "show", "upq", "--target", "n2")
         cluster.ok(n1, "network", "set", "upq", "parent=upl3", "--target", "n2")
-        assert yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
+        assert oc.yaml_load(cluster.ok(n2, "network", "show", "upq", "--target", "n2"))["status"] == "Unavailable"
         assert shown.returncode == 0
         cluster.ok(n2, "network", "restore", "--attach-new")
         assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl3"]
@@ -165,7 +162,7 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
         assert cluster.lab.vsctl(n2, "list-ports", bridge2).split() == ["upl2"]
         cluster.ok(n2, "network", "unset", "upq", "parent", "--target", "n2")
         assert _mapping(cluster, n2, "upq") is None and _in_ovs(cluster, n2, "upl2") == ""
-        assert yaml_load(cluster.ok(n1, "network", "show", "upq"))["locations"] == ["n1"]
+        assert oc.yaml_load(cluster.ok(n1, "network", "show", "upq"))["locations"] == ["n1"]
         # a parent the node lacks: refused by the node itself, named by its restore and show
         bad = cluster.ctl(n3, "network", "set", "upq", "parent=nosuch3", "--target", "n3")
         assert bad.returncode == 1 and 'Parent interface "nosuch3" not found on member "n3"' in bad.stderr, bad.stderr
@@ -174,7 +171,7 @@ def test_each_node_attaches_only_its_own_parent(cluster: Cluster) -> None:
         assert out.returncode == 1, out.stdout
         assert 'network upq: Parent interface "nosuch3" recorded for member "n3" does not exist on this node' \
             in out.stderr, out.stderr
-        assert yaml_load(cluster.ok(n3, "network", "show", "upq", "--target", "n3"))["status"] == "Unavailable"
+        assert oc.yaml_load(cluster.ok(n3, "network", "show", "upq", "--target", "n3"))["status"] == "Unavailable"
         assert _mapping(cluster, n3, "upq") is None
         cluster.ok(n1, "network", "unset", "upq", "parent", "--target", "n3")
         cluster.ok(n3, "network", "restore")
@@ -201,7 +198,7 @@ def test_restore_does_not_attach_a_parent_that_is_not_up(cluster: Cluster) -> No
     try:
         cluster.ok(n1, "network", "create", "upr", "--type=physical", "parent=upd0", "--target", "n2")
         cluster.ok(n1, "network", "create", "upr", "--type=physical",
-                   *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+                   *[f"{k}={v}" for k, v in oc.UPLINK.items() if k != "parent"])  # fmt: skip
         out = cluster.ctl(n2, "network", "restore", "--attach-new")
         assert out.returncode == 1 and 'Parent interface "upd0" is not up yet (administratively down): ' \
             'not attached; run "podnetctl network restore --attach-new" again once it is up' in out.stderr, out.stderr
@@ -243,7 +240,7 @@ def test_restore_never_attaches_a_parent_not_in_its_bridge(cluster: Cluster) -> 
     try:
         cluster.ok(n1, "network", "create", "upb", "--type=physical", f"parent={nic}", "--target", "n2")
         cluster.ok(n1, "network", "create", "upb", "--type=physical",
-                   *[f"{k}={v}" for k, v in UPLINK.items() if k != "parent"])  # fmt: skip
+                   *[f"{k}={v}" for k, v in oc.UPLINK.items() if k != "parent"])  # fmt: skip
         out = cluster.ctl(n2, "network", "restore")
         assert out.returncode == 1, out.stdout
         assert f'network upb: Parent interface "{nic}" recorded for member "n2" is not attached: ' \
@@ -253,7 +250,7 @@ def test_restore_never_attaches_a_parent_not_in_its_bridge(cluster: Cluster) -> 
         lab.run(n2.netns, "ip", "addr", "add", "192.0.2.50/24", "dev", nic)  # DHCP answers now
         assert _in_ovs(cluster, n2, nic) == "" and _mapping(cluster, n2, "upb") is None
         assert "master" not in _link(cluster, n2, nic)
-        assert yaml_load(cluster.ok(n2, "network", "show", "upb", "--target", "n2"))["status"] == "Unavailable"
+        assert oc.yaml_load(cluster.ok(n2, "network", "show", "upb", "--target", "n2"))["status"] == "Unavailable"
         # the operator on n2: a parent with an address is refused, a free one attached
         out = cluster.ctl(n2, "network", "restore", "--attach-new")
         assert out.returncode == 1 and f'Parent interface "{nic}" is used by routes (192.0.2.0/24)' in out.stderr, \
@@ -312,7 +309,7 @@ def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None
 
     n1, n2, _ = cluster.lab.nodes
     nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
-    record = nbmod.Record("physical", "", {**UPLINK, "parent": "ext0"})
+    record = nbmod.Record("physical", "", {**oc.UPLINK, "parent": "ext0"})
     key = f"{nbmod.PREFIX}upl"
     _dummies(cluster, n2, "ext0")
     nb.transact([{"op": "mutate", "table": "NB_Global", "where": [],
@@ -326,7 +323,7 @@ def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None
         assert "master" not in _link(cluster, n2, "ext0")
         cluster.ok(n1, "network", "set", "upl", "parent=ext0", "--target", "n1")
         assert _in_ovs(cluster, n1, "ext0") == _mapping(cluster, n1, "upl") != None  # noqa: E711
-        shown = yaml_load(cluster.ok(n2, "network", "show", "upl"))
+        shown = oc.yaml_load(cluster.ok(n2, "network", "show", "upl"))
         assert shown["locations"] == ["n1"] and "parent" not in shown["config"], shown
         assert "uplink upl:" not in cluster.ok(n2, "network", "restore")
         assert _in_ovs(cluster, n2, "ext0") == "" and _mapping(cluster, n2, "upl") is None

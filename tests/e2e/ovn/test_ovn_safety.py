@@ -21,15 +21,17 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import ovn_cluster as oc
 import paths
 from envgate import need
 from netns import Lab
-from ovn_cluster import UPLINK, Cluster, plugin, run_plugin
+from ovn_cluster import Cluster
 from podnet import checked, errors
-from podnet.cli.demo.ovnlab import OvnLab, missing_tools
+from podnet.cli.demo.ovnlab import Node, OvnLab, missing_tools
 from podnet.drivers.ovn_hostports import own, security
 
 SUBNET = 247  # the lab's underlay: 192.168.247.0/24, the NB at 192.168.247.1
@@ -54,6 +56,18 @@ def _links(netns: str) -> list[str]:
     return [link["ifname"] for link in json.loads(out or "[]")]
 
 
+def _refused(cluster: Cluster, node: Node, cid: str, ns: str, network: str, *,
+             runtimeConfig: dict[str, Any]) -> str:
+    """ADD of container ``cid`` in new namespace ``ns`` to ``network`` on ``node``, which must
+    fail with code 7; its message."""
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    out = oc.run_plugin(cluster, node, "ADD", cid, ns, network, runtimeConfig=runtimeConfig)
+    assert out.returncode == 1, out.stdout
+    answer = json.loads(out.stdout)
+    assert answer["code"] == 7, answer
+    return str(answer["msg"])
+
+
 def _port_of(cluster: Cluster, cid: str) -> tuple[str, str, str]:
     """(name, dynamic_addresses, port_security) of container ``cid``'s logical switch port."""
     out = cluster.lab.nbctl("--format=json", "--columns=name,dynamic_addresses,port_security",
@@ -74,7 +88,7 @@ def test_a_subnet_over_the_nodes_routes_is_refused(cluster: Cluster) -> None:
     leaves nothing (no management port, veth or NB port), the route still leads to the
     underlay, ``network restore`` on n2 names it; n1 still takes pods."""
     n1, n2 = cluster.lab.nodes
-    cluster.uplink(n1, "ups", UPLINK)
+    cluster.uplink(n1, "ups", oc.UPLINK)
     ns = f"{cluster.lab.prefix}-hj"
     ports = {"portMappings": [{"hostPort": 8086, "containerPort": 8080, "protocol": "tcp"}]}
     try:
@@ -92,12 +106,8 @@ def test_a_subnet_over_the_nodes_routes_is_refused(cluster: Cluster) -> None:
         # n2 routes the subnet elsewhere (a site behind its underlay)
         subprocess.run(["ip", "-n", n2.netns, "route", "add", "10.77.0.0/24", "via",
                         f"192.168.{SUBNET}.1", "dev", "br-phy"], check=True)
-        subprocess.run(["ip", "netns", "add", ns], check=True)
-        out = run_plugin(cluster, n2, "ADD", "hj-a", ns, "hj", runtimeConfig=ports)
-        assert out.returncode == 1, out.stdout
-        answer = json.loads(out.stdout)
-        assert answer["code"] == 7, answer
-        assert "10.77.0.0/24 overlaps this node's route to 10.77.0.0/24 (dev br-phy)" in answer["msg"]
+        msg = _refused(cluster, n2, "hj-a", ns, "hj", runtimeConfig=ports)
+        assert "10.77.0.0/24 overlaps this node's route to 10.77.0.0/24 (dev br-phy)" in msg
         links = _links(n2.netns)
         assert not [n for n in links if n.startswith("pn") and not n.startswith("pnu")], links
         assert "eth0" not in _links(ns)
@@ -111,12 +121,12 @@ def test_a_subnet_over_the_nodes_routes_is_refused(cluster: Cluster) -> None:
         restore = cluster.ctl(n2, "network", "restore")
         assert restore.returncode == 1 and "overlaps this node's route to 10.77.0.0/24" in \
             restore.stderr, restore.stderr
-        result = plugin(cluster, n1, "ADD", "hj-b", ns, "hj")  # n1 has no such route
+        result = oc.plugin(cluster, n1, "ADD", "hj-b", ns, "hj")  # n1 has no such route
         assert result["ips"][0]["address"].startswith("10.77.0."), result
-        plugin(cluster, n1, "DEL", "hj-b", ns, "hj")
+        oc.plugin(cluster, n1, "DEL", "hj-b", ns, "hj")
     finally:
-        run_plugin(cluster, n2, "DEL", "hj-a", ns, "hj")
-        run_plugin(cluster, n1, "DEL", "hj-b", ns, "hj")
+        oc.run_plugin(cluster, n2, "DEL", "hj-a", ns, "hj")
+        oc.run_plugin(cluster, n1, "DEL", "hj-b", ns, "hj")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "-n", n2.netns, "route", "del", "10.77.0.0/24"], capture_output=True)
         cluster.ctl(n1, "network", "delete", "hj")
@@ -148,14 +158,14 @@ def test_a_pod_cannot_spoof_its_neighbours(cluster: Cluster) -> None:
     sends as itself; from another address of the subnet (a neighbour's, say) or from another
     MAC, OVN drops them: B's nft counters see none. Back as itself, A gets through again."""
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upp", UPLINK)
+    cluster.uplink(n1, "upp", oc.UPLINK)
     cluster.ok(n1, "network", "create", "psec", "--type=ovn", "network=upp",
                "ipv4.address=10.78.0.1/24", "ipv6.address=none")
     ns = {k: f"{cluster.lab.prefix}-ps{k}" for k in "ab"}
     try:
         for name in ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True)
-        result = {k: plugin(cluster, n1, "ADD", f"ps-{k}", name, "psec") for k, name in ns.items()}
+        result = {k: oc.plugin(cluster, n1, "ADD", f"ps-{k}", name, "psec") for k, name in ns.items()}
         addr = {k: r["ips"][0]["address"].split("/")[0] for k, r in result.items()}
         mac = {k: r["interfaces"][1]["mac"] for k, r in result.items()}
         for k in ns:
@@ -189,7 +199,7 @@ def test_a_pod_cannot_spoof_its_neighbours(cluster: Cluster) -> None:
         assert seen == {"real": 10, "spoofed_ip": 0, "spoofed_mac": 0}, seen
     finally:
         for k, name in ns.items():
-            run_plugin(cluster, n1, "DEL", f"ps-{k}", name, "psec")
+            oc.run_plugin(cluster, n1, "DEL", f"ps-{k}", name, "psec")
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         cluster.ctl(n1, "network", "delete", "psec")
         cluster.ctl(n1, "network", "delete", "upp")
@@ -305,7 +315,7 @@ def test_a_subnet_over_a_default_routed_nb_is_refused(cluster: Cluster) -> None:
     no management port is made, n2's route to the NB still goes through its default route,
     ``network restore`` names it, and the NB still answers n2."""
     n1, n2 = cluster.lab.nodes
-    cluster.uplink(n1, "upd", UPLINK)
+    cluster.uplink(n1, "upd", oc.UPLINK)
     ns = f"{cluster.lab.prefix}-dr"
     ports = {"portMappings": [{"hostPort": 8091, "containerPort": 8080, "protocol": "tcp"}]}
     nb_dr = "tcp:10.99.0.10:6651"
@@ -327,12 +337,8 @@ def test_a_subnet_over_a_default_routed_nb_is_refused(cluster: Cluster) -> None:
         cluster.ok(n2, "network", "create", "dr", "--type=ovn", "network=upd",
                    "ipv4.address=10.99.0.1/24", "ipv6.address=none")
         cluster.ok(n2, "config", "set", "network.ovn.northbound_connection", nb_dr)
-        subprocess.run(["ip", "netns", "add", ns], check=True)
-        out = run_plugin(cluster, n2, "ADD", "dr-a", ns, "dr", runtimeConfig=ports)
-        assert out.returncode == 1, out.stdout
-        answer = json.loads(out.stdout)
-        assert answer["code"] == 7, answer
-        assert "holds 10.99.0.10, the OVN northbound database this node uses" in answer["msg"]
+        msg = _refused(cluster, n2, "dr-a", ns, "dr", runtimeConfig=ports)
+        assert "holds 10.99.0.10, the OVN northbound database this node uses" in msg
         links = _links(n2.netns)
         assert not [n for n in links if n.startswith("pnm")], links
         route = subprocess.run(["ip", "-n", n2.netns, "-j", "route", "get", "10.99.0.10"],
@@ -342,7 +348,7 @@ def test_a_subnet_over_a_default_routed_nb_is_refused(cluster: Cluster) -> None:
         assert restore.returncode == 1 and "holds 10.99.0.10" in restore.stderr, restore.stderr
         assert "dr" in cluster.networks(n2)  # the NB still answers n2
     finally:
-        run_plugin(cluster, n2, "DEL", "dr-a", ns, "dr")
+        oc.run_plugin(cluster, n2, "DEL", "dr-a", ns, "dr")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n2, "config", "set", "network.ovn.northbound_connection", cluster.lab.nb_tcp)
         subprocess.run(["ip", "-n", n2.netns, "route", "del", "default"], capture_output=True)
@@ -360,7 +366,7 @@ def test_an_nb_gateway_value_never_switches_the_route_check_off(cluster: Cluster
     address) to that gateway: the hostPort ADD on n2 still answers 7 naming the route, and
     the route still leads to the underlay, not to a management port."""
     n1, n2 = cluster.lab.nodes
-    cluster.uplink(n1, "upv", UPLINK)
+    cluster.uplink(n1, "upv", oc.UPLINK)
     cluster.ok(n1, "network", "create", "vb", "--type=ovn", "network=upv",
                "ipv4.address=10.78.9.1/24", "ipv6.address=fd00:77::1/64")
     ns = f"{cluster.lab.prefix}-vb"
@@ -375,19 +381,14 @@ def test_an_nb_gateway_value_never_switches_the_route_check_off(cluster: Cluster
         record["config"]["volatile.network.ipv6.address"] = "fd00:5::1"
         value = json.dumps(json.dumps(record, separators=(",", ":")))
         cluster.lab.nbctl("set", "NB_Global", ".", f'external_ids:"podnet:network:vb"={value}')
-        subprocess.run(["ip", "netns", "add", ns], check=True)
-        out = run_plugin(cluster, n2, "ADD", "vb-a", ns, "vb", runtimeConfig=ports)
-        assert out.returncode == 1, out.stdout
-        answer = json.loads(out.stdout)
-        assert answer["code"] == 7, answer
-        assert "fd00:77::/64 overlaps this node's route to fd00:77::/64 (dev br-phy)" in \
-            answer["msg"], answer
+        msg = _refused(cluster, n2, "vb-a", ns, "vb", runtimeConfig=ports)
+        assert "fd00:77::/64 overlaps this node's route to fd00:77::/64 (dev br-phy)" in msg, msg
         route = subprocess.run(["ip", "-n", n2.netns, "-6", "-j", "route", "get", "fd00:77::9"],
                                capture_output=True, text=True, check=True).stdout
         assert json.loads(route)[0]["dev"] == "br-phy", route
         assert not [n for n in _links(n2.netns) if n.startswith("pnm")]
     finally:
-        run_plugin(cluster, n2, "DEL", "vb-a", ns, "vb")
+        oc.run_plugin(cluster, n2, "DEL", "vb-a", ns, "vb")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "-n", n2.netns, "-6", "route", "del", "fd00:77::/64"],
                        capture_output=True)
@@ -403,7 +404,7 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
     (its name would become an OVS ``iface-id`` on n1), is never claimed: with n1's own spares
     removed it is the only one, and the ADD makes a port of its own instead."""
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upq", UPLINK)
+    cluster.uplink(n1, "upq", oc.UPLINK)
     cluster.ok(n1, "network", "create", "pspq", "--type=ovn", "network=upq",
                "ipv4.address=10.81.0.1/24", "ipv6.address=none")
     ns = {k: f"{cluster.lab.prefix}-sq{k}" for k in "ab"}
@@ -412,7 +413,7 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
     try:
         for name in ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True)
-        plugin(cluster, n1, "ADD", "sq-a", ns["a"], "pspq")  # makes n1's spares
+        oc.plugin(cluster, n1, "ADD", "sq-a", ns["a"], "pspq")  # makes n1's spares
         for port in nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
                           "external_ids:podnet-spare=true").split():
             nbctl("lsp-del", port)
@@ -422,13 +423,13 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
               "external_ids:podnet-chassis=n1", "external_ids:podnet-spare=true")
         cluster.lab.northd_ready()  # the port has its addresses: it would fit
         assert "10.81.0." in nbctl("get", "Logical_Switch_Port", evil, "dynamic_addresses")
-        plugin(cluster, n1, "ADD", "sq-b", ns["b"], "pspq")
+        oc.plugin(cluster, n1, "ADD", "sq-b", ns["b"], "pspq")
         assert nbctl("get", "Logical_Switch_Port", evil, "external_ids:podnet-spare") == '"true"'
         name, _, secure = _port_of(cluster, "sq-b")
         assert name != evil and secure, (name, secure)
     finally:
         for k, name in ns.items():
-            run_plugin(cluster, n1, "DEL", f"sq-{k}", name, "pspq")
+            oc.run_plugin(cluster, n1, "DEL", f"sq-{k}", name, "pspq")
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         cluster.ctl(n1, "network", "delete", "pspq")
         cluster.ctl(n1, "network", "delete", "upq")
@@ -444,7 +445,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
     from podnet.ovn.ports import spares
 
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upw", UPLINK)
+    cluster.uplink(n1, "upw", oc.UPLINK)
     cluster.ok(n1, "network", "create", "pspw", "--type=ovn", "network=upw",
                "ipv4.address=10.82.0.1/24", "ipv6.address=none")
     ns = {k: f"{cluster.lab.prefix}-sw{k}" for k in "ab"}
@@ -453,7 +454,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
     try:
         for name in ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True)
-        plugin(cluster, n1, "ADD", "sw-a", ns["a"], "pspw")  # makes n1's spares
+        oc.plugin(cluster, n1, "ADD", "sw-a", ns["a"], "pspw")  # makes n1's spares
         nb = Ovsdb([cluster.lab.nb_unix], "OVN_Northbound")
         assert len(spares(nb, "pspw", "n1")) == 2  # the network's own are found
         for port in nbctl("--bare", "--columns=name", "find", "Logical_Switch_Port",
@@ -468,7 +469,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
         cluster.lab.northd_ready()  # the port has its addresses in the subnet: it would fit
         assert "10.82.0." in nbctl("get", "Logical_Switch_Port", other, "dynamic_addresses")
         assert spares(nb, "pspw", "n1") == []
-        plugin(cluster, n1, "ADD", "sw-b", ns["b"], "pspw")
+        oc.plugin(cluster, n1, "ADD", "sw-b", ns["b"], "pspw")
         assert nbctl("get", "Logical_Switch_Port", other, "external_ids:podnet-spare") == '"true"'
         name, _, secure = _port_of(cluster, "sw-b")
         assert name != other and secure, (name, secure)
@@ -477,7 +478,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
         assert name in nbctl("show", "pn-pspw-ls-int")
     finally:
         for k, name in ns.items():
-            run_plugin(cluster, n1, "DEL", f"sw-{k}", name, "pspw")
+            oc.run_plugin(cluster, n1, "DEL", f"sw-{k}", name, "pspw")
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         nbctl("--if-exists", "ls-del", "evil-sw")
         cluster.ctl(n1, "network", "delete", "pspw")
@@ -491,7 +492,7 @@ def test_a_subnet_the_uplink_has_no_gateway_for_is_refused(cluster: Cluster) -> 
     that is missing (not the NB's own wording), and nothing of it is in the NB; an IPv4 subnet
     alongside makes it valid."""
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upg", UPLINK)
+    cluster.uplink(n1, "upg", oc.UPLINK)
     try:
         out = cluster.ctl(n1, "network", "create", "v6only", "--type=ovn", "network=upg",
                           "ipv4.address=none", "ipv6.address=fd00:78::1/64")

@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 
 import pytest
 
-from ovn_cluster import (
-    UPLINK,
-    UPLINK6,
-    Cluster,
-    Echo,
-    nbctl,
-    plugin,
-    pod_ports,
-    run_plugin,
-    tcp,
-)
+import ovn_cluster as oc
+from ovn_cluster import Cluster
 from podnet.cli.demo.ovnlab import Node
 
 pytestmark = pytest.mark.root
@@ -52,12 +42,12 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
     from podnet.ovn.ports import SPARES, port_name
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.uplink(n1, "up16", UPLINK)
+    cluster.uplink(n1, "up16", oc.UPLINK)
     cluster.ok(n1, "network", "create", "ovsp", "--type=ovn", "network=up16", "ipv4.address=10.202.1.1/29",
                "ipv6.address=none")  # fmt: skip
     names = [f"{cluster.lab.prefix}-s{i}" for i in range(7)]
     made: list[tuple[Node, str, str]] = []
-    server: Echo | None = None
+    server: oc.Echo | None = None
 
     def row_port(node: Node, cid: str) -> str | None:
         with sqlite3.connect(cluster.data[node.name] / "podnet.db") as db:
@@ -68,7 +58,7 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
         for ns in names:
             subprocess.run(["ip", "netns", "add", ns], check=True)
         assert spares_of(cluster, "ovsp") == {"n1": [], "n2": [], "n3": []}
-        plugin(cluster, n2, "ADD", "sp-0", names[0], "ovsp")
+        oc.plugin(cluster, n2, "ADD", "sp-0", names[0], "ovsp")
         made.append((n2, "sp-0", names[0]))
         assert row_port(n2, "sp-0") == port_name("ovsp", "sp-0", "eth0")  # no spare yet: its own
         cluster.lab.nbctl("--wait=sb", "sync")
@@ -76,18 +66,18 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
         assert len(pool["n2"]) == SPARES and not pool["n1"] and not pool["n3"], pool
         ready = {p: d.split() for p, d in pool["n2"] if len(d.split()) == 2}
         assert ready, pool  # 5 addresses, 3 taken: at least one spare has one
-        second = plugin(cluster, n2, "ADD", "sp-1", names[1], "ovsp")
+        second = oc.plugin(cluster, n2, "ADD", "sp-1", names[1], "ovsp")
         made.append((n2, "sp-1", names[1]))
         claimed = row_port(n2, "sp-1")
         assert claimed in dict(pool["n2"]), (claimed, pool)
         mac, address = dict(pool["n2"])[claimed].split()
         assert second["ips"][0]["address"] == f"{address}/29" and second["interfaces"][1]["mac"] == mac, second
-        ids = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids", "find", "Logical_Switch_Port",
+        ids = json.loads(oc.nbctl(cluster, "--format=json", "--columns=external_ids", "find", "Logical_Switch_Port",
                                f"name={claimed}"))["data"][0][0][1]  # fmt: skip
         assert dict(ids)["podnet-container"] == "sp-1" and "podnet-spare" not in dict(ids), ids
         after = spares_of(cluster, "ovsp")["n2"]
         assert len(after) == SPARES and claimed not in dict(after), after  # replaced
-        plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
+        oc.plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
         host_if = second["interfaces"][0]["name"]
         for ns, dev in ((n2.netns, host_if), (names[1], "eth0")):  # userspace datapath: both ends
             shown = subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-k", dev], capture_output=True,
@@ -95,45 +85,45 @@ def test_spare_ports_are_claimed_and_never_cost_a_pod_its_address(cluster: Clust
             assert "tx-checksumming: off" in shown, (dev, shown)
         cluster.lab.vsctl(n2, "del-port", "br-int", host_if)
         assert f"{host_if} in br-int as {claimed}" in cluster.ok(n2, "network", "restore")
-        plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
-        third = plugin(cluster, n3, "ADD", "sp-2", names[2], "ovsp")  # n3's first: fills its pool
+        oc.plugin(cluster, n2, "CHECK", "sp-1", names[1], "ovsp", prevResult=second)
+        third = oc.plugin(cluster, n3, "ADD", "sp-2", names[2], "ovsp")  # n3's first: fills its pool
         made.append((n3, "sp-2", names[2]))
-        server = Echo(names[1], "POD-SP1", 8080)
+        server = oc.Echo(names[1], "POD-SP1", 8080)
         a3 = third["ips"][0]["address"].split("/")[0]
-        assert tcp(names[2], address, 8080) == f"POD-SP1 ::ffff:{a3}"
+        assert oc.tcp(names[2], address, 8080) == f"POD-SP1 ::ffff:{a3}"
         own = "0a:5e:00:00:00:07"
-        fourth = plugin(cluster, n2, "ADD", "sp-3", names[3], "ovsp", runtimeConfig={"mac": own})
+        fourth = oc.plugin(cluster, n2, "ADD", "sp-3", names[3], "ovsp", runtimeConfig={"mac": own})
         made.append((n2, "sp-3", names[3]))
         assert fourth["interfaces"][1]["mac"] == own and row_port(n2, "sp-3") == port_name("ovsp", "sp-3", "eth0")
         valid = [{"containerID": cid, "ifname": "eth0"} for node, cid, _ in made if node is n2]
         before = spares_of(cluster, "ovsp")["n2"]
-        plugin(cluster, n2, "GC", "", names[0], "ovsp", **{"cni.dev/valid-attachments": valid})
+        oc.plugin(cluster, n2, "GC", "", names[0], "ovsp", **{"cni.dev/valid-attachments": valid})
         assert spares_of(cluster, "ovsp")["n2"] == before
-        plugin(cluster, n3, "ADD", "sp-4", names[4], "ovsp")
+        oc.plugin(cluster, n3, "ADD", "sp-4", names[4], "ovsp")
         made.append((n3, "sp-4", names[4]))
         addresses = [a for a in pod_addresses(cluster) if a.startswith("10.202.1.")]
         assert len(set(addresses)) == 5, addresses  # every free address is a pod's
-        out = run_plugin(cluster, n2, "ADD", "sp-5", names[5], "ovsp")
+        out = oc.run_plugin(cluster, n2, "ADD", "sp-5", names[5], "ovsp")
         error = json.loads(out.stdout)
         assert out.returncode == 1 and "no free address" in error["msg"], out.stdout
-        assert row_port(n2, "sp-5") is None and not nbctl(
+        assert row_port(n2, "sp-5") is None and not oc.nbctl(
             cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port", "external_ids:podnet-container=sp-5")
         assert spares_of(cluster, "ovsp") == {"n1": [], "n2": [], "n3": []}  # given back
         for node, cid, ns in made:
-            plugin(cluster, node, "DEL", cid, ns, "ovsp")
+            oc.plugin(cluster, node, "DEL", cid, ns, "ovsp")
         made.clear()
-        assert not pod_ports(cluster)
-        plugin(cluster, n3, "ADD", "sp-6", names[6], "ovsp")
-        plugin(cluster, n3, "DEL", "sp-6", names[6], "ovsp")
+        assert not oc.pod_ports(cluster)
+        oc.plugin(cluster, n3, "ADD", "sp-6", names[6], "ovsp")
+        oc.plugin(cluster, n3, "DEL", "sp-6", names[6], "ovsp")
         assert len(spares_of(cluster, "ovsp")["n3"]) == SPARES  # the pool outlives the pod
         cluster.ok(n1, "network", "delete", "ovsp")
-        left = nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+        left = oc.nbctl(cluster, "--bare", "--columns=name", "list", "Logical_Switch_Port")
         assert "pn-ovsp-" not in left, left
     finally:
         if server is not None:
             server.stop()
         for node, cid, ns in made:
-            run_plugin(cluster, node, "DEL", cid, ns, "ovsp")
+            oc.run_plugin(cluster, node, "DEL", cid, ns, "ovsp")
         for ns in names:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovsp")
@@ -153,7 +143,7 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
 
     n1, n2, n3 = cluster.lab.nodes
     lab = cluster.lab
-    cluster.uplink(n1, "up17", UPLINK)
+    cluster.uplink(n1, "up17", oc.UPLINK)
     cluster.ok(n1, "network", "create", "ovgc", "--type=ovn", "network=up17", "ipv6.address=none")
     names = [f"{lab.prefix}-g{i}" for i in range(3)]
     stopped: list[Node] = []
@@ -169,17 +159,17 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         lab.wait_chassis(nodes=[node])
 
     def gc() -> None:
-        plugin(cluster, n2, "GC", "", names[0], "ovgc", **{"cni.dev/valid-attachments": []})
+        oc.plugin(cluster, n2, "GC", "", names[0], "ovgc", **{"cni.dev/valid-attachments": []})
 
     def marks() -> dict[str, str]:
-        rows = json.loads(nbctl(cluster, "--format=json", "--columns=name,external_ids", "list",
+        rows = json.loads(oc.nbctl(cluster, "--format=json", "--columns=name,external_ids", "list",
                                 "Logical_Switch_Port"))["data"]  # fmt: skip
         return {name: dict(ids[1])[ORPHANED] for name, ids in rows if ORPHANED in dict(ids[1])}
 
     def age(seconds: int, marker: str = "n2", value: str | None = None) -> None:
         for port in marks():
             mark = value or f"{int(time.time()) - seconds}@{marker}"
-            nbctl(cluster, "set", "Logical_Switch_Port", port, f'external_ids:{ORPHANED}="{mark}"')
+            oc.nbctl(cluster, "set", "Logical_Switch_Port", port, f'external_ids:{ORPHANED}="{mark}"')
 
     def marked_by_n2_now() -> bool:
         found = marks()
@@ -190,8 +180,8 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         for ns in names:
             subprocess.run(["ip", "netns", "add", ns], check=True)
         for node, ns in ((n2, names[0]), (n3, names[1])):  # each node's first ADD makes its spares
-            plugin(cluster, node, "ADD", f"gc-{node.name}", ns, "ovgc")
-            plugin(cluster, node, "DEL", f"gc-{node.name}", ns, "ovgc")
+            oc.plugin(cluster, node, "ADD", f"gc-{node.name}", ns, "ovgc")
+            oc.plugin(cluster, node, "DEL", f"gc-{node.name}", ns, "ovgc")
         pool = spares_of(cluster, "ovgc")
         assert len(pool["n2"]) == len(pool["n3"]) == SPARES and not pool["n1"], pool
         n3_spares = {p for p, _ in pool["n3"]}
@@ -226,8 +216,8 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
         gc()
         assert spares_of(cluster, "ovgc") == {"n1": [], "n2": pool["n2"], "n3": []} and not marks()
         back(n3)
-        plugin(cluster, n3, "ADD", "gc-back", names[2], "ovgc")
-        plugin(cluster, n3, "DEL", "gc-back", names[2], "ovgc")
+        oc.plugin(cluster, n3, "ADD", "gc-back", names[2], "ovgc")
+        oc.plugin(cluster, n3, "DEL", "gc-back", names[2], "ovgc")
         assert len(spares_of(cluster, "ovgc")["n3"]) == SPARES
     finally:
         for node in stopped:
@@ -241,7 +231,7 @@ def test_gc_takes_the_spares_of_a_chassis_that_stays_out_of_the_sb(cluster: Clus
 
 def pod_addresses(cluster: Cluster) -> list[str]:
     """The IPv4 addresses of the ports pods hold (their ``dynamic_addresses``)."""
-    rows = json.loads(nbctl(cluster, "--format=json", "--columns=external_ids,dynamic_addresses", "list",
+    rows = json.loads(oc.nbctl(cluster, "--format=json", "--columns=external_ids,dynamic_addresses", "list",
                             "Logical_Switch_Port"))["data"]  # fmt: skip
     return [d.split()[1] for ids, d in rows
             if "podnet-container" in dict(ids[1]) and isinstance(d, str) and len(d.split()) > 1]  # fmt: skip
@@ -254,32 +244,32 @@ def test_a_full_subnet_takes_the_spares_addresses_for_the_management_port(cluste
     from podnet.ovn.ports import SPARES
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.uplink(n1, "up17", UPLINK)
+    cluster.uplink(n1, "up17", oc.UPLINK)
     cluster.ok(n1, "network", "create", "ovsq", "--type=ovn", "network=up17", "ipv4.address=10.202.2.1/29",
                "ipv6.address=none")  # fmt: skip
     names = [f"{cluster.lab.prefix}-q{i}" for i in range(4)]
     made: list[str] = []
-    server: Echo | None = None
+    server: oc.Echo | None = None
     try:
         for ns in names:
             subprocess.run(["ip", "netns", "add", ns], check=True)
         for i in range(3):
-            plugin(cluster, n2, "ADD", f"q-{i}", names[i], "ovsq")
+            oc.plugin(cluster, n2, "ADD", f"q-{i}", names[i], "ovsq")
             made.append(f"q-{i}")
         cluster.lab.nbctl("--wait=sb", "sync")
         held = [d for _, d in spares_of(cluster, "ovsq")["n2"] if len(d.split()) == 2]
         assert len(held) == SPARES, held  # 3 pods and 2 spares: the subnet is full
         ports = {"portMappings": [{"hostPort": 8095, "containerPort": 8080, "protocol": "tcp"}]}
-        result = plugin(cluster, n2, "ADD", "q-h", names[3], "ovsq", runtimeConfig=ports)
+        result = oc.plugin(cluster, n2, "ADD", "q-h", names[3], "ovsq", runtimeConfig=ports)
         made.append("q-h")
-        server = Echo(names[3], "POD-QH", 8080)
-        seen = tcp(n3.netns, n2.address, 8095)
+        server = oc.Echo(names[3], "POD-QH", 8080)
+        seen = oc.tcp(n3.netns, n2.address, 8095)
         assert seen.startswith("POD-QH ::ffff:10.202.2."), (seen, result)
     finally:
         if server is not None:
             server.stop()
         for i, cid in enumerate(made):
-            run_plugin(cluster, n2, "DEL", cid, names[min(i, 3)], "ovsq")
+            oc.run_plugin(cluster, n2, "DEL", cid, names[min(i, 3)], "ovsq")
         for ns in names:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         cluster.ctl(n1, "network", "delete", "ovsq")
@@ -300,7 +290,7 @@ def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster)
     from podnet.ovn.ports import SPARES
 
     n1, n2, n3 = cluster.lab.nodes
-    cluster.uplink(n1, "up18", UPLINK6)
+    cluster.uplink(n1, "up18", oc.UPLINK6)
     made: list[tuple[Node, str, str, str]] = []
     spaces: list[str] = []
 
@@ -315,19 +305,15 @@ def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster)
 
         def add(node: Node, cid: str) -> None:
             ns = space(cid)
-            out[cid] = run_plugin(cluster, node, "ADD", cid, ns, network)
+            out[cid] = oc.run_plugin(cluster, node, "ADD", cid, ns, network)
             made.append((node, cid, ns, network))
 
-        threads = [threading.Thread(target=add, args=c) for c in calls]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        oc.at_once(add, calls)
         return out
 
     def release() -> None:
         for node, cid, ns, network in made:
-            run_plugin(cluster, node, "DEL", cid, ns, network)
+            oc.run_plugin(cluster, node, "DEL", cid, ns, network)
         made.clear()
 
     try:
@@ -363,13 +349,13 @@ def test_spares_never_take_an_address_from_pods_adding_at_once(cluster: Cluster)
         release()
 
         twice = space("twice-a"), space("twice-b")
-        plugin(cluster, n2, "ADD", "same-id", twice[0], "ovsw")
+        oc.plugin(cluster, n2, "ADD", "same-id", twice[0], "ovsw")
         made.append((n2, "same-id", twice[0], "ovsw"))
-        out_ = run_plugin(cluster, n3, "ADD", "same-id", twice[1], "ovsw")
+        out_ = oc.run_plugin(cluster, n3, "ADD", "same-id", twice[1], "ovsw")
         assert out_.returncode == 1 and json.loads(out_.stdout)["code"] == 102, out_.stdout
         assert "same-id" not in cluster.ok(n3, "pods")
-        plugin(cluster, n3, "DEL", "same-id", twice[1], "ovsw")
-        held = nbctl(cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port",
+        oc.plugin(cluster, n3, "DEL", "same-id", twice[1], "ovsw")
+        held = oc.nbctl(cluster, "--bare", "--columns=name", "find", "Logical_Switch_Port",
                      "external_ids:podnet-container=same-id")  # fmt: skip
         assert held.strip(), "n3's DEL removed n2's port"
         release()
