@@ -1,4 +1,4 @@
-"""Helpers for the REST API tests (issue 9): ``podnetctl serve`` inside a node namespace, httpx
+"""Helpers for the REST API tests: ``podnetctl serve`` inside a node namespace, httpx
 over its unix socket, LXD's ETags recomputed independently of podnet's code (Go's
 ``encoding/json`` as LXD 5.0.2 is built with it), the forward maps of table ``inet podnet`` and
 the elements a list of forwards should put there, the real ``lxc`` client, and two programs run
@@ -34,7 +34,7 @@ ENVELOPE_FIELDS = ["type", "status", "status_code", "operation", "error_code", "
 #: ``api.NetworkForwardPort``'s fields in struct order (the ETag encodes a port as a struct).
 PORT_FIELDS = ("description", "protocol", "listen_port", "target_port", "target_address")
 #: The kernel's forward state: the DNAT maps (``key : value`` elements) and the sets of listen
-#: addresses whose unmatched traffic is dropped (seed 004: a forward without a default target).
+#: addresses whose unmatched traffic is dropped (LXD's network forwards: a forward without a default target).
 FORWARD_MAPS = ("fwd_v4", "fwd_whole_v4", "fwd_v6", "fwd_whole_v6")
 FORWARD_SETS = ("fwd_drop_v4", "fwd_drop_v6")
 
@@ -287,7 +287,7 @@ def expected_maps(forwards: list[dict[str, Any]]) -> dict[str, set[str]]:
     """What the forward maps must hold for ``forwards`` (API objects, ``?recursion=1``): per
     listen port ``listen . proto . port : target . tport`` (target ports: the listen ports when
     empty, one for all when single), per default target ``listen : target``, and without one
-    the listen address in the drop set (seed 004: "if not set then unmatched traffic will be
+    the listen address in the drop set (LXD's network forwards: "if not set then unmatched traffic will be
     dropped")."""
     want: dict[str, set[str]] = {name: set() for name in FORWARD_MAPS + FORWARD_SETS}
     for f in forwards:

@@ -1,5 +1,5 @@
 """A UDP datagram with the Don't Fragment bit (IPv6: no fragmentation) to the echo server
-(tests/echo.py), for path-MTU checks without ``ping`` (run inside namespaces).
+(tests/support/echo.py), for path-MTU checks without ``ping`` (run inside namespaces).
 
     python dfprobe.py HOST PORT SIZE     # SIZE bytes of UDP payload
 

@@ -6,7 +6,7 @@ needs with :func:`need`. A missing requirement **fails** the test, naming what i
 the Debian package that brings it, unless a person opted out of it with a stated reason::
 
     PODNET_TEST_ALLOW_MISSING='podman,ctr=no container runtimes on this laptop' pytest
-    PODNET_TEST_ALLOW_MISSING='*=unprivileged quick run' pytest tests/test_checked.py
+    PODNET_TEST_ALLOW_MISSING='*=unprivileged quick run' pytest tests/unit/test_checked.py
 
 Only then does the test skip (raising :class:`Allowed`), and the reason is the person's. Any
 other skip (a ``skipif``, a ``pytest.skip`` in a test or at module level, a skip whose reason

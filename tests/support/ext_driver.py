@@ -1,4 +1,4 @@
-"""A network driver that lives in the tests (issue 15, acceptance): pods join an existing Linux
+"""A network driver that lives in the tests: pods join an existing Linux
 bridge that podnet does not manage — named by the network's ``parent`` key, never created,
 never deleted, never required to carry podnet's alias. Loaded by the real plugin through
 ``PODNET_DRIVERS=extbridge=ext_driver:ExtBridgeDriver`` with this directory on PYTHONPATH."""

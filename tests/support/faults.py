@@ -1,4 +1,4 @@
-"""Fault injection for plugin calls made the way a container runtime makes them (issue 7).
+"""Fault injection for plugin calls made the way a container runtime makes them.
 
 - :func:`install_plugins`: the plugins as ``podnetctl install`` writes them, so every call runs
   the installed ``#!<python> -IS`` file (no ``site``, no ``json`` pre-imported by a test);

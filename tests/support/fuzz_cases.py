@@ -1,4 +1,4 @@
-"""Malformed CNI calls for the fuzz test (tests/test_fuzz.py): hypothesis strategies, one per
+"""Malformed CNI calls for the fuzz test (tests/e2e/safety/test_fuzz.py): hypothesis strategies, one per
 plugin, that build inputs which are invalid BY CONSTRUCTION — a call that succeeds on any of
 them is a bug.
 

@@ -1,6 +1,6 @@
 """Runs many CNI calls in one process, each as the installed plugin file would run it.
 
-Started by tests/test_fuzz.py as ``<interpreter> -IS fuzz_driver.py <plugin file>…`` — the
+Started by tests/e2e/safety/test_fuzz.py as ``<interpreter> -IS fuzz_driver.py <plugin file>…`` — the
 interpreter and flags of the plugin files' ``#!`` line — inside the test's node namespace. It
 applies the files' own ``sys.path`` insertions, then answers requests read from stdin and
 written to stdout as :mod:`marshal` data, each preceded by its length (8 bytes, big-endian) —

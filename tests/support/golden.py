@@ -1,7 +1,7 @@
-"""Golden files: rendered text compared with a reviewed copy under ``tests/golden/``.
+"""Golden files: rendered text compared with a reviewed copy under ``tests/support/golden/``.
 
 ``PODNET_UPDATE_GOLDEN=1`` regenerates a file that differs (or is missing) and then **fails**
-the test, so an update run can never pass: review the diff (``git diff tests/golden``) and run
+the test, so an update run can never pass: review the diff (``git diff tests/support/golden``) and run
 again without the variable."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ atexit.register(shutil.rmtree, NODE_CONF_DIR, True)
 os.environ["PODNET_CONF"] = NODE_CONF = os.path.join(NODE_CONF_DIR, "podnet.conf")
 PLUGIN_ENV = {"PODNET_DATA_DIRS": DATA_DIRS, "PODNET_CONF": NODE_CONF}
 
-#: The echo client's explicit failures (tests/echo.py), as :meth:`Lab.talk` returns them.
+#: The echo client's explicit failures (tests/support/echo.py), as :meth:`Lab.talk` returns them.
 TIMEOUT, REFUSED, UNREACHABLE = "<timeout>", "<refused>", "<unreachable>"
 
 # Documentation ranges (RFC 5737 / 3849) between the node and the client namespace.

@@ -8,9 +8,10 @@ from pathlib import Path
 #: The repository (or mutmut's copy of it).
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
-#: The helper modules (``pythonpath`` in pyproject.toml), the golden files and the seed fixtures.
+#: The helper modules (``pythonpath`` in pyproject.toml), the golden files and the upstream
+#: schemas podnet's tables keep.
 SUPPORT = TESTS / "support"
 GOLDEN = SUPPORT / "golden"
-SEEDS = SUPPORT / "seeds"
+SCHEMAS = SUPPORT / "schemas"
 SRC = REPO / "src"
 VENV_BIN = REPO / ".venv" / "bin"

@@ -1,4 +1,4 @@
-"""Helpers for the podnet-portmap iptables tests (tests/test_portmap_iptables.py).
+"""Helpers for the podnet-portmap iptables tests (tests/e2e/portmap/test_portmap_iptables_e2e.py).
 
 - CNI calls into any node namespace (the reference ptp/bridge/host-local/portmap and
   podnet-portmap), one at a time or as parallel processes;

@@ -1,5 +1,5 @@
 """Helpers for driving real container runtimes (podman 4.3 with its CNI backend, containerd 1.6
-``ctr run --cni``) against podnet inside a node network namespace (FIELD-NOTES §4).
+``ctr run --cni``) against podnet inside a node network namespace.
 
 Everything a runtime writes goes under one private temporary directory: storage, run state,
 runc roots, CNI conf/bin dirs, podnet's ``dataDir`` and a record of every plugin call. The two
@@ -99,7 +99,7 @@ def wait_for(
 
 def in_netns(ns: str) -> list[str]:
     """argv prefix entering only the network namespace ``ns`` (no /sys remount, unlike
-    ``ip netns exec``: runc and podman need the host's cgroup mounts; FIELD-NOTES §4)."""
+    ``ip netns exec``: runc and podman need the host's cgroup mounts)."""
     return ["nsenter", f"--net=/run/netns/{ns}", "--"]
 
 

@@ -4,7 +4,7 @@ append each call's argv and stdin to a log and then run the real tool with the s
 podnet finds its tools on PATH before the sbin/bin fallbacks (:func:`podnet.proc.which`), so a
 plugin, ``podnetctl`` or ``podnetctl serve`` given ``PATH=<dir>:…`` runs every ``ip``, ``nft``,
 ``iptables-restore``, ``conntrack``, ``nsenter``, ``sh`` and ``setpriv`` through a wrapper. The
-log lets a test assert what no tool was ever given (issue 13, item 2: a hostile value refused
+log lets a test assert what no tool was ever given (a hostile value refused
 at the boundary never reaches a tool).
 """
 

@@ -1,4 +1,4 @@
-"""The typed boundary (issue 13, item 1), without root: :mod:`podnet.checked` refuses what a
+"""The typed boundary, without root: :mod:`podnet.checked` refuses what a
 tool's syntax cannot carry, the renderers refuse anything that did not pass it, the NetConf,
 prevResult, forward and network parsers refuse scoped IPv6 addresses naming the key — and the
 source holds no other way in (no ``ipaddress`` parsing of text outside :mod:`podnet.checked`,

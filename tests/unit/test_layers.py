@@ -1,6 +1,5 @@
 """The import graph of ``src/podnet`` follows the layers ARCHITECTURE (README) describes: no
-module imports one from a higher layer, and no modules import each other in a cycle (issue 15,
-acceptance). Every import counts — module top, function-local and ``TYPE_CHECKING`` alike — so a
+module imports one from a higher layer, and no modules import each other in a cycle. Every import counts — module top, function-local and ``TYPE_CHECKING`` alike — so a
 type-only reference cannot hide a dependency that runs up."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The value model (podnet.values) and podnet's result for one attachment (podnet.cni.result
 .attachment), exactly: what each value takes and refuses, its key, its text (no root; in the
-mutation selection with the store-backed tests/test_conflict_matrix.py)."""
+mutation selection with the store-backed tests/unit/store/test_conflict_matrix.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ Kubernetes nodes on one LAN bridge, with an outside host: the conflist it writes
 node's podCIDRs (and a real plugin ADD from it), routes to the other nodes' pods (``proto``
 113, on-link only), kindnet's masquerade on real packets, both families, and the faults.
 
-Each node's dataplane runs in its namespace (tests/dataplane_node.py, one process per node:
+Each node's dataplane runs in its namespace (tests/support/dataplane_node.py, one process per node:
 killing it is an agent restart); the Nodes are the API's JSON objects."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def node_obj(name: str, cidrs: list[str], ips: list[str]) -> dict[str, Any]:
 
 
 class Agent:
-    """One node's dataplane process (tests/dataplane_node.py) in namespace ``ns``."""
+    """One node's dataplane process (tests/support/dataplane_node.py) in namespace ``ns``."""
 
     def __init__(self, ns: str, settings: dict[str, Any], prefix: list[str] | None = None) -> None:
         self.ns = ns

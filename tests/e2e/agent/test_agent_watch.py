@@ -1,4 +1,4 @@
-"""The node agent's control loop against the stand-in kube-apiserver (tests/kubeapi.py), with the
+"""The node agent's control loop against the stand-in kube-apiserver (tests/support/kubeapi.py), with the
 unmodified ``kubernetes`` client: the first LIST, ADDED/MODIFIED/DELETED, bookmarks and the
 resume from them, watch timeouts, 410 Gone in both forms, dropped streams and garbage, the API
 down at start, sync failures retried without new events, SIGTERM/SIGINT, /healthz and /metrics,

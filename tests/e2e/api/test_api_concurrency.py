@@ -1,4 +1,4 @@
-"""32 concurrent API clients (issue 9 acceptance: "no lost update (every PUT without a current
+"""32 concurrent API clients (the API's promise: "no lost update (every PUT without a current
 ETag is refused or applied exactly once), the kernel rules equal the database").
 
 Each client is a thread with an httpx client of its own on the server's unix socket. All of them

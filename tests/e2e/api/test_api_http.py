@@ -1,4 +1,4 @@
-"""The REST API over its unix socket (issue 9 acceptance: "an HTTP test suite covers every
+"""The REST API over its unix socket (the API's promise: "an HTTP test suite covers every
 endpoint, status code, envelope, ETag/If-Match, PATCH semantics and bad bodies").
 
 ``podnetctl serve`` runs inside a node namespace (its bridges and table ``inet podnet`` live

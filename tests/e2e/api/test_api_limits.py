@@ -1,5 +1,5 @@
-"""What a client that is not the node's administrator cannot do to ``podnetctl serve`` (issue 13,
-items 3 and 9): impersonate a trusted client, starve trusted clients and the unix socket with
+"""What a client that is not the node's administrator cannot do to ``podnetctl serve``:
+impersonate a trusted client, starve trusted clients and the unix socket with
 idle or slow connections, grow the server with huge bodies, slip a non-JSON body in, or learn
 the server's tools, paths and exception types from its errors.
 

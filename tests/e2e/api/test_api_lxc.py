@@ -1,4 +1,4 @@
-"""The real ``lxc`` client (Debian lxd-client 5.0.2) manages podnet (issue 9 acceptance: "runs
+"""The real ``lxc`` client (Debian lxd-client 5.0.2) manages podnet (the API's promise: "runs
 the whole forward lifecycle … with the same outcomes as ``podnetctl network …``, and the forwards
 carry real traffic afterwards").
 
@@ -210,7 +210,7 @@ def test_04_forward_create_set_get_unset(twin: Twin) -> None:
     twin.both("forward", "create", "br0", "198.51.100.2", "target_address=192.0.2.9",
               error="Failed creating forward: Default target address is not within the "
                     "network subnet")
-    assert twin.talk("tcp", L4, 80) == TIMEOUT  # no target yet: dropped (seed 004)
+    assert twin.talk("tcp", L4, 80) == TIMEOUT  # no target yet: dropped (LXD's network forwards: unmatched traffic is dropped)
     twin.both("forward", "set", "br0", L4, f"target_address={A_IP}", stdout="")
     twin.both("forward", "get", "br0", L4, "target_address", stdout=f"{A_IP}\n")
     assert twin.talk("tcp", L4, 80) == "a"

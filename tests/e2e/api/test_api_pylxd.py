@@ -1,5 +1,4 @@
-"""pylxd 2.4.2, a real LXD client library, manages podnet through ``podnetctl serve`` (issue 13,
-item 4): its ``save()`` sends back the whole object as GET returned it (a network's ``name``
+"""pylxd 2.4.2, a real LXD client library, manages podnet through ``podnetctl serve``: its ``save()`` sends back the whole object as GET returned it (a network's ``name``
 and ``type``, a forward's ``listen_address`` and ``location``), which LXD accepts by ignoring
 them. podnet accepts them when unchanged, refuses a changed one (400, naming it), and still
 enforces ``If-Match`` (412, nothing changed).

@@ -1,4 +1,4 @@
-"""schemathesis against ``/openapi.json`` (issue 9 acceptance: "schemathesis against
+"""schemathesis against ``/openapi.json`` (the API's promise: "schemathesis against
 /openapi.json finds no 5xx and no response that violates the schema").
 
 The application is built with ``podnet.api.app.create_app(Manager(<tmp dir>))`` and driven

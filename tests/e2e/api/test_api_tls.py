@@ -1,4 +1,4 @@
-"""The API over TCP with TLS (issue 9 acceptance: "no client certificate, or an untrusted one →
+"""The API over TCP with TLS (the API's promise: "no client certificate, or an untrusted one →
 refused; a trusted one → works").
 
 ``podnetctl serve --listen 127.0.0.1:<port> --tls-cert … --tls-key …`` runs in a node

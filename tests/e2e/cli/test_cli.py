@@ -235,7 +235,7 @@ def test_install_rejects_bad_config(tmp_path: Path, args: list[str], message: st
 
 def test_installed_plugin_ignores_callers_python_environment(tmp_path: Path) -> None:
     """Runtimes pass their whole environment: a pyenv-shim PATH and a PYTHONPATH with another
-    ``podnet`` must not change what runs (FIELD-NOTES §4)."""
+    ``podnet`` must not change what runs."""
     run("install", "--bin-dir", str(tmp_path / "bin"), "--no-conflist")
     shims, shadow = tmp_path / "shims", tmp_path / "shadow" / "podnet"
     shims.mkdir()

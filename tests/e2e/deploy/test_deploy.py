@@ -504,7 +504,7 @@ def test_reinstall_replaces_plugins_atomically_and_prunes(
 def test_bundle_plugins_keep_the_import_budget(
         image: tuple[PrivatePodman, str], host: Host, tmp_path: Path) -> None:  # fmt: skip
     """The bundle's plugin files import what the venv's do: VERSION and a DEL whose netns is
-    gone, traced with ``-X importtime`` under the budget of tests/test_import_budget.py."""
+    gone, traced with ``-X importtime`` under the budget of tests/e2e/deploy/test_import_budget.py."""
     podman, name = image
     install(podman, name, host)
     opt = host.path("/opt/podnet")

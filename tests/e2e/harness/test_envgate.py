@@ -1,4 +1,4 @@
-"""The required-environment gate itself (tests/envgate.py, conftest.py), run on a small suite
+"""The required-environment gate itself (tests/support/envgate.py, conftest.py), run on a small suite
 in a child pytest: a skip nobody asked for fails, a missing need fails naming it, an opt-out
 with a reason skips and is listed last, and PODNET_TEST_REQUIRE=all stops the run at once."""
 

@@ -1,4 +1,4 @@
-"""A bridge network's uplink keys (issue 16, item 2) on a node without Open vSwitch:
+"""A bridge network's uplink keys on a node without Open vSwitch:
 ``ipv{4,6}.ovn.ranges`` and ``ipv{4,6}.routes`` parsed where they enter and refused with a
 reason (nothing changed); ``ipv{4,6}.routes`` routed onto the bridge and following every change;
 a bridge that would be an OVN uplink on a node without OVS refused, leaving nothing. The OVN

@@ -1,4 +1,4 @@
-"""A new network type is a registered driver (issue 15, acceptance): :mod:`tests.ext_driver`
+"""A new network type is a registered driver: :mod:`tests.ext_driver`
 attaches pods to a bridge podnet does not manage, and ADD, CHECK, DEL and GC pass through the
 real ``podnet`` plugin with no change to the plugin — only ``PODNET_DRIVERS`` names it."""
 

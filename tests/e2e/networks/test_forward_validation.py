@@ -361,7 +361,7 @@ def test_cli_refused(shared_node: Shared, args: tuple[str, ...], message: str) -
 
 @pytest.mark.root
 def test_cli_refused_other_networks_nat_address(shared_node: Shared) -> None:
-    """A listen address may not be another network's SNAT address (FIELD-NOTES §6; LXD counts
+    """A listen address may not be another network's SNAT address (LXD counts
     ``ipvN.nat.address`` as an external subnet: ``Forward listen address "…/32" overlaps with
     another network or NIC``). Only LXD's text is required here; podnet may add the holder."""
     try:
@@ -422,8 +422,7 @@ def ptp_conf(data_dir: Path, *mappings: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.root
 def test_hostport_refuses_forward(lab: Lab, tmp_path: Path) -> None:
     """A forward on one of the node's own addresses (here on lo) may not take a hostPort's
-    traffic; on an address the node only routes it takes none, and is accepted (issue 13 item
-    6: hostPorts answer only behind ``fib daddr type local``)."""
+    traffic; on an address the node only routes it takes none, and is accepted (hostPorts answer only behind ``fib daddr type local``)."""
     node = Node(lab, tmp_path)
     node.must("create", *N1)
     for local in ("198.51.100.5", "198.51.100.7"):

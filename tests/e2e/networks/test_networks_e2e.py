@@ -1,4 +1,4 @@
-"""Networks and forwards with real traffic (issue 8 acceptance): a bridge network with pods, a
+"""Networks and forwards with real traffic: a bridge network with pods, a
 client namespace routed to the listen addresses through the node; IPv4 and IPv6, TCP and UDP;
 whole-address and port forwards, ranges, many-to-one, the default target taking over after
 ``port remove``, hairpin from the target and from another pod (bridge and ptp), the SNAT
@@ -106,7 +106,7 @@ def test_whole_address_forward_tcp_udp_v4_v6(net: Net, pods: dict[str, Any]) -> 
 def sink(net: Net, *listen: str) -> Iterator[None]:
     """The ``listen`` addresses made reachable through the node to a namespace that holds them
     and answers "sink" on TCP port 80 (its UDP answers leave from another address), so traffic to them that is not dropped gets an
-    answer, and only the seed-004 drop gives a timeout (without it a listen address is routed
+    answer, and only a forward's drop gives a timeout (without it a listen address is routed
     back to the client, and a packet loops until its TTL runs out: a timeout either way)."""
     ns = net.lab.pod("sink")
     sh("ip", "link", "add", "sink0", "netns", net.lab.node, "type", "veth", "peer", "name", "up0",

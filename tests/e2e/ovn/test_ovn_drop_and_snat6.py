@@ -1,7 +1,7 @@
 """OVN networks, traffic that only the feature under test explains (a three-node OVN lab of
 its own, tests/e2e/ovn/conftest.py):
 
-- seed 004's drop: a forward without a default target drops what no port matches. The listen
+- a forward's drop: a forward without a default target drops what no port matches. The listen
   address is also held by the uplink's router (the outside namespace), which answers on it: so
   without the drop the router's default route would carry the packet there and an answer
   would come back; only the drop gives the timeout (before, the address was merely routed back

@@ -281,7 +281,7 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
                                         tmp_path: Path) -> None:
     """The database opens and the network's mirror is current, but the filesystem is full:
     ADD gets through the NB, the veth and OVS and fails at its last step, writing the pod's
-    row (another connection keeps the WAL files, as in tests/test_faults.py). Code 5 naming
+    row (another connection keeps the WAL files, as in tests/e2e/safety/test_faults.py). Code 5 naming
     the database file, and every step undone: no logical switch port, no OVS port, no veth."""
     import sqlite3
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.root
 def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
     """Forwards of an OVN network made from n1 are listed alike by n2 and carry traffic from
     the outside to pods on either node (ports, a default target, many-to-one); what no port
-    matches is dropped without a default target (seed 004); a pod reaches its own forward; the
+    matches is dropped without a default target (LXD's network forwards: unmatched traffic is dropped); a pod reaches its own forward; the
     seed's loopback case answers from the address called; ``0.0.0.0`` allocates from the
     uplink's routes; listen addresses outside the routes or inside the OVN ranges are refused.
     Deleting the network removes its forwards and load balancers."""
@@ -62,7 +62,7 @@ def test_forwards_are_ovn_load_balancers(cluster: Cluster) -> None:
         assert got["many-to-one 7000"].startswith("POD-B-9000 ") and got["many-to-one 7001"].startswith("POD-B-9000 "), got
         assert got["no default target"] == "<timeout>", got
         assert got["pod a to its own default"].startswith("POD-A-8080 "), got
-        # seed 004's loopback case: b has a whole-IP forward on .12 and port forwards on .13
+        # a forward's loopback case (LXD's network forwards): b has a whole-IP forward on .12 and port forwards on .13
         cluster.ok(n1, "network", "forward", "create", "ovn7", "198.51.100.12", f"target_address={ip['b']}")
         cluster.ok(n1, "network", "forward", "create", "ovn7", "198.51.100.13")
         cluster.ok(n1, "network", "forward", "port", "add", "ovn7", "198.51.100.13", "tcp", "80", ip["b"])
@@ -121,7 +121,7 @@ def test_ipv6_forwards_reach_pods_on_two_nodes(cluster: Cluster) -> None:
         assert got["udp port to c"] == "POD-C 2001:db8:ff::254", got
         assert got["default to b"] == "POD-B 2001:db8:ff::254", got
         assert got["c to outside"] == f"OUTSIDE6 {router6}", got
-        # seed 004's loopback case, in its own family: b has a whole-IP forward on ::12 and
+        # a forward's loopback case (LXD's network forwards), in its own family: b has a whole-IP forward on ::12 and
         # port forwards on ::13; calling ::13 it is answered from ::13 (the seed saw ::12)
         cluster.ok(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::12", f"target_address={ip6['b']}")
         cluster.ok(n1, "network", "forward", "create", "ovn10", "2001:db8:ee::13")

@@ -330,7 +330,7 @@ def test_a_registry_larger_than_one_argument_still_changes(cluster: Cluster) -> 
 
 
 def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
-    """Rows and records podnet did not make (review of issue 16): a registry record of another
+    """Rows and records podnet did not make (a review's finding): a registry record of another
     type or with a bad config is not a network (no bridge appears on a node, listing works); a
     malformed forward key is not listed; ``network create`` is refused (409) when a router of
     the names it would take exists, and that router survives; ``volatile.*`` keys are podnet's

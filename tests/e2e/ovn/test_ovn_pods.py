@@ -110,7 +110,7 @@ def test_used_by_and_delete_name_the_pods_of_every_node(cluster: Cluster) -> Non
 
 
 def test_nat_address_is_what_the_outside_sees(cluster: Cluster) -> None:
-    """``ipv4.nat.address`` (seed 004's OVN feature): pods on n2 and n3 reaching an outside
+    """``ipv4.nat.address``: pods on n2 and n3 reaching an outside
     server over TCP and UDP are seen from that address, not the router's. It can be changed in
     place: unset brings back the router's address, a new one is used at once, one outside the
     uplink's routes is refused (LXD's message) and changes nothing, ``ipv4.nat=false`` removes

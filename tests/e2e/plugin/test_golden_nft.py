@@ -1,4 +1,4 @@
-"""Every nftables golden file (tests/golden: podnet's table and hostPort updates, podnet-portmap's
+"""Every nftables golden file (tests/support/golden: podnet's table and hostPort updates, podnet-portmap's
 and podnet-redirect's scripts) applied with a real ``nft -f`` in a network namespace made for
 it and removed after: the reviewed text is text the kernel takes, and what the kernel then holds
 is what the text says (its maps' elements, its chains)."""
@@ -159,7 +159,7 @@ def test_portmap_nft_setup_applies(ns: str, name: str) -> None:
 
 
 def test_portmap_nft_teardown_applies_to_the_state_it_was_made_for(ns: str, tmp_path: Path) -> None:
-    """teardown.nft is made from a listing (tests/test_portmap_nft_golden.py) where ctr1 holds
+    """teardown.nft is made from a listing (tests/unit/firewall/test_portmap_nft_golden.py) where ctr1 holds
     tcp/8080 and ctr2 tcp/9090: that state, built on defaults.nft, loses ctr1's chain and
     element and keeps ctr2's."""
     ctr1, ctr2 = "dn-5145007e2a8415ce07579", "dn-ctr2"

@@ -2,7 +2,7 @@
 was mounted in.
 
 ``nsenter --net`` only calls setns(2): ``/sys/class/net`` stays the test host's (unlike
-``ip netns exec``, which remounts it). That is how tests/runtimes.py runs podman, and how a
+``ip netns exec``, which remounts it). That is how tests/support/runtimes.py runs podman, and how a
 runtime running in a container calls its plugins. A bridge network's pods are added, checked,
 reached and deleted that way, and the network deleted with its bridge; podnet.link's readers are
 asked from a thread inside a lab netns."""

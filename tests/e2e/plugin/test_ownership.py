@@ -1,5 +1,5 @@
-"""podnet touches only what it made, and its rules take only the traffic they name (issue 13,
-items 5-8), in real namespaces:
+"""podnet touches only what it made, and its rules take only the traffic they name, in
+real namespaces:
 
 - a network over an existing link that is not podnet's (``lo``, a veth, a pod's host end) is
   refused and the link left as it was; ``network delete`` leaves a link it did not make;
@@ -9,7 +9,7 @@ items 5-8), in real namespaces:
   database unless given ``--init``;
 - overlapping ranges and bridge subnets are refused (code 7, naming both);
 - podnet's hostPorts and podnet-portmap's see each other, and ``podnetctl ports`` lists both;
-- seed 004's drop: a forward without a default target drops what no port takes (tcp, udp,
+- a forward's drop: a forward without a default target drops what no port takes (tcp, udp,
   icmp; IPv4 and IPv6), and its default target takes it once set;
 - a bridge a pod's ADD brings back brings the network's other pods and forwards back; CHECK
   names ``podnetctl network restore`` when a pod is off its bridge.
@@ -133,7 +133,7 @@ def bridge_pod(data: Path, network: str = "br0") -> dict[str, Any]:
             "network": network, "dataDir": str(data)}
 
 
-# -- item 5: links podnet did not make ----------------------------------------------------------
+# -- links podnet did not make ----------------------------------------------------------
 def test_network_create_refuses_links_podnet_did_not_make(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     pod = lab.pod()
@@ -197,7 +197,7 @@ def test_api_refuses_taking_over_a_link(lab: Lab, tmp_path: Path) -> None:
     assert lab.exec(lab.node, "cat", "/sys/class/net/vy0/ifalias").stdout.strip() == ""
 
 
-# -- item 5: DEL/CHECK of another network -------------------------------------------------------
+# -- DEL/CHECK of another network -------------------------------------------------------
 def test_del_of_another_network_leaves_the_attachment(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     client = lab.client()
@@ -227,7 +227,7 @@ def test_del_of_another_network_leaves_the_attachment(lab: Lab, tmp_path: Path) 
     assert lab.exec(pod, "ip", "link", "show", "eth0", check=False).returncode != 0
 
 
-# -- item 5: the table belongs to one store -----------------------------------------------------
+# -- the table belongs to one store -----------------------------------------------------
 def test_a_second_store_never_rebuilds_the_table(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     client = lab.client()
@@ -287,7 +287,7 @@ def test_table_owner_records_are_forgotten_only_when_their_store_is(tmp_path: Pa
     monkeypatch.setattr(sync, "CLAIMS_DIR", str(tmp_path / "absent"))
     assert sync.prune_claims() == 0
 
-# -- item 5: overlapping ranges -------------------------------------------------------------------
+# -- overlapping ranges -------------------------------------------------------------------
 def test_overlapping_ranges_and_subnets_are_refused(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     rc, res = node.add(ptp(node.data, "a", ("10.244.2.0/24",)), "c1", lab.pod())
@@ -312,7 +312,7 @@ def test_overlapping_ranges_and_subnets_are_refused(lab: Lab, tmp_path: Path) ->
     assert rc == 1 and out["code"] == 7 and "overlaps ranges[0]" in out["msg"], out
 
 
-# -- item 6: podnet's and podnet-portmap's hostPorts ----------------------------------------------
+# -- podnet's and podnet-portmap's hostPorts ----------------------------------------------
 def test_podnet_and_podnet_portmap_see_each_other(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     pod_a, pod_b = lab.pod(), lab.pod()
@@ -352,7 +352,7 @@ def test_podnet_and_podnet_portmap_see_each_other(lab: Lab, tmp_path: Path) -> N
     assert rc == 0, out
 
 
-# -- item 7: seed 004's drop ------------------------------------------------------------------------
+# -- a forward's drop ------------------------------------------------------------------------
 def test_forward_without_default_target_drops_the_rest(lab: Lab, tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")
     client = lab.client()
@@ -400,7 +400,7 @@ def test_forward_without_default_target_drops_the_rest(lab: Lab, tmp_path: Path)
     assert map_elements(lab.node, "fwd_drop_v4") == map_elements(lab.node, "fwd_drop_v6") == set()
 
 
-# -- item 8: a bridge that comes back brings its pods back ----------------------------------------
+# -- a bridge that comes back brings its pods back ----------------------------------------
 def test_bridge_brought_back_by_an_add_brings_its_pods_and_forwards_back(lab: Lab,
                                                                        tmp_path: Path) -> None:
     node = Node(lab, tmp_path / "data")

@@ -1,4 +1,4 @@
-"""64 ADDs and 64 DELs as parallel processes (issue 2 acceptance), GC and STATUS."""
+"""64 ADDs and 64 DELs as parallel processes, GC and STATUS."""
 
 from __future__ import annotations
 

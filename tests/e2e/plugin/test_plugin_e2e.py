@@ -1,4 +1,4 @@
-"""The podnet plugin end to end, in real namespaces with real TCP and UDP (issue 2, items 2-9).
+"""The podnet plugin end to end, in real namespaces with real TCP and UDP.
 
 Every supported spec version × IPv4 / IPv6 / dual stack: ADD, the result's shape, reachability
 through the pod IP, a node address from another host, 127.0.0.1, hairpin and another pod; CHECK;

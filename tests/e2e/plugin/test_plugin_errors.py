@@ -1,4 +1,4 @@
-"""Bad input, conflicts, failed ADDs and idempotent DELs change no state (issue 2 acceptance)."""
+"""Bad input, conflicts, failed ADDs and idempotent DELs change no state."""
 
 from __future__ import annotations
 

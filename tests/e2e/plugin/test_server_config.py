@@ -1,4 +1,4 @@
-"""The server config that reaches OVN (issue 16, item 1): ``podnetctl config set|get|unset|show``,
+"""The server config that reaches OVN: ``podnetctl config set|get|unset|show``,
 ``GET|PUT|PATCH /1.0`` and the real ``lxc config`` client on the same rows; values parsed where
 they enter, bad ones refused naming the key and changing nothing."""
 

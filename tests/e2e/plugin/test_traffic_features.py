@@ -1,4 +1,4 @@
-"""Traffic for every feature (issue 14, item 3): what a namespace outside the node sees.
+"""Traffic for every feature: what a namespace outside the node sees.
 
 - podnet's ``ipMasq`` on and off, IPv4 and IPv6: the source address a server in the client
   namespace sees for a pod's connection (the node's, or the pod's own); pod to pod on the node
@@ -59,7 +59,7 @@ class Reply(NamedTuple):
 
 
 def ask(lab: Lab, ns: str, proto: str, host: str, port: int, sport: int = 0) -> Reply:
-    """Ask the echo server at host:port from ``ns`` (tests/echo.py client)."""
+    """Ask the echo server at host:port from ``ns`` (tests/support/echo.py client)."""
     extra = [str(sport)] if sport else []
     out = lab.exec(ns, sys.executable, ECHO, proto, host, str(port), *extra, check=False, timeout=30)
     if out.returncode == 0:

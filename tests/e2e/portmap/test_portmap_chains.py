@@ -1,4 +1,4 @@
-"""Chains through the runtime (podnetctl net add/check/del, libcni-style) for issue 3:
+"""Chains through the runtime (podnetctl net add/check/del, libcni-style):
 podnet followed by the reference portmap, tuning and bandwidth; the reference bridge with
 podnet-ipam or host-local followed by podnet-portmap (both backends). Each reaches the pod through its
 hostPort from another node address, from 127.0.0.1 and from the pod itself, IPv4 and IPv6."""
@@ -84,8 +84,8 @@ def test_podnet_then_reference_portmap_tuning_bandwidth(lab: Lab, tmp_path: Path
         {"type": "bandwidth", "ingressRate": 100000000, "ingressBurst": 1000000,
          "egressRate": 100000000, "egressBurst": 1000000},
     ]}
-    # Debian's portmap 1.1.1 fails its own CHECK (it looks for the IPv4 rules with ip6tables,
-    # FIELD-NOTES §3): CHECK of this chain is expected to fail in portmap, not in podnet.
+    # Debian's portmap 1.1.1 fails its own CHECK (it looks for the IPv4 rules with ip6tables):
+    # CHECK of this chain is expected to fail in portmap, not in podnet.
     lifecycle(lab, tmp_path, conflist, check=False)
     # The reference portmap's rules are gone with the DEL, podnet's rows too.
     assert "CNI-DN-" not in lab.exec(lab.node, "iptables-save", "-t", "nat").stdout

@@ -98,7 +98,7 @@ def test_golden_scripts_in_kernel(lab: Lab, tmp_path: Path, case: str, variant: 
 
 # --- 2. the reference portmap and podnet-portmap leave the same tables -------------------------
 
-# Dual-stack pods; option sets of seed 000. Debian's portmap 1.1.1 predates ``masqAll`` and
+# Dual-stack pods; the reference portmap's option sets. Debian's portmap 1.1.1 predates ``masqAll`` and
 # ignores it, so masqAll is left out here (its layout is pinned by the golden files).
 COMPARE: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "defaults": ({}, [tcp(18080), udp(15353)]),
@@ -303,7 +303,7 @@ def test_traffic(lab: Lab, tmp_path: Path, main: str, variant: str) -> None:
     # 127.0.0.1 on the node: DNAT in OUTPUT, masqueraded out of the pod's interface.
     assert lab.talk(lab.node, "tcp", "127.0.0.1", 18080) == f"A {GATEWAY[4]}"
     assert lab.talk(lab.node, "udp", "127.0.0.1", 15353) == f"A {GATEWAY[4]}"
-    # ([::1] is not port-mapped: seed 000, "Known issues"; the DNATed packet is dropped.)
+    # ([::1] is not port-mapped: the reference portmap's README, "Known issues"; the DNATed packet is dropped.)
 
     rc, out = cni(lab.node, "CHECK", conf_a, PODNET_PORTMAP, container_id="pod-a", netns=pod_a,
                   path=path)

@@ -1,5 +1,5 @@
 """podnet-portmap's nftables backend: generated text, real traffic after the reference ptp,
-ownership when containers share an address, parallel ADD/DEL (issue 3, item 4)."""
+ownership when containers share an address, parallel ADD/DEL."""
 
 from __future__ import annotations
 

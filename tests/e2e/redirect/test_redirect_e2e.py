@@ -1,4 +1,4 @@
-"""podnetctl proxy-init end to end (issue 4): a real transparent proxy running as uid 2102 in
+"""podnetctl proxy-init end to end: a real transparent proxy running as uid 2102 in
 the pod reads SO_ORIGINAL_DST and relays; inbound connections go through it, skipped ports and
 subnets bypass it, outbound connections go through its outbound port, its own connections do
 not loop, loopback bypasses — IPv4 and IPv6, for iptables-nft, iptables-legacy and nftables."""

@@ -1,4 +1,4 @@
-"""podnet-redirect as a chained plugin (issue 4): after podnet and after the reference ptp,
+"""podnet-redirect as a chained plugin: after podnet and after the reference ptp,
 through the runtime (podnetctl net add/check/del), with pod annotations from runtimeConfig
 changing the skipped ports; pods that do not ask are left alone."""
 

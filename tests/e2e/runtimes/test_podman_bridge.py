@@ -1,6 +1,6 @@
 """podman 4.3 (CNI backend) runs a container on a podnet bridge network.
 
-tests/runtimes.py runs podman with ``nsenter --net`` in the node namespace, as a runtime in a
+tests/support/runtimes.py runs podman with ``nsenter --net`` in the node namespace, as a runtime in a
 container runs: the plugin's ``/sys`` is the test host's, not the node's. The container joins
 the bridge ``network create`` made, is reached at its address from the node, and ``rm -f``
 leaves no row, host veth or cache entry behind."""

@@ -1,4 +1,4 @@
-"""podnet driven by real container runtimes (issue 2 item 11), inside a node network namespace.
+"""podnet driven by real container runtimes, inside a node network namespace.
 
 * podman 4.3 with its CNI backend: ``podman run -d -p HOST:80`` of a busybox httpd, fetched
   through 127.0.0.1:HOST in the node, through the node's address from another host (the lab's

@@ -1,4 +1,4 @@
-"""What a hostile review of issue 13's first fixes reproduced — a NetConf author (a Multus
+"""What a hostile review of the first fixes of the typed boundary reproduced — a NetConf author (a Multus
 attachment), a pod's runtimeConfig or a careless operator attacking the node — and what podnet
 does now, each in real namespaces:
 
@@ -13,9 +13,9 @@ does now, each in real namespaces:
 6. public ranges (turning off every pod's egress masquerade) and a second config flipping a
    shared range's ipMasq: refused; 7. a range equal to a bridge's subnet: refused;
 8. a row an older podnet wrote with a scoped address: DEL and rebuilds skip it;
-9. GC of another network keeps seed-001 rows of unknown network;
+9. GC of another network keeps cni-kindnet rows of unknown network;
 10. a failed ADD of another store never deletes this store's veth of the same name;
-12. values people stored shown inert on a terminal (13, ``--modprobe``: tests/test_checked.py).
+12. values people stored shown inert on a terminal (13, ``--modprobe``: tests/unit/test_checked.py).
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def test_gc_of_another_network_keeps_rows_of_unknown_network(lab: Lab, tmp_path:
     data = tmp_path / "data"
     rc, res = lab.cni("ADD", conf(data), container_id="c1", netns=lab.pod())
     assert rc == 0, res
-    with sqlite3.connect(data / "podnet.db") as db:  # a seed-001 row: no attachment
+    with sqlite3.connect(data / "podnet.db") as db:  # a cni-kindnet row: no attachment
         db.execute("INSERT INTO pods (container_id, netns, ip_address_v4, interface_name) "
                    "VALUES ('legacypod', '/run/netns/x', '10.244.2.200', 'pnlegacy')")
     rc, out = lab.cni("GC", {**conf(data, "totally-other-network"), "cniVersion": "1.1.0",

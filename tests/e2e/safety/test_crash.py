@@ -1,4 +1,4 @@
-"""kill -9 at random points of ADD and DEL, then the runtime's cleanup (issue 7, item 7).
+"""kill -9 at random points of ADD and DEL, then the runtime's cleanup.
 
 A runtime whose call times out, or that is itself killed, leaves a plugin killed mid-call. The
 next DEL (or a GC) must then clean everything: no row, no address, no veth, no map element, no

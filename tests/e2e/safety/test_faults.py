@@ -1,4 +1,4 @@
-"""Faults a node can have, one test each (issue 7, items 2, 3, 4 and 6): a tool that is not
+"""Faults a node can have, one test each: a tool that is not
 installed, fails or hangs, a failing veth delete, a full filesystem, a read-only or corrupt
 database, the database lock held by another process.
 
@@ -125,7 +125,7 @@ class Findings:
         assert not self.items, f"{self.what}:\n- " + "\n- ".join(self.items)
 
 
-# --- item 2: conntrack is not installed -----------------------------------------------------------
+# --- conntrack is not installed -----------------------------------------------------------
 
 
 V6_RANGE = "fd00:10:244::/64"
@@ -335,7 +335,7 @@ def test_pod_side_enters_the_netns_with_nsenter(node: Node, fake: faults.FakeToo
     """An IPv4 point-to-point pod whose netns has a name (``/run/netns/<name>``) is configured
     through ``nsenter --net=<netns> ip -batch -``, never ``ip -n <name>``: to switch, ``ip -n``
     copies the node's whole mount table (a mount per pod netns), so its cost grows with the
-    pods (issue 15, item 7). An ``ip -n`` would fail here; the ADD succeeds with the pod end
+    pods. An ``ip -n`` would fail here; the ADD succeeds with the pod end
     addressed and routed."""
     fired = tmp_path / "ip-n-ran"
     fake.fail("ip", "mount of /sys failed: Operation not permitted", args='*" -n "*', touch=fired)
@@ -461,7 +461,7 @@ def test_portmap_foreign_bare_rule(node: Node, ptp_pod: tuple[str, dict[str, Any
     f.check()
 
 
-# --- item 3: a hung tool -----------------------------------------------------------------------------
+# --- a hung tool -----------------------------------------------------------------------------
 
 TOOL_TIMEOUT = 2
 CALL_DEADLINE = TOOL_TIMEOUT + 10  # the test gives up (and kills the call) after this
@@ -522,7 +522,7 @@ def test_hung_nft_portmap(node: Node, ptp_pod: tuple[str, dict[str, Any], Any], 
     f.check()
 
 
-# --- item 6: database faults ---------------------------------------------------------------------------
+# --- database faults ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("when", ["opening", "in-transaction"])

@@ -1,4 +1,4 @@
-"""Files podnet creates or trusts (issue 13, item 4): the store's modes, the plugin log, and what
+"""Files podnet creates or trusts: the store's modes, the plugin log, and what
 ``podnetctl install`` lets root-run plugin files load.
 
 - The store: a new data dir is 0750, ``podnet.db`` and its -wal and -shm 0600 (whatever the

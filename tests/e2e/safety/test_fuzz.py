@@ -1,4 +1,4 @@
-"""Fuzz: malformed stdin and env for all four plugins, as installed (issue 7, items 1 and 8).
+"""Fuzz: malformed stdin and env for all four plugins, as installed.
 
 For every input of :mod:`fuzz_cases` (malformed by construction: a success is a bug) the
 answer must be exactly one CNI error object on stdout (``code`` and ``msg``, ``code`` != 999),
@@ -46,7 +46,7 @@ from paths import SUPPORT
 
 pytestmark = pytest.mark.root
 
-#: Inputs per plugin, fixed numbers (issue 7 acceptance); the test asserts each was run.
+#: Inputs per plugin, fixed numbers; the test asserts each was run.
 COUNTS = {"podnet": 10_000, "podnet-ipam": 2_000, "podnet-portmap": 2_000, "podnet-redirect": 2_000}
 SEED = 20261123
 BATCH = 100

@@ -1,4 +1,4 @@
-"""Hostile values in every field that can reach a tool (issue 13, item 2): through the plugins
+"""Hostile values in every field that can reach a tool: through the plugins
 (NetConf keys, runtimeConfig, CNI_ARGS, CNI_* variables, prevResult, pod annotations), through
 ``podnetctl`` (arguments, --data-dir) and through the REST API (bodies, config keys).
 

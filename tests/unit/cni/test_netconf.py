@@ -1,6 +1,6 @@
 """podnet.cni.netconf without root: each parser's result and each refusal's exact message
-(the key it names), at the bounds of every range (issue 14, item 5: mutation testing of the
-pure core)."""
+(the key it names), at the bounds of every range (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """podnet.cni.result without root: every refusal of :func:`validate` names its key exactly,
 conversion between result versions keeps and drops exactly the spec's keys, and
-:func:`prev_result` converts once (issue 14, item 5: mutation testing of the pure core)."""
+:func:`prev_result` converts once (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """podnet.firewall.dnat without root: what a :class:`Dnat` accepts at the port bounds, its
-fields, and the map text of several elements (issue 14, item 5: mutation testing of the pure
+fields, and the map text of several elements (mutation testing of the pure
 core)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """podnet.firewall.hostports without root: a ``portmap_entries`` row as its DNAT, map name and
-element (issue 14, item 5: mutation testing of the pure core)."""
+element (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Generated nftables text equals the expected files (no root); tests/test_golden_nft.py applies
+"""Generated nftables text equals the expected files (no root); tests/e2e/plugin/test_golden_nft.py applies
 every one of those files with a real ``nft -f`` in a throwaway network namespace."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def full(ranges=RANGES, mappings=MAPPINGS, forwards=(), bridges=(), drops=(), ow
 CASES = {
     "table_full.nft": lambda: full(),
     "table_empty.nft": lambda: full([], [], cluster=[]),
-    # 2001:db8:f::1 has a port and no default target: its other traffic is dropped (seed 004)
+    # 2001:db8:f::1 has a port and no default target: its other traffic is dropped (LXD's network forwards: unmatched traffic is dropped)
     "table_networks.nft": lambda: full(forwards=FORWARDS, bridges=BRIDGES, drops=["2001:db8:f::1"],
                                        owner="podnet:/var/lib/podnet"),
     "add.nft": lambda: hostports.add_script(MAPPINGS),

@@ -1,5 +1,5 @@
 """podnet.firewall.portmap_iptables without root: CHECK's list of missing rules against saved
-tables, the comment cut, the order of conditions (issue 14, item 5: mutation testing of the pure
+tables, the comment cut, the order of conditions (mutation testing of the pure
 core)."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """podnet.firewall.portmap_nft without root: a listing read from ``nft -j`` JSON (canned here,
 as nft 1.0 prints it), the scripts built on it, CHECK's list of what is missing, and the three
-listing calls with nft replaced by a stub (issue 14, item 5: mutation testing of the pure core)."""
+listing calls with nft replaced by a stub (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

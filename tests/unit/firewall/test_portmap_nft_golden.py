@@ -1,5 +1,5 @@
 """Golden files of podnet-portmap's nftables text, one per option combination (no root). The
-same text is loaded into a real nft by tests/test_portmap_nft.py."""
+same text is loaded into a real nft by tests/e2e/portmap/test_portmap_nft_e2e.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """podnet.firewall.redirect without root: linkerd's defaults, port parsing at its bounds, the
-uid/gid rules at 1, what a save says is present, the cleanup script (issue 14, item 5: mutation
+uid/gid rules at 1, what a save says is present, the cleanup script (mutation
 testing of the pure core)."""
 
 from __future__ import annotations

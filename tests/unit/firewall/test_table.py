@@ -1,5 +1,6 @@
 """podnet.firewall.table without root: the owner comment's bounds, a default state's table, the
-incremental scripts of the forward maps (issue 14, item 5: mutation testing of the pure core)."""
+incremental scripts of the forward maps (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

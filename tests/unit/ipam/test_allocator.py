@@ -1,6 +1,7 @@
 """podnet.ipam.allocator without root: exact addresses for a fixed start offset, the probe bound,
 requested addresses at the edges of a range, custom gateways, the store wrapper and the STATUS
-verdict (issue 14, item 5: mutation testing of the pure core)."""
+verdict (mutation testing of the pure core,
+docs/testing.md)."""
 
 from __future__ import annotations
 

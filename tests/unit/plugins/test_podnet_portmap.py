@@ -1,4 +1,4 @@
-"""podnet-portmap's options (seed 000): conflicting or out-of-range values are code 7 naming
+"""podnet-portmap's options: conflicting or out-of-range values are code 7 naming
 the option (no root)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SQLite store: seed 001's schema column for column, migrations, conflicts (no root)."""
+"""The SQLite store: cni-kindnet's schema column for column, migrations, conflicts (no root)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paths import SEEDS
+from paths import SCHEMAS
 from podnet.errors import CNIError
 from podnet.store import open_store
 from podnet.store.schema import MIGRATIONS
@@ -16,32 +16,32 @@ from podnet.values import PortMapping
 
 #: Seed 001's DDL, copied verbatim into the tests (not podnet's own copy: that would compare the
 #: product with itself).
-SEED_001 = SEEDS / "001_schema.sql"
+KINDNET = SCHEMAS / "cni_kindnet.sql"
 
 
-def _seed_ddl() -> str:
-    """The CREATE TABLE statements exactly as seed 001 prints them."""
-    return SEED_001.read_text()
+def _kindnet_ddl() -> str:
+    """The CREATE TABLE statements exactly as cni-kindnet's design prints them."""
+    return KINDNET.read_text()
 
 
 def _table_info(conn: sqlite3.Connection, table: str) -> list[tuple]:
     return conn.execute(f"PRAGMA table_info({table})").fetchall()
 
 
-#: Indexes podnet adds to seed 001's tables (none change a column or a constraint).
+#: Indexes podnet adds to cni-kindnet's tables (none change a column or a constraint).
 PODNET_INDEXES = {"portmap_entries": ("portmap_entries_container", "portmap_entries_port")}
 
 
 @pytest.mark.parametrize("table", ["ipam_ranges", "pods", "portmap_entries"])
-def test_table_info_matches_seed(tmp_path: Path, table: str) -> None:
+def test_table_info_matches_kindnet(tmp_path: Path, table: str) -> None:
     reference = sqlite3.connect(":memory:")
-    reference.executescript(_seed_ddl())
+    reference.executescript(_kindnet_ddl())
     with open_store(str(tmp_path)) as store:
         assert _table_info(store.conn, table) == _table_info(reference, table)
         ours = store.conn.execute(f"PRAGMA foreign_key_list({table})").fetchall()
         assert ours == reference.execute(f"PRAGMA foreign_key_list({table})").fetchall()
         ours_idx = [r[1:] for r in store.conn.execute(f"PRAGMA index_list({table})")]
-        # podnet's own indexes (migration 0008) come on top of the seed's, which stay as they are
+        # podnet's own indexes (migration 0008) come on top of cni-kindnet's, which stay as they are
         extra = [r for r in ours_idx if r[0] in PODNET_INDEXES.get(table, ())]
         assert {r[0] for r in extra} == set(PODNET_INDEXES.get(table, ()))
         assert [r[1:] for r in ours_idx if r not in extra] == \
@@ -157,19 +157,19 @@ def test_writers_serialise(tmp_path: Path) -> None:
         assert len(store.pods.all()) == 32
 
 
-SEED_004 = SEEDS / "004_schema.sql"
+LXD_FORWARDS = SCHEMAS / "lxd_forwards.sql"
 
 
-def _seed_004_ddl() -> str:
-    """seed 004's two CREATE TABLE statements, as the seed prints them."""
-    return SEED_004.read_text()
+def _lxd_forwards_ddl() -> str:
+    """LXD's two CREATE TABLE statements, as LXD's schema has them."""
+    return LXD_FORWARDS.read_text()
 
 
 @pytest.mark.parametrize("table", ["networks_forwards", "networks_forwards_config"])
-def test_seed_004_tables_match(tmp_path: Path, table: str) -> None:
+def test_lxd_forward_tables_match(tmp_path: Path, table: str) -> None:
     """Seed 004's tables column for column, with its UNIQUE constraints and foreign keys."""
     reference = sqlite3.connect(":memory:")
-    reference.executescript(_seed_004_ddl())
+    reference.executescript(_lxd_forwards_ddl())
     with open_store(str(tmp_path)) as store:
         assert _table_info(store.conn, table) == _table_info(reference, table)
         for pragma in ("foreign_key_list", "index_list"):

@@ -1,5 +1,5 @@
--- seed 001 (cni-kindnet design, 001_f1c294133b789409.txt): its three CREATE TABLE statements,
--- copied verbatim. tests/test_store.py compares podnet's tables with these, column for column.
+-- cni-kindnet's design (its SQLite schema): its three CREATE TABLE statements,
+-- copied verbatim. tests/unit/store/test_store.py compares podnet's tables with these, column for column.
 CREATE TABLE IF NOT EXISTS ipam_ranges (
 id INTEGER PRIMARY KEY AUTOINCREMENT, -- Unique identifier for the IP range
 subnet TEXT NOT NULL, -- Subnet in CIDR notation (e.g., "10.244.0.0/16")

@@ -1,5 +1,5 @@
--- seed 004 (LXD network forwards, 004_b0f7575b9f5b4f74.txt): its two CREATE TABLE statements,
--- copied verbatim. tests/test_store.py compares podnet's tables with these, column for column.
+-- LXD's network forwards (lxd/db/cluster/update.go, the networks_forwards tables): its two CREATE TABLE statements,
+-- copied verbatim. tests/unit/store/test_store.py compares podnet's tables with these, column for column.
 CREATE TABLE "networks_forwards" (
 id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
 network_id INTEGER NOT NULL,
