@@ -2,7 +2,8 @@
 ``lxd/network/driver_physical.go`` and ``lxd/networks.go``), on three nodes of one OVN lab
 (tests/support/ovn_cluster.py): pending until created without ``--target``, each node attaching
 only its own parent, restore leaving a parent that is not up or not in its bridge, deleting
-without a target.
+without a target; and an uplink's parent must be free (no bridge port, no routed veth, no link
+of another OVS bridge).
 """
 
 from __future__ import annotations
@@ -334,3 +335,62 @@ def test_a_parent_recorded_for_every_node_takes_no_nic(cluster: Cluster) -> None
         for node in (n1, n2):
             cluster.ctl(node, "network", "restore")
         cluster.lab.run(n2.netns, "ip", "link", "del", "ext0", check=False)
+
+
+def test_uplink_parent_must_be_free(cluster: Cluster) -> None:
+    """An uplink never takes over a link that is someone else's or in use: a port of a Linux
+    bridge (a pod's bridge port, say), a veth carrying only routes (a CNI ptp host end), a
+    bridge with ports, the lower device of a macvlan, a port of an OVS bridge podnet did not make,
+    an OVS bridge's own device and the loopback are each refused naming why, and nothing is
+    recorded or mapped; the links are as they were."""
+    n1 = cluster.lab.nodes[0]
+    lab = cluster.lab
+    setup = [
+        ["ip", "link", "add", "brx", "type", "bridge"],
+        ["ip", "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"],
+        ["ip", "link", "set", "vx0", "master", "brx"],
+        ["ip", "link", "add", "vr0", "type", "veth", "peer", "name", "vr1"],
+        ["ip", "link", "set", "vr0", "up"],
+        ["ip", "route", "add", "10.99.0.5/32", "dev", "vr0"],
+        ["ip", "link", "add", "vl0", "type", "veth", "peer", "name", "vl1"],
+        ["ip", "link", "add", "link", "vl0", "name", "vl0m", "type", "macvlan", "mode", "bridge"],
+        ["ip", "link", "add", "vo0", "type", "veth", "peer", "name", "vo1"],
+        ["ip", "link", "add", "vm0", "type", "veth", "peer", "name", "vm1"],
+        ["ip", "link", "set", "vm0", "up"],
+        ["ip", "route", "add", "10.98.0.0/24", "nexthop", "via", "10.97.0.2", "dev", "vm0", "onlink",
+         "nexthop", "via", "10.97.0.3", "dev", "vr0", "onlink"],
+    ]
+    cases = {
+        "vx0": 'is attached to brx',
+        "vr0": "is used by routes (10.98.0.0/24, 10.99.0.5)",
+        "brx": "is a bridge or bond with ports (vx0)",
+        "vl0": "is the lower device of vl0m",
+        "vo0": "is a port of OVS bridge adminbr",
+        "adminbr": "is an OVS bridge",
+        "lo": "is the loopback device",
+        "vm0": "is used by routes (10.98.0.0/24)",  # a multipath route's nexthop
+        "ovs-netdev": "is Open vSwitch's own datapath device",
+    }
+    try:
+        for argv in setup:
+            lab.run(n1.netns, *argv)
+        lab.vsctl(n1, "add-br", "adminbr", "--", "set", "bridge", "adminbr", "datapath_type=netdev",
+                  "--", "add-port", "adminbr", "vo0")  # fmt: skip
+        links = lab.run(n1.netns, "ip", "-o", "link", "show").stdout
+        def routes_now() -> list[str]:  # link-local ones come and go with the lab's own links
+            return [r for r in lab.run(n1.netns, "ip", "route", "show", "table", "all").stdout.splitlines()
+                    if "fe80::" not in r]  # fmt: skip
+
+        routes = routes_now()
+        for parent, why in cases.items():
+            out = cluster.ctl(n1, "network", "create", "upx", "--type=physical", f"parent={parent}", "--target", "n1")
+            assert out.returncode == 1 and f'Parent interface "{parent}" {why}' in out.stderr, (parent, out.stderr)
+            assert "upx" not in cluster.networks(n1)
+            assert "upx" not in lab.vsctl(n1, "get", "open_vswitch", ".", "external_ids")
+        assert lab.vsctl(n1, "port-to-br", "vo0").strip() == "adminbr"
+        assert lab.run(n1.netns, "ip", "-o", "link", "show").stdout == links
+        assert routes_now() == routes
+    finally:
+        lab.vsctl(n1, "--if-exists", "del-br", "adminbr")
+        for link in ("vx0", "vr0", "vl0", "vo0", "vm0", "brx"):
+            lab.run(n1.netns, "ip", "link", "del", link, check=False)
