@@ -131,4 +131,3 @@ def test_net_gc_keeps_cached_attachments_only(lab: Any, tmp_path: Path) -> None:
         ResultCache(str(tmp_path / "cache")).entries()[0].container_id
     ]
     assert node.ctl("net", "del", "podnet", f"/run/netns/{kept}").returncode == 0
-

@@ -390,5 +390,3 @@ def test_what_others_wrote_in_the_nb_is_left_alone(cluster: Cluster) -> None:
         cluster.lab.nbctl("--if-exists", "lr-del", "pn-xy-lr")
         for name in ("ovx", "ovy", "xy", "upx"):
             cluster.ctl(n1, "network", "delete", name)
-
-
