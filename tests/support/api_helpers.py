@@ -657,3 +657,13 @@ def schema_run(data_dir: str, max_examples: int, seed: int) -> None:
                     # nothing to negate (GET /1.0 has no parameters): nothing to send
                     assert mode == schemathesis.GenerationMode.NEGATIVE, op.label
     print(json.dumps({"cases": cases, "failures": failures}))
+
+
+def self_signed(directory: Path, name: str, *extra: str) -> tuple[str, str]:
+    """A self-signed P-256 certificate for ``CN=name`` valid two days, made by ``openssl req``
+    with ``extra`` arguments (``-addext subjectAltName=…``): (certificate, key) file paths."""
+    crt, key = directory / f"{name}.pem", directory / f"{name}.key"
+    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+       "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
+       *extra)  # fmt: skip
+    return str(crt), str(key)

@@ -15,22 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from api_helpers import PODNETCTL, ApiServer, in_ns_python
+from api_helpers import PODNETCTL, ApiServer, in_ns_python, self_signed
 from envgate import need
-from netns import Lab, sh
+from netns import Lab
 
 pytestmark = pytest.mark.root
 
 PORT = 8443
 NOFILE = 120
-
-
-def _cert(directory: Path, name: str, *extra: str) -> tuple[str, str]:
-    crt, key = directory / f"{name}.pem", directory / f"{name}.key"
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-       "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
-       *extra)
-    return str(crt), str(key)
 
 
 def test_an_untrusted_client_being_served_is_not_evicted(tmp_path: Path) -> None:
@@ -39,8 +31,8 @@ def test_an_untrusted_client_being_served_is_not_evicted(tmp_path: Path) -> None
     from podnet.store import open_store
 
     cap = budget(NOFILE).tcp
-    server_cert = _cert(tmp_path, "pnev-server", "-addext", "subjectAltName=IP:127.0.0.1")
-    client = _cert(tmp_path, "pnev-client")
+    server_cert = self_signed(tmp_path, "pnev-server", "-addext", "subjectAltName=IP:127.0.0.1")
+    client = self_signed(tmp_path, "pnev-client")
     data = tmp_path / "data"
     lab = Lab()
     server = joiner = flood = None

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python, serving
+from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python, self_signed, serving
 from envgate import need
 from netns import Lab, sh
 
@@ -31,14 +31,6 @@ pytestmark = pytest.mark.root
 PORT = 8443  # the node namespace is new: nothing else listens there
 #: Seconds: the store is re-read every second; only a hang reaches this deadline.
 TRUST_DEADLINE = 30.0
-
-
-def _cert(directory: Path, name: str, *extra: str) -> tuple[str, str]:
-    crt, key = directory / f"{name}.pem", directory / f"{name}.key"
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-       "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
-       *extra)
-    return str(crt), str(key)
 
 
 def _fingerprint(crt: str) -> str:
@@ -101,9 +93,9 @@ def ok(answer: dict[str, Any]) -> bool:
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     need("root", "ip", "nft")
     directory = tmp_path_factory.mktemp("certs")
-    return {"server": _cert(directory, "podnet-test-server", "-addext",
+    return {"server": self_signed(directory, "podnet-test-server", "-addext",
                             "subjectAltName=IP:127.0.0.1"),
-            "client1": _cert(directory, "client1"), "client2": _cert(directory, "client2")}
+            "client1": self_signed(directory, "client1"), "client2": self_signed(directory, "client2")}
 
 
 def _tls_args(certs: dict[str, tuple[str, str]]) -> tuple[str, ...]:

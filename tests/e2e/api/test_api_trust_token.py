@@ -23,22 +23,22 @@ from typing import Any
 
 import pytest
 
-from api_helpers import PODNETCTL, ApiServer, assert_sync, in_ns_python, lxc_conf, serving
+from api_helpers import (
+    PODNETCTL,
+    ApiServer,
+    assert_sync,
+    in_ns_python,
+    lxc_conf,
+    self_signed,
+    serving,
+)
 from envgate import need
-from netns import Lab, sh
+from netns import Lab
 
 pytestmark = [pytest.mark.root, pytest.mark.xdist_group("api-trust-token")]
 
 PORT = 8443
 URL = f"https://127.0.0.1:{PORT}"
-
-
-def _cert(directory: Path, name: str, *extra: str) -> tuple[str, str]:
-    crt, key = directory / f"{name}.pem", directory / f"{name}.key"
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-       "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
-       *extra)
-    return str(crt), str(key)
 
 
 def _fingerprint_pem(pem: str) -> str:
@@ -99,8 +99,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     tmp = tmp_path_factory.mktemp("api-token")
     certs = tmp / "certs"
     certs.mkdir()
-    server = _cert(certs, "podnet-server", "-addext", "subjectAltName=IP:127.0.0.1")
-    client = _cert(certs, "someone")
+    server = self_signed(certs, "podnet-server", "-addext", "subjectAltName=IP:127.0.0.1")
+    client = self_signed(certs, "someone")
     with serving(tmp, "--listen", f"127.0.0.1:{PORT}", "--tls-cert", server[0],
                  "--tls-key", server[1]) as (lab, srv):  # fmt: skip
         n = Node(lab, srv, tmp / "data", tmp, server[0], client)
@@ -415,7 +415,7 @@ def test_refusals_are_logged_with_their_path_and_not_flooded(node: Node) -> None
     """A refused request is logged with the path it asked for (``/1.0/networks/`` as sent);
     forty refused requests of one client in a row leave the burst of lines a client gets a
     minute (10), not forty."""
-    cert = _cert(node.tmp / "certs", "flooder")
+    cert = self_signed(node.tmp / "certs", "flooder")
     fp = _fingerprint_pem(Path(cert[0]).read_text())
     code = f"""
 import httpx, ssl
