@@ -303,6 +303,12 @@ class FakeTools:
             f.unlink()
         self.dir.rmdir()
 
+    def __enter__(self) -> FakeTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"

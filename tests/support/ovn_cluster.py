@@ -173,6 +173,12 @@ def discard(cluster: Cluster, servers: list[Echo], pods: dict[str, tuple[Node, s
         server.stop()
     for _, ns in pods.values():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    delete_networks(cluster, *networks)
+
+
+def delete_networks(cluster: Cluster, *networks: str) -> None:
+    """``network delete`` of each of ``networks`` from n1, in this order, whatever it answers
+    (a teardown: one may be gone already)."""
     for network in networks:
         cluster.ctl(cluster.lab.nodes[0], "network", "delete", network)
 

@@ -212,11 +212,8 @@ def pods(cluster: Cluster) -> Iterator[Pods]:
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[faults.FakeTools]:
-    tools = faults.FakeTools(tmp_path)
-    try:
+    with faults.FakeTools(tmp_path) as tools:
         yield tools
-    finally:
-        tools.close()
 
 
 def trace(fake: faults.FakeTools, tool: str, args: str, touch: Path) -> None:
@@ -322,6 +319,18 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
 # --- 2: ovs-vsctl is not installed -------------------------------------------------------------
 
 
+def _add_without(cluster: Cluster, pods: Pods, node: Node, cid: str, pod: str, tool: str,
+                 what: str) -> Findings:  # fmt: skip
+    """ADD of ``cid`` in ``pod`` on ``node`` with ``tool`` hidden: code 104 naming the tool, and
+    nothing left by the failed ADD; the findings so far, to go on with."""
+    out = cluster.call(node, "ADD", cid, pod, hide=(tool,))
+    pods.track(node, cid, pod)
+    f = Findings(what)
+    f.answer(out, 104, names=(tool,))
+    f.clean(cluster.leftovers(node, cid, pod), "by the failed ADD")
+    return f
+
+
 def test_add_without_ovs_vsctl(cluster: Cluster, pods: Pods) -> None:
     """ADD with ``ovs-vsctl`` unavailable (hidden in PATH and podnet's fallback directories):
     code 104 naming ovs-vsctl, and nothing left — the logical switch port it made first and the
@@ -329,11 +338,7 @@ def test_add_without_ovs_vsctl(cluster: Cluster, pods: Pods) -> None:
     n1 = cluster.lab.nodes[0]
     pod = pods.netns("novs")
     cid = "novsctl-add"
-    out = cluster.call(n1, "ADD", cid, pod, hide=("ovs-vsctl",))
-    pods.track(n1, cid, pod)
-    f = Findings("ADD on an OVN network without ovs-vsctl")
-    f.answer(out, 104, names=("ovs-vsctl",))
-    f.clean(cluster.leftovers(n1, cid, pod), "by the failed ADD")
+    f = _add_without(cluster, pods, n1, cid, pod, "ovs-vsctl", "ADD on an OVN network without ovs-vsctl")
     again = cluster.call(n1, "ADD", cid, pod)
     f.expect(again.rc == 0, f"ADD with ovs-vsctl back: {again.describe()}")
     f.check()
@@ -406,11 +411,7 @@ def test_add_without_ethtool_on_netdev(cluster: Cluster, pods: Pods) -> None:
                              "external_ids:ovn-bridge-datapath-type").strip('"\n') == "netdev"  # fmt: skip
     pod = pods.netns("noeth")
     cid = "noethtool-add"
-    out = cluster.call(n1, "ADD", cid, pod, hide=("ethtool",))
-    pods.track(n1, cid, pod)
-    f = Findings("ADD on a netdev OVN network without ethtool")
-    f.answer(out, 104, names=("ethtool",))
-    f.clean(cluster.leftovers(n1, cid, pod), "by the failed ADD")
+    f = _add_without(cluster, pods, n1, cid, pod, "ethtool", "ADD on a netdev OVN network without ethtool")
     other = pods.netns("noeth2")
     pods.add(n1, "noethtool-del", other)
     delete = cluster.call(n1, "DEL", "noethtool-del", other, hide=("ethtool",))

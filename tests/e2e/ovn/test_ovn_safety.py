@@ -68,6 +68,17 @@ def _refused(cluster: Cluster, node: Node, cid: str, ns: str, network: str, *,
     return str(answer["msg"])
 
 
+def _ipv4_network(cluster: Cluster, uplink: str, network: str, address: str,
+                  tag: str) -> dict[str, str]:  # fmt: skip
+    """Uplink ``uplink`` and an IPv4-only OVN network ``network`` (``ipv4.address=address``)
+    made from n1; the namespace names of its pods ``a`` and ``b`` (``<prefix>-<tag>a``, …)."""
+    n1 = cluster.lab.nodes[0]
+    cluster.uplink(n1, uplink, oc.UPLINK)
+    cluster.ok(n1, "network", "create", network, "--type=ovn", f"network={uplink}",
+               f"ipv4.address={address}", "ipv6.address=none")  # fmt: skip
+    return {k: f"{cluster.lab.prefix}-{tag}{k}" for k in "ab"}
+
+
 def _port_of(cluster: Cluster, cid: str) -> tuple[str, str, str]:
     """(name, dynamic_addresses, port_security) of container ``cid``'s logical switch port."""
     out = cluster.lab.nbctl("--format=json", "--columns=name,dynamic_addresses,port_security",
@@ -158,10 +169,7 @@ def test_a_pod_cannot_spoof_its_neighbours(cluster: Cluster) -> None:
     sends as itself; from another address of the subnet (a neighbour's, say) or from another
     MAC, OVN drops them: B's nft counters see none. Back as itself, A gets through again."""
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upp", oc.UPLINK)
-    cluster.ok(n1, "network", "create", "psec", "--type=ovn", "network=upp",
-               "ipv4.address=10.78.0.1/24", "ipv6.address=none")
-    ns = {k: f"{cluster.lab.prefix}-ps{k}" for k in "ab"}
+    ns = _ipv4_network(cluster, "upp", "psec", "10.78.0.1/24", "ps")
     try:
         for name in ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True)
@@ -198,11 +206,8 @@ def test_a_pod_cannot_spoof_its_neighbours(cluster: Cluster) -> None:
         seen = _counted(ns["b"])
         assert seen == {"real": 10, "spoofed_ip": 0, "spoofed_mac": 0}, seen
     finally:
-        for k, name in ns.items():
-            oc.run_plugin(cluster, n1, "DEL", f"ps-{k}", name, "psec")
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        cluster.ctl(n1, "network", "delete", "psec")
-        cluster.ctl(n1, "network", "delete", "upp")
+        oc.release(cluster, [], {k: (n1, name) for k, name in ns.items()}, "ps", "psec")
+        oc.delete_networks(cluster, "psec", "upp")
 
 
 CONFIG = {"ipv4.address": "10.79.0.1/24", "ipv6.address": "fd42:1:2:3::1/64"}
@@ -404,10 +409,7 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
     (its name would become an OVS ``iface-id`` on n1), is never claimed: with n1's own spares
     removed it is the only one, and the ADD makes a port of its own instead."""
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upq", oc.UPLINK)
-    cluster.ok(n1, "network", "create", "pspq", "--type=ovn", "network=upq",
-               "ipv4.address=10.81.0.1/24", "ipv6.address=none")
-    ns = {k: f"{cluster.lab.prefix}-sq{k}" for k in "ab"}
+    ns = _ipv4_network(cluster, "upq", "pspq", "10.81.0.1/24", "sq")
     nbctl = cluster.lab.nbctl
     evil = "pn-pspq-pod-EVIL"
     try:
@@ -428,11 +430,8 @@ def test_a_spare_of_another_shape_is_never_claimed(cluster: Cluster) -> None:
         name, _, secure = _port_of(cluster, "sq-b")
         assert name != evil and secure, (name, secure)
     finally:
-        for k, name in ns.items():
-            oc.run_plugin(cluster, n1, "DEL", f"sq-{k}", name, "pspq")
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        cluster.ctl(n1, "network", "delete", "pspq")
-        cluster.ctl(n1, "network", "delete", "upq")
+        oc.release(cluster, [], {k: (n1, name) for k, name in ns.items()}, "sq", "pspq")
+        oc.delete_networks(cluster, "pspq", "upq")
 
 
 @pytest.mark.root
@@ -445,10 +444,7 @@ def test_a_spare_on_another_switch_is_never_claimed(cluster: Cluster) -> None:
     from podnet.ovn.ports import spares
 
     n1, _ = cluster.lab.nodes
-    cluster.uplink(n1, "upw", oc.UPLINK)
-    cluster.ok(n1, "network", "create", "pspw", "--type=ovn", "network=upw",
-               "ipv4.address=10.82.0.1/24", "ipv6.address=none")
-    ns = {k: f"{cluster.lab.prefix}-sw{k}" for k in "ab"}
+    ns = _ipv4_network(cluster, "upw", "pspw", "10.82.0.1/24", "sw")
     nbctl = cluster.lab.nbctl
     other = "pn-pspw-pod-0123456789abcdef0123"  # the name a spare of pspw would have
     try:

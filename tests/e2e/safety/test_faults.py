@@ -89,11 +89,8 @@ def node(lab: Lab, installed: faults.Installed, tmp_path: Path) -> Node:
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[faults.FakeTools]:
-    tools = faults.FakeTools(tmp_path)
-    try:
+    with faults.FakeTools(tmp_path) as tools:
         yield tools
-    finally:
-        tools.close()
 
 
 def udp_tcp(port: int) -> list[dict[str, Any]]:
