@@ -5,7 +5,7 @@ node, and what the agent costs while nothing changes. Run as root::
     .venv/bin/python bench/bench_agent.py [--nodes 100,1000] [--changes 20] [--idle 10] [--json]
 
 For each level, a node namespace runs the real agent against the tests' stand-in API server
-(``tests/kubeapi.py``, listening in a namespace of its own on a veth to the node). The API holds
+(``tests/support/kubeapi.py``, listening in a namespace of its own on a veth to the node). The API holds
 the node's own Node and ``level - 1`` others, whose InternalIPs are on the node's link (so every
 one of them is routed). Once the agent routes all of them:
 

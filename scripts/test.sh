@@ -5,6 +5,8 @@
 # Three xdist workers (the tests wait on processes and the kernel more than on the CPU; tests
 # that share a host-wide resource or a sequence of steps carry an xdist_group and stay on one
 # worker, in order). PODNET_TEST_WORKERS=0 runs everything in this process.
+# Arguments go to pytest: scripts/test.sh tests/e2e/portmap runs one feature. The unit tests
+# alone need no root and no setup run: .venv/bin/pytest -q tests/unit (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

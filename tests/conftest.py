@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +17,31 @@ NAMESPACES = ("root", "ip", "nft")
 _SKIPS: list[tuple[str, str]] = []
 
 
+#: The tests that need no root, no namespace and no tool (``pytest tests/unit``).
+UNIT = Path(__file__).resolve().parent / "unit"
+
+#: What a test under ``tests/unit`` may not ask for: the marks and the fixtures of root tests.
+ROOT_MARKS = ("root", "runtime")
+ROOT_FIXTURES = ("lab",)
+
+
+def _only_units(config: pytest.Config) -> bool:
+    """Whether every path this run was given lies in ``tests/unit`` (then the machine's
+    privileges and tools are no requirement of the run)."""
+    paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+             for arg in config.args]  # fmt: skip
+    return bool(paths) and all(p == UNIT or UNIT in p.parents for p in paths)
+
+
+def _in_units(item: pytest.Item) -> bool:
+    return UNIT in Path(str(item.path)).resolve().parents
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """With ``PODNET_TEST_REQUIRE=all`` (scripts/test.sh), stop before the first test when the
-    machine lacks a requirement nobody opted out of, naming each one."""
-    if os.environ.get(envgate.REQUIRE_ENV) == "all":
+    machine lacks a requirement nobody opted out of, naming each one; a run of ``tests/unit``
+    alone requires nothing of the machine."""
+    if os.environ.get(envgate.REQUIRE_ENV) == "all" and not _only_units(session.config):
         problem = envgate.check_all()
         if problem:
             pytest.exit(problem, returncode=3)
@@ -29,10 +51,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker under ``--dist loadgroup``: every test with an ``xdist_group`` mark
+    """No test under ``tests/unit`` carries a root mark or asks for a namespace (``lab``).
+
+    In an xdist worker under ``--dist loadgroup``: every test with an ``xdist_group`` mark
     must carry its group in its node id (how xdist keeps a group on one worker). pytest 9 broke
     that silently (node ids are no longer settable; pyproject pins pytest < 9): stop rather
     than run grouped tests side by side."""
+    rooted = [i.nodeid for i in items if _in_units(i)
+              and (any(i.get_closest_marker(m) for m in ROOT_MARKS)
+                   or any(f in getattr(i, "fixturenames", ()) for f in ROOT_FIXTURES))]  # fmt: skip
+    if rooted:
+        raise pytest.UsageError(f"tests/unit holds tests that need root (a mark {ROOT_MARKS} or "
+                                f"the fixture {ROOT_FIXTURES}): {', '.join(rooted)}; they belong "
+                                "in tests/e2e")
     if not os.environ.get("PYTEST_XDIST_WORKER") or config.getvalue("dist") != "loadgroup":
         return
     lost = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]

@@ -6,7 +6,7 @@ imports lazily and little: no ``json`` (it pulls in ``re`` and ``enum``, 6.5 ms:
 :mod:`podnet.cni.fastjson`), no ``typing`` (annotations' names come from ``TYPE_CHECKING``
 blocks), no ``subprocess`` (:mod:`podnet.proc` spawns with ``posix_spawn``).
 
-tests/test_import_budget.py runs the plugin files ``podnetctl install`` writes
+tests/e2e/deploy/test_import_budget.py runs the plugin files ``podnetctl install`` writes
 (``#!<venv python> -IS``) under ``-X importtime``: VERSION of all four, DEL of all four (a netns
 that does not exist, a data dir of its own) and podnet's ADD, CHECK and DEL of a pod with a
 hostPort, and fails when

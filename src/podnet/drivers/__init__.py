@@ -44,7 +44,7 @@ BUILTIN = {
 CREATABLE_BUILTIN = ("bridge", "physical", "ovn")
 #: Built-in types whose DEL is the generic veth release with no driver step of its own
 #: (:func:`podnet.drivers.teardown.detach`, ``release`` None): the plugin's DEL of their pods
-#: loads no driver (tests/test_drivers.py holds each class to it).
+#: loads no driver (tests/e2e/networks/test_driver_registry.py holds each class to it).
 VETH_TEARDOWN = ("ptp", "bridge")
 ENV = "PODNET_DRIVERS"
 

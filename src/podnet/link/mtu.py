@@ -5,7 +5,7 @@ from __future__ import annotations
 # No struct (~0.15 ms): struct ifreq is packed by hand. No socket module either: socket.py builds
 # its IntEnums and imports selectors at import, 8.3 ms of a whole plugin process (min of 25,
 # Debian 12's 3.11 under -IS, quiet machine), against 3.0 ms for ctypes' socket(2) through libc
-# (the private _socket module is not an option, tests/test_no_private_modules.py). The ioctl
+# (the private _socket module is not an option, tests/unit/test_no_private_modules.py). The ioctl
 # needs any socket's descriptor; the caller's netns is the one asked.
 import fcntl
 import os
