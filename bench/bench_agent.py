@@ -5,9 +5,9 @@ node, and what the agent costs while nothing changes. Run as root::
     .venv/bin/python bench/bench_agent.py [--nodes 100,1000] [--changes 20] [--idle 10] [--json]
 
 For each level, a node namespace runs the real agent against the tests' stand-in API server
-(``tests/support/kubeapi.py``, listening in a namespace of its own on a veth to the node). The API holds
-the node's own Node and ``level - 1`` others, whose InternalIPs are on the node's link (so every
-one of them is routed). Once the agent routes all of them:
+(``tests/support/kubeapi.py``, listening in a namespace of its own on a veth to the node). The
+API holds the node's own Node and ``level - 1`` others, whose InternalIPs are on the node's
+link (so every one of them is routed). Once the agent routes all of them:
 
 * idle: over ``--idle`` seconds with no change, the agent's CPU time (``/proc/<pid>/stat``,
   utime + stime, as a percentage of one CPU) and its RSS at the end (``VmRSS``);
