@@ -227,12 +227,7 @@ def read(path: str | None = None) -> NodeConf:
         return NodeConfError(f"node config {path}: {where} {why}{on_way}: podnet reads its node "
                              "configuration only where root alone can change it")  # fmt: skip
 
-    def step(parent: str, parent_st: os.stat_result, child: str,
-             child_st: os.stat_result) -> None:  # fmt: skip
-        problem = trusted.through_fault(parent_st, child_st, parent)
-        if problem is not None:
-            theirs, why = problem
-            raise untrusted(parent, why) if theirs else untrusted(child, f"{why}, in {parent}")
+    step = trusted.refusing_step(untrusted)
 
     if not path.startswith("/"):
         raise NodeConfError(f"node config {path}: not an absolute path")

@@ -119,6 +119,22 @@ def through_fault(parent: os.stat_result, child: os.stat_result,
     return (True, why)
 
 
+def refusing_step(refuse: Callable[[str, str], Exception],
+                   sticky: str = "") -> Callable[[str, os.stat_result, str, os.stat_result], None]:
+    """A :func:`resolve` step that raises ``refuse(path, why)`` for the first unsafe passage
+    (:func:`through_fault`): the parent's path when the fault is the parent's, else the
+    entry's, its reason followed by ``, in <sticky>parent`` (``sticky``: a word before it)."""
+
+    def step(parent: str, parent_st: os.stat_result, child: str,
+             child_st: os.stat_result) -> None:  # fmt: skip
+        problem = through_fault(parent_st, child_st, parent)
+        if problem is not None:
+            theirs, why = problem
+            raise refuse(parent, why) if theirs else refuse(child, f"{why}, in {sticky}{parent}")
+
+    return step
+
+
 def resolve(
     path: str,
     step: Callable[[str, os.stat_result, str, os.stat_result], None],

@@ -7,17 +7,25 @@ prepared (an IPAM plugin's allocation, an OVN logical port), the rows (with what
 recorded), the veth, the hostPort elements, the host end's wiring each register their own undo
 as they are done, so a failure at step N undoes N−1 … 1 in order and the original error is the
 answer (CNI SPEC "ADD": a failed ADD leaves nothing behind). The processes it overlaps are one
-:class:`InFlight`. Every tool starts through :class:`podnet.proc.Spawned`, the one process seam
+:class:`podnet.drivers.inflight.InFlight`.
+Every tool starts through :class:`podnet.proc.Spawned`, the one process seam
 a test replaces (tests/unit/drivers/test_pods.py)."""
 
 from __future__ import annotations
 
 from podnet import errors
-from podnet.drivers.base import Driver, link_alias, open_store, refuse_existing, require_netns
+from podnet.drivers.base import (
+    Driver,
+    link_alias,
+    open_store,
+    refuse_existing,
+    require_netns,
+    unknown_network,
+)
+from podnet.drivers.inflight import InFlight
 from podnet.drivers.teardown import flush_udp
 from podnet.errors import CNIError
 from podnet.link import names
-from podnet.proc import ToolTimeout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,19 +35,18 @@ if TYPE_CHECKING:
     from podnet.drivers.base import Choice
     from podnet.link.veth import PodLink
     from podnet.netconf import PodnetConf, StoreConf
-    from podnet.proc import Spawned
-    from podnet.reconcile import Pending
     from podnet.store import Store
     from podnet.store.networks import NetworkRow
     from podnet.undo import Undo
     from podnet.values import PortMapping
 
 
-def attach(driver: Driver, call: Call, conf: PodnetConf,
-           net: NetworkRow | None = None) -> dict[str, Any]:  # fmt: skip
+def attach(driver: Driver, call: Call, conf: PodnetConf, net: NetworkRow | None = None,
+           store: Store | None = None, seen: tuple[int, int] | None = None) -> dict[str, Any]:
     """ADD (spec "ADD") of ``driver``'s pod (``net``: the conflist's network, loaded once by
-    the caller): prepare, allocate and record, wire the veth, publish hostPorts, the driver's
-    wiring of the host end; a 1.x result.
+    the caller from ``store``, then at :meth:`Store.version` ``seen``; without a store, one is
+    opened): prepare, allocate and record, wire the veth, publish hostPorts, the driver's wiring
+    of the host end; a 1.x result.
 
     Errors: 7 bad config or a type that holds no pods, 100 no free address, 101 hostPort held
     (names the holder), 102 CNI_IFNAME exists in the netns, 104 kernel failure, 11 database
@@ -58,133 +65,25 @@ def attach(driver: Driver, call: Call, conf: PodnetConf,
     undo = Undo()
     flight = InFlight(veth.prespawn_host() if driver.early_ip else None)
     add = AddSteps(driver, call, conf, net, undo, flight, pod_mac, requested)
+    add.seen = seen
+    own: Store | None = None  # the store opened here, closed before the undo runs
     try:
-        with open_store(conf) as store:
+        if store is None:
+            store = own = open_store(conf)
+        try:
             driver.prepare(call, conf, store, undo, net)
             if flight.host_tool is None:
                 flight.host_tool = veth.prespawn_host()
             return add.run(store)
+        finally:
+            if own is not None:
+                own.close()
     except BaseException as err:
         undo.run(err, call.log.warn)
         raise
     finally:
         if flight.host_tool is not None:
             flight.host_tool.abandon()  # when the ADD failed before the veth was due
-
-
-class InFlight:
-    """The processes one ADD has started and not yet waited for, and their undo.
-
-    ``host_tool``: the node-side ``ip``, started before the store opens (its exec overlaps the
-    allocation) and fed the pair's commands later; ``nft``: the hostPort elements being
-    published; ``configuring``: the pod end's ``ip`` in its netns. ``published`` is what the
-    kernel holds of the hostPorts: [] before nft ran, None when unknown."""
-
-    __slots__ = ("host_tool", "pair", "nft", "published", "configuring")
-
-    def __init__(self, host_tool: Spawned | None) -> None:
-        self.host_tool = host_tool
-        self.pair: Spawned | None = None
-        self.nft: Pending | None = None
-        self.published: list[PortMapping] | None = []
-        self.configuring: Spawned | None = None
-
-    def ask_mtu(self, ifname: str) -> int | None:
-        """Bytes: the MTU of node link ``ifname``, asked of the ``ip`` not fed yet (replaced
-        when the query ends it, :func:`podnet.link.veth.ask_mtu`)."""
-        from podnet.link import veth
-
-        assert self.host_tool is not None
-        found, self.host_tool = veth.ask_mtu(self.host_tool, ifname)
-        return found
-
-    def start_pair(self, link: PodLink) -> None:
-        """Feed the node-side ``ip`` the pair's commands."""
-        from podnet.link import veth
-
-        self.pair = veth.start_create_pair(link, self.host_tool)
-
-    def wait_pair(self, link: PodLink, store: Store) -> None:
-        """The pair made, or 102/104 (a leftover of this store no row holds is cleared)."""
-        from podnet.link import veth
-
-        created, self.pair = self.pair, None
-        assert created is not None
-        veth.finish_create_pair(link, created, stale=lambda dev: not store.pods.interface_used(dev))
-
-    def start_nft(self, store: Store, entries: list[PortMapping], *, ranges_changed: bool,
-                  table: bool) -> bool:  # fmt: skip
-        """Start publishing ``entries`` (:func:`podnet.reconcile.start_add`; none and not
-        ``table``: nothing); whether the store may be detached meanwhile (no rebuild due)."""
-        from podnet import reconcile
-
-        if not entries and not table and not ranges_changed:
-            return True
-        self.nft = reconcile.start_add(store, entries, ranges_changed=ranges_changed)
-        return not self.nft.rebuild
-
-    def wait_nft(self, store: Store, entries: list[PortMapping], call: Call) -> None:
-        """Wait for :meth:`start_nft` (a rebuild when due); ``published`` follows."""
-        from podnet import reconcile
-
-        done, self.nft = self.nft, None
-        if done is None:
-            return
-        try:
-            reconcile.finish_add(store, done, call.log.warn)
-        except BaseException as err:
-            # a failed nft run changed nothing (one transaction); one killed at its deadline
-            # may have committed before it hung
-            self.published = None if isinstance(err, ToolTimeout) else []
-            raise
-        self.published = entries
-
-    def start_configure(self, link: PodLink, *, tx_off: bool) -> None:
-        from podnet.link import veth
-
-        self.configuring = veth.start_configure_pod(link, tx_off=tx_off)
-
-    def wait_configure(self, link: PodLink) -> None:
-        from podnet.link import veth
-
-        configuring, self.configuring = self.configuring, None
-        if configuring is not None:
-            veth.finish_configure_pod(link, configuring)
-
-    def held(self, entries: list[PortMapping]) -> list[PortMapping]:
-        """Which hostPort elements the kernel may hold now. An nft run still in flight (the
-        veth failed first) is waited for — published only if it succeeded; when unknown, the
-        kernel is asked (all of them when nft cannot even list them)."""
-        from podnet import reconcile
-        from podnet.firewall import nft
-
-        pending = self.nft
-        if pending is not None:
-            if pending.spawned is None or pending.rebuild:
-                return []
-            try:
-                return entries if nft.outcome(pending.spawned).ok else []
-            except CNIError:
-                self.published = None
-        if self.published is not None:
-            return self.published
-        try:
-            return reconcile.published(entries)
-        except CNIError:
-            return entries
-
-    def undo_pair(self, host_if: str, alias: str) -> None:
-        """Undo of the pair: let its ``ip`` runs finish, then delete the host end (if ours)."""
-        from podnet.link import veth
-
-        for busy in (self.pair, self.configuring):
-            if busy is not None:
-                try:
-                    busy.wait()
-                except CNIError:
-                    pass
-        self.pair = self.configuring = None
-        veth.delete_host(host_if, owner=alias)
 
 
 class AddSteps:
@@ -208,6 +107,8 @@ class AddSteps:
         self.entries: list[PortMapping] = []
         self.locked = True  # whether the chooser's records may still be reverted
         self.store: Store  # set by run()
+        #: :meth:`Store.version` when ``net`` was read on this store (None: re-read it anyway)
+        self.seen: tuple[int, int] | None = None
 
     def run(self, store: Store) -> dict[str, Any]:
         from podnet.cni.result import attachment
@@ -237,6 +138,7 @@ class AddSteps:
         call, conf, store = self.call, self.conf, self.store
         with store.write():
             refuse_existing(store, call.container_id)
+            self._current_network()
             choice = self.driver.choose(call, conf, store, self.requested, self.net)
             alloc = choice.alloc
             mtu = self.driver.pod_mtu(conf, choice) or self._node_mtu()
@@ -267,6 +169,17 @@ class AddSteps:
                 self._start_pair(link)
         self.undo.push("removing the rows and hostPorts", lambda: self._delete_rows(choice))
         return link, choice
+
+    def _current_network(self) -> None:
+        """Inside the write transaction: the network as it is now. The plugin read it before the
+        lock (to pick the driver); a ``network set`` or ``network delete`` that committed since
+        is seen here (its subnets and bridge, or 7 as for a network that never existed)."""
+        if self.net is None or (self.seen is not None and self.store.version() == self.seen):
+            return  # no other connection has committed since the caller read it
+        row = self.store.networks.get(self.net.name)
+        if row is None or row.type != self.net.type:
+            raise unknown_network(self.conf)
+        self.net = row
 
     def wire(self, link: PodLink, choice: Choice) -> None:
         """After the COMMIT, under the lock: the pair (a bridge port: once the bridge is

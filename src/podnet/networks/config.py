@@ -53,13 +53,17 @@ def mtu(config: Mapping[str, str]) -> int:
 
 def check_name(name: str) -> None:
     """LXD's ``IsInterfaceName``: 2-15 characters of ``[-_a-zA-Z0-9.]`` (the bridge is a Linux
-    interface of that name). NetworkError (400)."""
+    interface of that name), not starting with ``-`` and not ``..``. NetworkError (400)."""
     if len(name) < 2:
         raise NetworkError("Network interface is too short (minimum 2 characters)")
     if len(name) > 15:
         raise NetworkError("Network interface is too long (maximum 15 characters)")
     if not name.isascii() or not all(c.isalnum() or c in "-_." for c in name):
         raise NetworkError("Network interface contains invalid characters")
+    if name.startswith("-") or name in (".", ".."):
+        # ip(8) would read "-x" as an option; "." and ".." are no link names (checked.name)
+        raise NetworkError(f"Invalid network name {name!r}: it may not start with a dash or be "
+                           "a dot entry")  # fmt: skip
 
 
 def is_true(value: str) -> bool:

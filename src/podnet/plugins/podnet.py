@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from podnet.cni.skel import Call
     from podnet.drivers.base import Driver
     from podnet.netconf import PodnetConf, StoreConf
+    from podnet.store import Store
     from podnet.store.networks import NetworkRow
 
 PLUGIN = "podnet"
@@ -32,20 +33,23 @@ def _conf(call: Call) -> PodnetConf:
     return PodnetConf(call.config)
 
 
-def _network(conf: PodnetConf) -> NetworkRow | None:
-    """The conflist's ``network``, read from the store once per call (a network of the
-    cluster, OVN's NB, mirrored into it first); None for a conflist of its own ``ranges`` or
-    ``ipam``. 7 when the network does not exist, or is a conflist's own ``ptp`` network."""
+def _network(conf: PodnetConf, store: Store | None = None) -> NetworkRow | None:
+    """The conflist's ``network``, read from the store once per call (``store``: the call's,
+    else one opened for the read; a network of the cluster, OVN's NB, mirrored into it first);
+    None for a conflist of its own ``ranges`` or ``ipam``. 7 when the network does not exist,
+    or is a conflist's own ``ptp`` network."""
     if not conf.network or conf.ipam_type:
         return None
     from podnet.drivers.base import open_store, unknown_network
 
-    with open_store(conf) as store:
-        row = store.networks.get(conf.network)
-        if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
-            from podnet.drivers.ovn.cluster import cluster_row
+    if store is None:
+        with open_store(conf) as own:
+            return _network(conf, own)
+    row = store.networks.get(conf.network)
+    if row is None:  # a network of the cluster (OVN's NB), not yet in the node's view
+        from podnet.drivers.ovn.cluster import cluster_row
 
-            row = cluster_row(store, conf.network)
+        row = cluster_row(store, conf.network)
     if row is None:
         raise unknown_network(conf)
     if row.type == "ptp":
@@ -69,12 +73,25 @@ def cmd_add(call: Call) -> dict[str, Any]:
     database locked, 5 database I/O; with ``ipam``, also the IPAM plugin's own. A failed ADD
     leaves no row, link or map element."""
     conf = _conf(call)
-    net = _network(conf)
-    driver = _driver(conf, net)
+    if not conf.network or conf.ipam_type:
+        return _attach(_driver(conf, None), call, conf)
+    from podnet.drivers.base import open_store
+
+    # one connection for the whole ADD: the row read here is the one its transaction uses,
+    # unless another connection commits in between (Store.version tells; then it is re-read)
+    with open_store(conf) as store:
+        net = _network(conf, store)
+        seen = store.version()
+        return _attach(_driver(conf, net), call, conf, net, store, seen)
+
+
+def _attach(driver: Driver, call: Call, conf: PodnetConf, net: NetworkRow | None = None,
+            store: Store | None = None, seen: tuple[int, int] | None = None) -> dict[str, Any]:
+    """:func:`podnet.drivers.pods.attach`; 7 for a driver that has no ADD."""
     from podnet.drivers import pods
 
     try:
-        return pods.attach(driver, call, conf, net)
+        return pods.attach(driver, call, conf, net, store, seen)
     except NotImplementedError:
         raise _unhandled(driver, "ADD") from None
 

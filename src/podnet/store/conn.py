@@ -114,12 +114,7 @@ def _require_trusted(data_dir: str, *, created: bool = False) -> bool:
             "change it"
         )
 
-    def step(parent: str, parent_st: os.stat_result, child: str,
-             child_st: os.stat_result) -> None:  # fmt: skip
-        problem = trusted.through_fault(parent_st, child_st, parent)
-        if problem is not None:
-            theirs, why = problem
-            raise refuse(parent, why) if theirs else refuse(child, f"{why}, in sticky {parent}")
+    step = trusted.refusing_step(refuse, "sticky ")
 
     try:
         real, real_st, missing = trusted.resolve(data_dir, step)

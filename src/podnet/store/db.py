@@ -54,6 +54,7 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float = 5.0) -> None:
         self._conn: _Conn | None = _Conn(conn, path)
+        self._connections = 1  # how many connections this store has opened (see version())
         self.path = path
         self.busy_timeout = busy_timeout
         self._lock: FairLock | None = None
@@ -100,7 +101,16 @@ class Store:
         """The SQLite connection; opened again after :meth:`detach`."""
         if self._conn is None:
             self._conn = _Conn(_connect(self.path, self.busy_timeout), self.path)
+            self._connections += 1
         return self._conn
+
+    def version(self) -> tuple[int, int]:
+        """A token that differs from an earlier one when another connection has committed to
+        the database since (SQLite's ``PRAGMA data_version``) or this store has reconnected
+        (the pragma's count is per connection): a reader tells whether what it read may be
+        stale without reading it again."""
+        (changes,) = self.conn.execute("PRAGMA data_version").fetchone()
+        return self._connections, int(changes)
 
     def _connection(self) -> _Conn:
         return self.conn

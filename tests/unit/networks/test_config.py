@@ -23,6 +23,9 @@ NAMES = [
     ("bad/name", "Network interface contains invalid characters"),
     ("a:b", "Network interface contains invalid characters"),
     ("né", "Network interface contains invalid characters"),
+    ("-bad", "Invalid network name '-bad': it may not start with a dash or be a dot entry"),
+    ("--", "Invalid network name '--': it may not start with a dash or be a dot entry"),
+    ("..", "Invalid network name '..': it may not start with a dash or be a dot entry"),
 ]
 
 

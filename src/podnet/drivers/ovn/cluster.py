@@ -28,6 +28,7 @@ from podnet.drivers.ovn.cluster_base import (
     network,
     networks,
     read_only,
+    record_of,
     southbound,
     ssl_dir,
 )
@@ -135,9 +136,7 @@ def update(
     def apply(
         registry: nbmod.Registry,
     ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
-        record = registry.records.get(name)
-        if record is None:
-            raise NetworkError("Network not found", 404)
+        record = record_of(registry, name)
         registry.local_uplinks = dict(uplinks or {})
         ctx = Context(nb, registry, owner)
         current = as_network(ctx, name, record)
@@ -185,9 +184,7 @@ def delete(nb: Ovsdb, owner: str, name: str, warn: Callable[[str], None] | None,
     def apply(
         registry: nbmod.Registry,
     ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
-        record = registry.records.get(name)
-        if record is None:
-            raise NetworkError("Failed loading network: Network not found", 404)
+        record = record_of(registry, name, "Failed loading network: Network not found")
         if target is not None:
             check_member(Context(nb, registry, owner, warn), target)
             raise NetworkError(DELETE_TARGET)

@@ -225,6 +225,16 @@ def as_network(ctx: Context, name: str, record: nbmod.Record, target: str | None
     )
 
 
+def record_of(registry: nbmod.Registry, name: str,
+              missing: str = "Network not found") -> nbmod.Record:  # fmt: skip
+    """Network ``name``'s record in ``registry``; NetworkError 404 ``missing`` when it has none
+    (LXD's messages: "Network not found", or "Failed loading network: …" on delete)."""
+    record = registry.records.get(name)
+    if record is None:
+        raise NetworkError(missing, 404)
+    return record
+
+
 def read_registry(nb: Ovsdb) -> nbmod.Registry:
     """The NB's registry of cluster networks; NetworkError 503 when the NB does not answer."""
     try:

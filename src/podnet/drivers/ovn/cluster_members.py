@@ -15,6 +15,7 @@ from podnet.drivers.ovn.cluster_base import (
     cluster_driver,
     failure,
     read_registry,
+    record_of,
 )
 from podnet.networks import ovnconfig
 from podnet.networks.errors import NetworkError
@@ -77,9 +78,7 @@ def update_member(nb: Ovsdb, owner: str, name: str, config: Mapping[str, str], p
     def apply(
         registry: nbmod.Registry,
     ) -> tuple[dict[str, nbmod.Record | None], list[Op]]:
-        record = registry.records.get(name)
-        if record is None:
-            raise NetworkError("Network not found", 404)
+        record = record_of(registry, name)
         ctx = Context(nb, registry, owner)
         current = as_network(ctx, name, record, target)
         if etag is not None and etag.strip('"') != current.etag():
