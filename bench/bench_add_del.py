@@ -59,6 +59,7 @@ from typing import IO, Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (  # noqa: E402
     add_output_options,
+    add_sampling_options,
     end_on_signals,
     failed,
     finish,
@@ -824,10 +825,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="0,300",
         help="existing pods on each node before sampling, comma-separated (0,300)",
     )
-    p.add_argument(
-        "--samples", type=int, default=40, help="timed rounds, one sample per cell each (40)"
-    )
-    p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
+    add_sampling_options(p, 40, "timed rounds, one sample per cell each (40)")
     p.add_argument(
         "--settle",
         type=float,

@@ -55,6 +55,13 @@ def failed(say: Callable[[str], None], name: str, err: BaseException) -> int:
     return 1
 
 
+def add_sampling_options(p: argparse.ArgumentParser, samples: int, samples_help: str) -> None:
+    """``--samples`` (timed rounds, ``samples`` by default) and ``--warmup`` (discarded rounds
+    before them, 3 by default)."""
+    p.add_argument("--samples", type=int, default=samples, help=samples_help)
+    p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
+
+
 def add_output_options(p: argparse.ArgumentParser) -> None:
     """``--json`` and ``--fail-on-miss``, read by :func:`finish`."""
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
