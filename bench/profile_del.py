@@ -115,15 +115,7 @@ def _traced_wait(self):
     return out
 _proc.Spawned.__init__, _proc.Spawned.feed, _proc.Spawned.wait = (
     _traced_init, _traced_feed, _traced_wait)
-_exit = _os._exit
-def _traced_exit(status):
-    rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=_t.monotonic_ns(), ev=_EV)
-    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
-    _os.write(fd, (repr(rec) + "\\n").encode())
-    _os.close(fd)
-    _exit(status)
-_os._exit = _traced_exit
-from podnet.plugins.podnet import main
+""" + benchlib.traced_exit("ev", "_EV") + """from podnet.plugins.podnet import main
 _T1 = _t.monotonic_ns()
 main()
 """

@@ -57,16 +57,7 @@ def _traced_wait(self):
     _SPAWNS.append((" ".join(self.argv[:3]), self._t0, _t.monotonic_ns()))
     return out
 _proc.Spawned.__init__, _proc.Spawned.wait = _traced_init, _traced_wait
-_exit = _os._exit
-def _traced_exit(status):
-    t = _t.monotonic_ns()
-    rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=t, spawns=_SPAWNS)
-    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
-    _os.write(fd, (repr(rec) + "\\n").encode())
-    _os.close(fd)
-    _exit(status)
-_os._exit = _traced_exit
-from {module} import {func}
+""" + benchlib.traced_exit("spawns", "_SPAWNS") + """from {module} import {func}
 _T1 = _t.monotonic_ns()
 {func}()
 """
