@@ -886,6 +886,15 @@ def _preflight(args: argparse.Namespace) -> None:
         sys.exit(f"bench_add_del: {VENV_PYTHON} missing (create the venv, pip install -e .)")
 
 
+def checked_bench(argv: list[str]) -> Bench:
+    """A :class:`Bench` for this script's options ``argv`` (as :func:`parse_args` reads them),
+    once the checks that it can run have passed (root, tools, the reference plugins, the podnet
+    to run); exits with a message otherwise."""
+    args = parse_args(argv)
+    _preflight(args)
+    return Bench(args)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--driver"]:
         return driver_main(argv[1], argv[2])

@@ -306,9 +306,7 @@ def compare(args: argparse.Namespace) -> int:
         for rev in revs:
             bargs = ["--pods", str(args.pods), "--warmup", "2", "--samples", "1"]
             bargs += ["--commit", rev] if rev != "." else []
-            bench_args = bench_mod.parse_args(bargs)
-            bench_mod._preflight(bench_args)
-            b = bench_mod.Bench(bench_args)  # sets PODNET_DATA_DIRS for its drivers
+            b = bench_mod.checked_bench(bargs)  # sets PODNET_DATA_DIRS for its drivers
             benches.append(b)
             b.suite.sides = ("podnet",)
             b.setup()
@@ -362,10 +360,8 @@ def main(argv: list[str]) -> int:
         p.error(f"--modes: of {','.join(MODES)}")
     bargs = ["--pods", str(args.pods), "--warmup", "2", "--samples", "1"]
     bargs += ["--commit", args.commit] if args.commit else []
-    bench_args = bench_mod.parse_args(bargs)
-    bench_mod._preflight(bench_args)
+    bench = bench_mod.checked_bench(bargs)
     benchlib.end_on_signals()
-    bench = bench_mod.Bench(bench_args)
     bench.suite.sides = ("podnet",)
     report: dict[str, Any] = {}
     try:
@@ -400,7 +396,7 @@ def main(argv: list[str]) -> int:
         Path(logdir, "ruleset.txt").write_text(ruleset)
         report["node_ruleset_lines"] = len(ruleset.splitlines())
         k = 0
-        for _ in range(bench_args.warmup):
+        for _ in range(bench.args.warmup):
             bench.round(k)
             k += 1
         for mode in modes:

@@ -262,10 +262,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     bargs = ["--suite", "portmap", "--pods", args.pods, "--warmup", "2"]
     bargs += ["--commit", args.commit] if args.commit else []
-    bench_args = bench_mod.parse_args(bargs)
-    bench_mod._preflight(bench_args)
+    bench = bench_mod.checked_bench(bargs)
     benchlib.end_on_signals()
-    bench = bench_mod.Bench(bench_args)
     report: dict[str, Any] = {}
     try:
         bench.setup()
@@ -286,10 +284,10 @@ def main(argv: list[str]) -> int:
         traced.chmod(0o755)
         os.replace(traced, plugin)  # the drivers exec the file by path at every call
         bench.say(f"warm-up and {args.rounds} traced rounds ...")
-        for k in range(bench_args.warmup):
+        for k in range(bench.args.warmup):
             bench.round(k)
         log.unlink(missing_ok=True)
-        k = bench_args.warmup
+        k = bench.args.warmup
         report["phases_p50_ms"] = trace_rounds(bench, k, args.rounds, log)
         k += args.rounds
         bench.say("importtime rounds ...")
