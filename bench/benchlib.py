@@ -55,17 +55,16 @@ def failed(say: Callable[[str], None], name: str, err: BaseException) -> int:
     return 1
 
 
-def traced_exit(key: str, events: str) -> str:
-    """Source lines of a traced plugin file, a ``str.format`` template that leaves ``{log}`` to
-    fill: ``os._exit`` replaced by one that first appends one ``repr`` line to ``log`` (the CNI
-    verb, the file's CLOCK_MONOTONIC marks ``_T0`` and ``_T1`` in ns, the exit time, and the
-    list named ``events`` as ``key``), then exits. The file imports ``time as _t`` and ``os as
-    _os`` before these lines."""
+def traced_exit(key: str, events: str, log: str) -> str:
+    """Source lines of a traced plugin file: ``os._exit`` replaced by one that first appends one
+    ``repr`` line to the file ``log`` (the CNI verb, the file's CLOCK_MONOTONIC marks ``_T0``
+    and ``_T1`` in ns, the exit time, and the list named ``events`` as ``key``), then exits.
+    The file imports ``time as _t`` and ``os as _os`` before these lines."""
     return f"""_exit = _os._exit
 def _traced_exit(status):
     t = _t.monotonic_ns()
     rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=t, {key}={events})
-    fd = _os.open({{log!r}}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
+    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
     _os.write(fd, (repr(rec) + "\\n").encode())
     _os.close(fd)
     _exit(status)

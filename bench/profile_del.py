@@ -115,7 +115,7 @@ def _traced_wait(self):
     return out
 _proc.Spawned.__init__, _proc.Spawned.feed, _proc.Spawned.wait = (
     _traced_init, _traced_feed, _traced_wait)
-""" + benchlib.traced_exit("ev", "_EV") + """from podnet.plugins.podnet import main
+{exit_hook}from podnet.plugins.podnet import main
 _T1 = _t.monotonic_ns()
 main()
 """
@@ -379,8 +379,8 @@ def main(argv: list[str]) -> int:
         traced = Path(bench.tmp, "podnet.traced")
         path_lines = "\n".join(ln for ln in original.splitlines()
                                if ln.startswith(("sys.path", "import sys")))  # fmt: skip
-        traced.write_text(TRACED_PLUGIN.format(path_lines=path_lines,
-                                               log=str(logdir / "phases.log")))  # fmt: skip
+        hook = benchlib.traced_exit("ev", "_EV", str(logdir / "phases.log"))
+        traced.write_text(TRACED_PLUGIN.format(path_lines=path_lines, exit_hook=hook))
         marked = Path(bench.tmp, "podnet.marked")
         marked.write_text(MARKED_PLUGIN.format(path_lines=path_lines,
                                                modules=args.preimport.split(",")))  # fmt: skip

@@ -57,7 +57,7 @@ def _traced_wait(self):
     _SPAWNS.append((" ".join(self.argv[:3]), self._t0, _t.monotonic_ns()))
     return out
 _proc.Spawned.__init__, _proc.Spawned.wait = _traced_init, _traced_wait
-""" + benchlib.traced_exit("spawns", "_SPAWNS") + """from {module} import {func}
+{exit_hook}from {module} import {func}
 _T1 = _t.monotonic_ns()
 {func}()
 """
@@ -279,7 +279,8 @@ def main(argv: list[str]) -> int:
         module, _, func = bench.suite.entry_point.partition(":")
         log = Path(bench.tmp, "trace.log")
         traced = Path(bench.tmp, "podnet-portmap.traced")
-        traced.write_text(TRACED_PLUGIN.format(python=python, src=src, log=str(log),
+        hook = benchlib.traced_exit("spawns", "_SPAWNS", str(log))
+        traced.write_text(TRACED_PLUGIN.format(python=python, src=src, exit_hook=hook,
                                                module=module, func=func))  # fmt: skip
         traced.chmod(0o755)
         os.replace(traced, plugin)  # the drivers exec the file by path at every call
