@@ -59,6 +59,7 @@ from typing import IO, Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (  # noqa: E402
     add_output_options,
+    add_sampling_options,
     end_on_signals,
     failed,
     finish,
@@ -824,10 +825,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="0,300",
         help="existing pods on each node before sampling, comma-separated (0,300)",
     )
-    p.add_argument(
-        "--samples", type=int, default=40, help="timed rounds, one sample per cell each (40)"
-    )
-    p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
+    add_sampling_options(p, 40, "timed rounds, one sample per cell each (40)")
     p.add_argument(
         "--settle",
         type=float,
@@ -886,6 +884,15 @@ def _preflight(args: argparse.Namespace) -> None:
         sys.exit(f"bench_add_del: podnet plugin {args.podnet} not found or not executable")
     if not args.podnet and not os.access(VENV_PYTHON, os.X_OK):
         sys.exit(f"bench_add_del: {VENV_PYTHON} missing (create the venv, pip install -e .)")
+
+
+def checked_bench(argv: list[str]) -> Bench:
+    """A :class:`Bench` for this script's options ``argv`` (as :func:`parse_args` reads them),
+    once the checks that it can run have passed (root, tools, the reference plugins, the podnet
+    to run); exits with a message otherwise."""
+    args = parse_args(argv)
+    _preflight(args)
+    return Bench(args)
 
 
 def main(argv: list[str]) -> int:

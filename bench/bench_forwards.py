@@ -76,6 +76,7 @@ from typing import IO, Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (  # noqa: E402
     add_output_options,
+    add_sampling_options,
     end_on_signals,
     finish,
     need_root_and_tools,
@@ -968,8 +969,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--lxd-levels", default="0,100,1000", help="LXD: existing forwards per daemon (0,100,1000)"
     )
-    p.add_argument("--samples", type=int, default=30, help="timed rounds per cell (30)")
-    p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
+    add_sampling_options(p, 30, "timed rounds per cell (30)")
     p.add_argument("--connects", type=int, default=400, help="timed connections per level (400)")
     p.add_argument("--no-lxd", dest="lxd", action="store_false", help="skip LXD even if installed")
     p.add_argument("--api-levels", default="0,1000",

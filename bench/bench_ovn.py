@@ -152,20 +152,9 @@ class Run:
         self.forwards = 0
 
     def ctl(self, node: Any, *args: str) -> str:
-        env = [f"{k}={v}" for k, v in node.env.items()]
-        argv = [
-            "ip",
-            "netns",
-            "exec",
-            node.netns,
-            "env",
-            *env,
-            PODNETCTL,
-            *args,
-            "--data-dir",
-            self.data[node.name],
-        ]
-        done = subprocess.run(argv, capture_output=True, text=True)
+        """``podnetctl ARGS --data-dir <node's>`` in ``node``'s namespace with its OVS."""
+        argv = (PODNETCTL, *args, "--data-dir", self.data[node.name])
+        done = self.lab.run(node.netns, *argv, env=node.env, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"podnetctl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout

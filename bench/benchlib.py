@@ -55,6 +55,30 @@ def failed(say: Callable[[str], None], name: str, err: BaseException) -> int:
     return 1
 
 
+def traced_exit(key: str, events: str, log: str) -> str:
+    """Source lines of a traced plugin file: ``os._exit`` replaced by one that first appends one
+    ``repr`` line to the file ``log`` (the CNI verb, the file's CLOCK_MONOTONIC marks ``_T0``
+    and ``_T1`` in ns, the exit time, and the list named ``events`` as ``key``), then exits.
+    The file imports ``time as _t`` and ``os as _os`` before these lines."""
+    return f"""_exit = _os._exit
+def _traced_exit(status):
+    t = _t.monotonic_ns()
+    rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=t, {key}={events})
+    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
+    _os.write(fd, (repr(rec) + "\\n").encode())
+    _os.close(fd)
+    _exit(status)
+_os._exit = _traced_exit
+"""
+
+
+def add_sampling_options(p: argparse.ArgumentParser, samples: int, samples_help: str) -> None:
+    """``--samples`` (timed rounds, ``samples`` by default) and ``--warmup`` (discarded rounds
+    before them, 3 by default)."""
+    p.add_argument("--samples", type=int, default=samples, help=samples_help)
+    p.add_argument("--warmup", type=int, default=3, help="discarded rounds before sampling (3)")
+
+
 def add_output_options(p: argparse.ArgumentParser) -> None:
     """``--json`` and ``--fail-on-miss``, read by :func:`finish`."""
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

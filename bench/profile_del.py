@@ -115,15 +115,7 @@ def _traced_wait(self):
     return out
 _proc.Spawned.__init__, _proc.Spawned.feed, _proc.Spawned.wait = (
     _traced_init, _traced_feed, _traced_wait)
-_exit = _os._exit
-def _traced_exit(status):
-    rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=_t.monotonic_ns(), ev=_EV)
-    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
-    _os.write(fd, (repr(rec) + "\\n").encode())
-    _os.close(fd)
-    _exit(status)
-_os._exit = _traced_exit
-from podnet.plugins.podnet import main
+{exit_hook}from podnet.plugins.podnet import main
 _T1 = _t.monotonic_ns()
 main()
 """
@@ -314,9 +306,7 @@ def compare(args: argparse.Namespace) -> int:
         for rev in revs:
             bargs = ["--pods", str(args.pods), "--warmup", "2", "--samples", "1"]
             bargs += ["--commit", rev] if rev != "." else []
-            bench_args = bench_mod.parse_args(bargs)
-            bench_mod._preflight(bench_args)
-            b = bench_mod.Bench(bench_args)  # sets PODNET_DATA_DIRS for its drivers
+            b = bench_mod.checked_bench(bargs)  # sets PODNET_DATA_DIRS for its drivers
             benches.append(b)
             b.suite.sides = ("podnet",)
             b.setup()
@@ -370,10 +360,8 @@ def main(argv: list[str]) -> int:
         p.error(f"--modes: of {','.join(MODES)}")
     bargs = ["--pods", str(args.pods), "--warmup", "2", "--samples", "1"]
     bargs += ["--commit", args.commit] if args.commit else []
-    bench_args = bench_mod.parse_args(bargs)
-    bench_mod._preflight(bench_args)
+    bench = bench_mod.checked_bench(bargs)
     benchlib.end_on_signals()
-    bench = bench_mod.Bench(bench_args)
     bench.suite.sides = ("podnet",)
     report: dict[str, Any] = {}
     try:
@@ -391,8 +379,8 @@ def main(argv: list[str]) -> int:
         traced = Path(bench.tmp, "podnet.traced")
         path_lines = "\n".join(ln for ln in original.splitlines()
                                if ln.startswith(("sys.path", "import sys")))  # fmt: skip
-        traced.write_text(TRACED_PLUGIN.format(path_lines=path_lines,
-                                               log=str(logdir / "phases.log")))  # fmt: skip
+        hook = benchlib.traced_exit("ev", "_EV", str(logdir / "phases.log"))
+        traced.write_text(TRACED_PLUGIN.format(path_lines=path_lines, exit_hook=hook))
         marked = Path(bench.tmp, "podnet.marked")
         marked.write_text(MARKED_PLUGIN.format(path_lines=path_lines,
                                                modules=args.preimport.split(",")))  # fmt: skip
@@ -408,7 +396,7 @@ def main(argv: list[str]) -> int:
         Path(logdir, "ruleset.txt").write_text(ruleset)
         report["node_ruleset_lines"] = len(ruleset.splitlines())
         k = 0
-        for _ in range(bench_args.warmup):
+        for _ in range(bench.args.warmup):
             bench.round(k)
             k += 1
         for mode in modes:

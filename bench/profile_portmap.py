@@ -57,16 +57,7 @@ def _traced_wait(self):
     _SPAWNS.append((" ".join(self.argv[:3]), self._t0, _t.monotonic_ns()))
     return out
 _proc.Spawned.__init__, _proc.Spawned.wait = _traced_init, _traced_wait
-_exit = _os._exit
-def _traced_exit(status):
-    t = _t.monotonic_ns()
-    rec = dict(cmd=_os.environ.get("CNI_COMMAND"), t0=_T0, t1=_T1, exit=t, spawns=_SPAWNS)
-    fd = _os.open({log!r}, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o600)
-    _os.write(fd, (repr(rec) + "\\n").encode())
-    _os.close(fd)
-    _exit(status)
-_os._exit = _traced_exit
-from {module} import {func}
+{exit_hook}from {module} import {func}
 _T1 = _t.monotonic_ns()
 {func}()
 """
@@ -271,10 +262,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     bargs = ["--suite", "portmap", "--pods", args.pods, "--warmup", "2"]
     bargs += ["--commit", args.commit] if args.commit else []
-    bench_args = bench_mod.parse_args(bargs)
-    bench_mod._preflight(bench_args)
+    bench = bench_mod.checked_bench(bargs)
     benchlib.end_on_signals()
-    bench = bench_mod.Bench(bench_args)
     report: dict[str, Any] = {}
     try:
         bench.setup()
@@ -290,15 +279,16 @@ def main(argv: list[str]) -> int:
         module, _, func = bench.suite.entry_point.partition(":")
         log = Path(bench.tmp, "trace.log")
         traced = Path(bench.tmp, "podnet-portmap.traced")
-        traced.write_text(TRACED_PLUGIN.format(python=python, src=src, log=str(log),
+        hook = benchlib.traced_exit("spawns", "_SPAWNS", str(log))
+        traced.write_text(TRACED_PLUGIN.format(python=python, src=src, exit_hook=hook,
                                                module=module, func=func))  # fmt: skip
         traced.chmod(0o755)
         os.replace(traced, plugin)  # the drivers exec the file by path at every call
         bench.say(f"warm-up and {args.rounds} traced rounds ...")
-        for k in range(bench_args.warmup):
+        for k in range(bench.args.warmup):
             bench.round(k)
         log.unlink(missing_ok=True)
-        k = bench_args.warmup
+        k = bench.args.warmup
         report["phases_p50_ms"] = trace_rounds(bench, k, args.rounds, log)
         k += args.rounds
         bench.say("importtime rounds ...")

@@ -110,9 +110,7 @@ class ApiServer:
         return rc
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        kill_running(self.proc)
         for f in (self._err, self._out):
             if not f.closed:
                 f.close()
@@ -340,6 +338,14 @@ def lxc(data: Path, conf: Path, *args: str, input: str | None = None,
 
 
 # -- programs run inside a node namespace --------------------------------------------------------
+
+
+def kill_running(*procs: subprocess.Popen[Any] | None) -> None:
+    """SIGKILL and reap each of ``procs`` still running (None: one never started)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def in_ns_python(ns: str, code: str, **kwargs: Any) -> subprocess.Popen[str]:

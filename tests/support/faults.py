@@ -326,6 +326,7 @@ class SmallFs:
         self.dir.mkdir(parents=True)
         sh("mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(self.dir))
         self.mounted = True
+        self.holder: sqlite3.Connection | None = None
 
     def fill(self, leave: int = 0, name: str = ".filler") -> None:
         """Write a filler file until the filesystem is full, then give back ``leave`` bytes."""
@@ -340,6 +341,21 @@ class SmallFs:
         if leave:
             size = filler.stat().st_size
             os.truncate(filler, max(0, size - leave))
+
+    def hold_wal(self, db: str = "podnet.db") -> None:
+        """Keep a connection to ``db`` (in this filesystem) that has read from it, until
+        :meth:`make_room`: while a connection is open SQLite keeps the database's WAL and
+        shared-memory files (https://sqlite.org/wal.html), so a writer on the full filesystem
+        still opens the database and fails inside its transaction."""
+        self.holder = sqlite3.connect(self.dir / db)
+        self.holder.execute("SELECT count(*) FROM pods").fetchone()
+
+    def make_room(self, name: str = ".filler") -> None:
+        """Close the :meth:`hold_wal` connection, if any, and remove the filler file, if any."""
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
+        (self.dir / name).unlink(missing_ok=True)
 
     def free(self) -> int:
         st = os.statvfs(self.dir)

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,15 @@ class Lab:
         if out.returncode not in (0, 3) or not answer:
             raise AssertionError(f"echo client in {ns} failed: rc {out.returncode}: {out.stderr.strip()}")
         return answer
+
+    def wait_dad(self, *namespaces: str, timeout: float = 30) -> None:
+        """Wait until no IPv6 address of ``namespaces`` is tentative (duplicate address
+        detection, RFC 4862 section 5.4, done); AssertionError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        for ns in namespaces:
+            while "tentative" in self.exec(ns, "ip", "-6", "addr").stdout:
+                assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
+                time.sleep(0.05)
 
     def close(self) -> None:
         for proc in self.processes:

@@ -365,10 +365,7 @@ class CniSetup:
 
     def calls(self, verb: str | None = None) -> list[dict[str, Any]]:
         """Recorded calls, in order (optionally only ``verb``)."""
-        if not self.calls_log.exists():
-            return []
-        out = [json.loads(line) for line in self.calls_log.read_text().splitlines() if line]
-        return [c for c in out if verb is None or c["verb"] == verb]
+        return recorded_calls(self.calls_log, verb)
 
     def describe_calls(self) -> str:
         """The record as text for assertion messages and the report."""
@@ -440,6 +437,15 @@ def unmount_all(prefix: Path) -> None:
             return
         for t in targets:
             subprocess.run(["umount", "-l", t], capture_output=True, timeout=10)
+
+
+def wait_or_kill(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``proc`` to exit, then SIGKILL it and reap it."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
 
 
 def kill_pids(pids: Iterable[int]) -> None:
@@ -533,6 +539,61 @@ class CreatedPaths:
 
 
 # -- podman ----------------------------------------------------------------------------------------
+def recorded_calls(log: Path, verb: str | None = None) -> list[dict[str, Any]]:
+    """The calls a pass-through recorder (such as :data:`RECORDER`) wrote to ``log``, one JSON
+    object a line, in order (optionally only ``verb``); none when ``log`` does not exist."""
+    if not log.exists():
+        return []
+    out = [json.loads(line) for line in log.read_text().splitlines() if line]
+    return [c for c in out if verb is None or c["verb"] == verb]
+
+
+def private_podman_env(
+    root: Path, plugin_dir: str, conf_dir: str, default_network: str | None = None
+) -> dict[str, str]:
+    """Make podman's private directories under ``root`` and the files that point it there:
+    ``containers.conf`` (the CNI network backend with ``plugin_dir`` and ``conf_dir``, cgroupfs,
+    the events log, libpod's tmp dir, volumes, image-copy tmp dir and file locks under ``root``)
+    and ``storage.conf`` (vfs driver, graph root and run root under ``root``). Returns this
+    process's environment with ``CONTAINERS_CONF``, ``CONTAINERS_STORAGE_CONF`` and ``TMPDIR``
+    set to them (containers.conf(5), containers-storage.conf(5))."""
+    for sub in ("storage", "runroot", "tmp", "libpod-tmp", "volumes"):
+        (root / sub).mkdir(parents=True)
+    default = f'default_network = "{default_network}"\n' if default_network else ""
+    conf = root / "containers.conf"
+    conf.write_text(f"""\
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
+
+[network]
+network_backend = "cni"
+cni_plugin_dirs = ["{plugin_dir}"]
+network_config_dir = "{conf_dir}"
+{default}
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "{root}/events.log"
+tmp_dir = "{root}/libpod-tmp"
+volume_path = "{root}/volumes"
+image_copy_tmp_dir = "{root}/tmp"
+lock_type = "file"
+""")
+    storage = root / "storage.conf"
+    storage.write_text(f"""\
+[storage]
+driver = "vfs"
+graphroot = "{root}/storage"
+runroot = "{root}/runroot"
+""")
+    return dict(
+        os.environ,
+        CONTAINERS_CONF=str(conf),
+        CONTAINERS_STORAGE_CONF=str(storage),
+        TMPDIR=str(root / "tmp"),
+    )
+
+
 class Podman:
     """podman 4.3 with ``network_backend = "cni"``, run with ``nsenter --net`` in the node netns.
 
@@ -560,42 +621,8 @@ class Podman:
         self.node, self.cni = node, cni
         self.cgroup_parent = f"/{cni.network}"
         self.root = root / "podman"
-        for sub in ("storage", "runroot", "tmp", "libpod-tmp", "volumes"):
-            (self.root / sub).mkdir(parents=True)
+        self.env = private_podman_env(self.root, str(cni.bin_dir), str(cni.conf_dir), cni.network)
         self.machine = CreatedPaths(self.MACHINE_DIRS, self.MACHINE_FILES)
-        conf = self.root / "containers.conf"
-        conf.write_text(f"""\
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
-
-[network]
-network_backend = "cni"
-cni_plugin_dirs = ["{cni.bin_dir}"]
-network_config_dir = "{cni.conf_dir}"
-default_network = "{cni.network}"
-
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "{self.root}/events.log"
-tmp_dir = "{self.root}/libpod-tmp"
-volume_path = "{self.root}/volumes"
-image_copy_tmp_dir = "{self.root}/tmp"
-lock_type = "file"
-""")
-        storage = self.root / "storage.conf"
-        storage.write_text(f"""\
-[storage]
-driver = "vfs"
-graphroot = "{self.root}/storage"
-runroot = "{self.root}/runroot"
-""")
-        self.env = dict(
-            os.environ,
-            CONTAINERS_CONF=str(conf),
-            CONTAINERS_STORAGE_CONF=str(storage),
-            TMPDIR=str(self.root / "tmp"),
-        )
         self.base = in_netns(node) + [
             "podman",
             "--root",
@@ -777,19 +804,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
             except AssertionError:
                 pass  # a hung ctr: the steps below clean up by force
         for proc in self.foreground:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            wait_or_kill(proc, 10)
         runc_force_delete(self.runc_root)
         if self.daemon is not None and self.daemon.poll() is None:
             self.daemon.terminate()
-            try:
-                self.daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
+            wait_or_kill(self.daemon, 10)
         kill_pids(pids_mentioning(str(self.root)))  # shims left by a failed delete
         unmount_all(self.root)
         remove_cgroup(self.namespace)  # ctr's default cgroupsPath is /<namespace>/<id>

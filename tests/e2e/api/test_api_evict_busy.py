@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from api_helpers import PODNETCTL, ApiServer, in_ns_python, self_signed
+from api_helpers import PODNETCTL, ApiServer, in_ns_python, kill_running, self_signed
 from envgate import need
 from netns import Lab
 
@@ -81,10 +81,7 @@ sys.stdin.read()
         listed = lab.exec(lab.node, PODNETCTL, "trust", "list", "--data-dir", str(data)).stdout
         assert "joiner" in listed, listed
     finally:
-        for proc in (joiner, flood):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_running(joiner, flood)
         if server is not None:
             server.kill()
         lab.close()

@@ -36,6 +36,7 @@ from api_helpers import (
     assert_sync,
     in_ns_python,
     kernel_maps,
+    kill_running,
 )
 from envgate import need
 from netns import Lab, sh
@@ -142,9 +143,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         assert server.stop() == 0, server.stderr()[-3000:]
         print(f"\nfigures: {json.dumps(node.figures, indent=1)}")
     finally:
-        if repl is not None and repl.poll() is None:
-            repl.kill()
-            repl.wait()
+        kill_running(repl)
         if server is not None:
             server.kill()
         lab.close()

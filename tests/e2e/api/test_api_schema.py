@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from api_helpers import in_ns_python
+from api_helpers import in_ns_python, kill_running
 from envgate import need
 from netns import Lab
 
@@ -40,9 +40,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(tmp_path: Path) -> No
         assert proc.returncode == 0, (tmp_path / "driver.err").read_text()[-3000:]
         report = json.loads(out.strip().splitlines()[-1])
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_running(proc)
         lab.close()
     cases = report["cases"]
     assert len(cases) == 22, cases  # every operation of the schema was exercised (PUT and PATCH /1.0, /1.0/certificates, GET / included)

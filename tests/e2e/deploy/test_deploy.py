@@ -32,7 +32,14 @@ from netns import VENV_BIN, Lab
 from podnet.cni import budget
 from podnet.runtime import hostinstall
 from podnet.runtime.installer import PLUGIN_MARK, PLUGINS
-from runtimes import CreatedPaths, kill_pids, pids_mentioning, remove_cgroup, unmount_all
+from runtimes import (
+    CreatedPaths,
+    kill_pids,
+    pids_mentioning,
+    private_podman_env,
+    remove_cgroup,
+    unmount_all,
+)
 
 REPO = paths.REPO
 DEPLOY = REPO / "deploy"
@@ -247,36 +254,8 @@ class PrivatePodman:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.name = f"pnt-deploy-{uuid.uuid4().hex[:6]}"
-        for sub in ("storage", "runroot", "tmp", "libpod-tmp", "volumes"):
-            (root / sub).mkdir(parents=True)
+        self.env = private_podman_env(root, "/usr/lib/cni", f"{root}/net.d")
         self.machine = CreatedPaths(self.MACHINE_DIRS, self.MACHINE_FILES)
-        (root / "containers.conf").write_text(f"""\
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
-
-[network]
-network_backend = "cni"
-cni_plugin_dirs = ["/usr/lib/cni"]
-network_config_dir = "{root}/net.d"
-
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "{root}/events.log"
-tmp_dir = "{root}/libpod-tmp"
-volume_path = "{root}/volumes"
-image_copy_tmp_dir = "{root}/tmp"
-lock_type = "file"
-""")
-        (root / "storage.conf").write_text(f"""\
-[storage]
-driver = "vfs"
-graphroot = "{root}/storage"
-runroot = "{root}/runroot"
-""")
-        self.env = dict(os.environ, CONTAINERS_CONF=str(root / "containers.conf"),
-                        CONTAINERS_STORAGE_CONF=str(root / "storage.conf"),
-                        TMPDIR=str(root / "tmp"))  # fmt: skip
         self.base = ["podman", "--root", str(root / "storage"), "--runroot",
                      str(root / "runroot"), "--storage-driver", "vfs"]  # fmt: skip
 

@@ -281,26 +281,20 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
     driver's ADD shares (another connection keeps the WAL files, as in tests/e2e/safety/test_faults.py).
     Code 5 naming the database file, and every step undone: no logical switch port, no OVS
     port, no veth."""
-    import sqlite3
-
     n2 = cluster.lab.nodes[1]
     fs = faults.SmallFs(tmp_path, 2 * 1024 * 1024, "smallfs")
-    holder = None
     cid = "full-final"
     pod = pods.netns("full")
     try:
         cluster.init_store(n2, fs.dir)
         pods.add(n2, "full-warm", pods.netns("fw"), fs.dir)
         pods.track(n2, cid, pod, fs.dir)
-        holder = sqlite3.connect(fs.dir / "podnet.db")
-        holder.execute("SELECT count(*) FROM pods").fetchone()
+        fs.hold_wal()
         claimed = tmp_path / "claimed"
         trace(fake, "ovsdb-client", '*"update"*podnet-spare*', claimed)
         fs.fill()
         out = cluster.call(n2, "ADD", cid, pod, data=fs.dir, path=fake.path)
-        holder.close()
-        holder = None
-        (fs.dir / ".filler").unlink()
+        fs.make_room()
         f = Findings("ADD on an OVN network whose final database write fails (full filesystem)")
         f.answer(out, 5, names=(str(fs.dir / "podnet.db"),))
         f.expect(claimed.exists(), "ADD did not get as far as claiming its port (fault too early)")
@@ -310,9 +304,7 @@ def test_add_when_the_final_write_fails(cluster: Cluster, pods: Pods, fake: faul
         f.expect(again.rc == 0, f"ADD once there is room: {again.describe()}")
         f.check()
     finally:
-        if holder is not None:
-            holder.close()
-        (fs.dir / ".filler").unlink(missing_ok=True)
+        fs.make_room()
         pods.close()  # (its DELs need the filesystem)
         fs.close()
 

@@ -10,7 +10,6 @@ node's address, while a pod (routed through the node's prerouting hook) and the 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,6 @@ def _route_back(lab: Lab, client: str, v4: str, v6: str) -> None:
     """The remote server's way back to the pods' ranges (through the node)."""
     sh("ip", "-n", client, "route", "add", v4, "via", NODE_ADDR4)
     sh("ip", "-n", client, "-6", "route", "add", v6, "via", NODE_ADDR6)
-
-
-def _settled(lab: Lab, *namespaces: str) -> None:
-    """Wait for the event that every IPv6 address of ``namespaces`` has left DAD."""
-    deadline = time.monotonic() + 30
-    for ns in namespaces:
-        while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout:
-            assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
-            time.sleep(0.05)
 
 
 def _check(lab: Lab, client: str, pod: str, other: str) -> None:
@@ -69,7 +59,7 @@ def test_podnet_wildcard_hostport_takes_no_transit_traffic(lab: Lab, tmp_path: P
     _route_back(lab, client, "10.244.7.0/24", "fd00:10:247::/64")
     lab.serve(pod, "A", 80)
     lab.serve(client, "REMOTE", 8080)
-    _settled(lab, lab.node, client, pod, other)
+    lab.wait_dad(lab.node, client, pod, other)
     _check(lab, client, pod, other)
 
 
@@ -100,7 +90,7 @@ def test_podnet_portmap_wildcard_hostport_takes_no_transit_traffic(lab: Lab,
     _route_back(lab, client, "10.251.0.0/24", "fd00:251::/64")
     lab.serve(pod, "A", 80)
     lab.serve(client, "REMOTE", 8080)
-    _settled(lab, lab.node, client, pod, other)
+    lab.wait_dad(lab.node, client, pod, other)
     try:
         _check(lab, client, pod, other)
     finally:  # its claims live in a store shared by the session's podnet-portmap tests

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +41,6 @@ class Runtime:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
-def wait_dad(lab: Lab, *namespaces: str) -> None:
-    deadline = time.monotonic() + 30
-    for ns in namespaces:
-        while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout:
-            assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
-            time.sleep(0.1)
-
-
 def reach(lab: Lab, client: str, pod: str, port: int) -> None:
     for addr in (NODE_ADDR4, NODE_ADDR6):
         assert lab.talk(client, "tcp", addr, port).startswith("P "), ("client", addr)
@@ -64,7 +55,7 @@ def lifecycle(lab: Lab, tmp: Path, conflist: dict[str, Any], check: bool = True)
     rt = Runtime(lab, tmp, conflist)
     out = rt.ctl("net", "add", "chain", f"/run/netns/{pod}", "--port", "18080:80/tcp", "--port", "18080:80/udp")
     assert out.returncode == 0, out.stderr
-    wait_dad(lab, pod, lab.node)
+    lab.wait_dad(pod, lab.node)
     lab.serve(pod, "P", 80)
     reach(lab, client, pod, 18080)
     checked = rt.ctl("net", "check", "chain", f"/run/netns/{pod}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,7 @@ def _ptp(lab: Lab, cid: str, pod: str, data: Path, v6: bool) -> dict[str, Any]:
     rc, out = lab.cni("ADD", conf, container_id=cid, netns=pod, plugin=f"{REF}/ptp", env={"CNI_PATH": REF})
     assert rc == 0, out
     if v6:  # the reference ptp leaves DAD on: wait until the pod's address is usable
-        deadline = time.monotonic() + 30
-        for ns in (pod, lab.node):  # the gateway on the host veth goes through DAD too
-            while "tentative" in lab.exec(ns, "ip", "-6", "addr").stdout:
-                assert time.monotonic() < deadline, f"{ns}: addresses still tentative"
-                time.sleep(0.1)
+        lab.wait_dad(pod, lab.node)  # the gateway on the host veth goes through DAD too
     return out
 
 

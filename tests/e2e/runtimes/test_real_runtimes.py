@@ -44,6 +44,7 @@ from runtimes import (
     leftover_state,
     oci_image_tar,
     pids_mentioning,
+    recorded_calls,
     rootfs_tar,
     static_busybox,
     unmount_all,
@@ -396,10 +397,7 @@ class InstalledCni:
         recorder.chmod(0o755)
 
     def calls(self, verb: str | None = None) -> list[dict[str, Any]]:
-        if not self.calls_log.exists():
-            return []
-        out = [json.loads(line) for line in self.calls_log.read_text().splitlines() if line]
-        return [c for c in out if verb is None or c["verb"] == verb]
+        return recorded_calls(self.calls_log, verb)
 
     def describe_calls(self) -> str:
         return "\n".join(f"{c['verb']} rc={c['rc']} {c['stdout'].strip()[:300]}"

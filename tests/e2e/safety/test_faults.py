@@ -529,24 +529,17 @@ def test_full_filesystem(node: Node, tmp_path: Path, when: str) -> None:
     the database opens and writing inside ADD's transaction fails. Code 5 naming the database
     file, nothing of the ADD left; once there is room again, the runtime's DEL and a new ADD
     work and the database is intact."""
-    import sqlite3
-
     fs = faults.SmallFs(tmp_path, 2 * 1024 * 1024, "smallfs")
-    holder = None
     try:
         node.data = fs.dir
         node.add("c0", [{"hostPort": 8080, "containerPort": 80}])
         pod = node.pod()
         before = node.snapshot()  # (the database cannot be read while the filesystem is full)
         if when == "in-transaction":
-            holder = sqlite3.connect(fs.dir / "podnet.db")
-            holder.execute("SELECT count(*) FROM pods").fetchone()
+            fs.hold_wal()
         fs.fill()
         out = node.call("podnet", "ADD", netconf(node.data, mappings=udp_tcp(9000)), cid="c1", netns=pod)
-        if holder is not None:
-            holder.close()
-            holder = None
-        (fs.dir / ".filler").unlink()
+        fs.make_room()
         f = Findings(f"ADD on a full filesystem ({when})")
         f.answer(out, 5, names=(str(fs.dir / "podnet.db"),))
         f.unchanged(before, node.snapshot())
@@ -557,9 +550,7 @@ def test_full_filesystem(node: Node, tmp_path: Path, when: str) -> None:
         f.expect(again.rc == 0, f"ADD once there is room: {again.describe()}")
         f.check()
     finally:
-        if holder is not None:
-            holder.close()
-        (fs.dir / ".filler").unlink(missing_ok=True)
+        fs.make_room()
         for cid in ("c0", "c1"):
             node.call("podnet", "DEL", netconf(node.data), cid=cid)
         fs.close()

@@ -253,19 +253,6 @@ def test_parse_requested_ips() -> None:
     assert netconf.parse_requested_ips({"runtimeConfig": {"ips": []}}, {"IP": "10.0.0.7"}) == {}
 
 
-@pytest.mark.parametrize(("raw", "args", "message"), [
-    ({"runtimeConfig": {"ips": "10.0.0.5"}}, {}, "runtimeConfig.ips: must be a list of addresses"),
-    ({"runtimeConfig": {"ips": [5]}}, {}, "runtimeConfig.ips[0]: must be a string, got 5"),
-    ({"runtimeConfig": {"ips": ["10.0.0.5", "x"]}}, {}, "runtimeConfig.ips[1]: 'x' is not an address in CIDR form"),
-    ({"runtimeConfig": {"ips": ["10.0.0.5", "10.0.0.6/24"]}}, {},
-     "runtimeConfig.ips[1]: more than one IPv4 address requested"),
-    ({}, {"IP": "fd00::1,fd00::2"}, "CNI_ARGS IP[1]: more than one IPv6 address requested"),
-    ({}, {"IP": "nope"}, "CNI_ARGS IP[0]: 'nope' is not an address in CIDR form"),
-])  # fmt: skip
-def test_parse_requested_ips_refusals(raw: dict[str, Any], args: dict[str, str], message: str) -> None:
-    assert refusal(netconf.parse_requested_ips, raw, args) == message
-
-
 def test_parse_requested_mac() -> None:
     assert netconf.parse_requested_mac({}, {}) == ""
     assert netconf.parse_requested_mac({"runtimeConfig": {"mac": ""}}, {"MAC": "02:00:00:00:00:01"}) == ""
@@ -276,26 +263,29 @@ def test_parse_requested_mac() -> None:
     assert netconf.parse_requested_mac({}, {"MAC": "fe:ff:ff:ff:ff:ff"}) == "fe:ff:ff:ff:ff:ff"
 
 
-@pytest.mark.parametrize(("raw", "args", "message"), [
-    ({"runtimeConfig": {"mac": 5}}, {}, "runtimeConfig.mac: 5 is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02:00:00:00:00"}}, {}, "runtimeConfig.mac: '02:00:00:00:00' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02:00:00:00:00:00:00"}}, {},
-     "runtimeConfig.mac: '02:00:00:00:00:00:00' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02-00-00-00-00-01"}}, {},
-     "runtimeConfig.mac: '02-00-00-00-00-01' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "002:00:00:00:00:1"}}, {},
-     "runtimeConfig.mac: '002:00:00:00:00:1' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02:00:00:00:00:0g"}}, {},
-     "runtimeConfig.mac: '02:00:00:00:00:0g' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02:00:00:00:00:G0"}}, {},
-     "runtimeConfig.mac: '02:00:00:00:00:G0' is not a MAC address"),
-    ({"runtimeConfig": {"mac": "02:00:00:00:00:0X"}}, {},
-     "runtimeConfig.mac: '02:00:00:00:00:0X' is not a MAC address"),
-    ({}, {"MAC": "01:00:5E:00:00:01"}, "CNI_ARGS MAC: 01:00:5E:00:00:01 is a multicast address"),
-    ({}, {"MAC": "03:00:00:00:00:00"}, "CNI_ARGS MAC: 03:00:00:00:00:00 is a multicast address"),
+@pytest.mark.parametrize(("parse", "raw", "args", "message"), [
+    *[(netconf.parse_requested_ips, *case) for case in [
+        ({"runtimeConfig": {"ips": "10.0.0.5"}}, {}, "runtimeConfig.ips: must be a list of addresses"),
+        ({"runtimeConfig": {"ips": [5]}}, {}, "runtimeConfig.ips[0]: must be a string, got 5"),
+        ({"runtimeConfig": {"ips": ["10.0.0.5", "x"]}}, {}, "runtimeConfig.ips[1]: 'x' is not an address in CIDR form"),
+        ({"runtimeConfig": {"ips": ["10.0.0.5", "10.0.0.6/24"]}}, {},
+         "runtimeConfig.ips[1]: more than one IPv4 address requested"),
+        ({}, {"IP": "fd00::1,fd00::2"}, "CNI_ARGS IP[1]: more than one IPv6 address requested"),
+        ({}, {"IP": "nope"}, "CNI_ARGS IP[0]: 'nope' is not an address in CIDR form"),
+    ]],
+    *[(netconf.parse_requested_mac, *case) for case in [
+        ({"runtimeConfig": {"mac": 5}}, {}, "runtimeConfig.mac: 5 is not a MAC address"),
+        *[({"runtimeConfig": {"mac": mac}}, {}, f"runtimeConfig.mac: {mac!r} is not a MAC address")
+          for mac in ("02:00:00:00:00", "02:00:00:00:00:00:00", "02-00-00-00-00-01",
+                      "002:00:00:00:00:1", "02:00:00:00:00:0g", "02:00:00:00:00:G0",
+                      "02:00:00:00:00:0X")],
+        ({}, {"MAC": "01:00:5E:00:00:01"}, "CNI_ARGS MAC: 01:00:5E:00:00:01 is a multicast address"),
+        ({}, {"MAC": "03:00:00:00:00:00"}, "CNI_ARGS MAC: 03:00:00:00:00:00 is a multicast address"),
+    ]],
 ])  # fmt: skip
-def test_parse_requested_mac_refusals(raw: dict[str, Any], args: dict[str, str], message: str) -> None:
-    assert refusal(netconf.parse_requested_mac, raw, args) == message
+def test_parse_requested_refusals(parse: Any, raw: dict[str, Any], args: dict[str, str], message: str) -> None:
+    """runtimeConfig ips/mac and CNI_ARGS IP/MAC refused, each with its exact message."""
+    assert refusal(parse, raw, args) == message
 
 
 def test_parse_valid_attachments() -> None:
