@@ -18,7 +18,7 @@ from podnet.agent.settings import (
     DEFAULT_NETWORK_NAME,
     Settings,
 )
-from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cli.node import data_dir_option
 from podnet.cni.netconf import MAX_NAME, valid_network_name
 from podnet.nodeconf import data_dir_problem
 
@@ -110,8 +110,7 @@ def settings_from(*, node_name: str | None, kubeconfig: str | None, cni_conf_dir
               help="This node's Node (the downward API's spec.nodeName).")
 @click.option("--cni-conf-dir", default=DEFAULT_CNI_CONF_DIR, show_default=True,
               help="Where the conflist is written.")
-@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir,
-              show_default=SHOWN, show_envvar=True, help="The plugin's dataDir (the store).")
+@data_dir_option("The plugin's dataDir (the store).")
 @click.option("--no-masquerade-cidr", multiple=True, metavar="CIDR",
               help="A destination pod traffic reaches unmasqueraded, besides every Node's "
                    "podCIDRs (repeatable).")

@@ -9,19 +9,12 @@ import click
 from podnet.checked import printable
 from podnet.cli.lxcfmt import dump_yaml
 from podnet.cli.netargs import add_store_options, config_args, manager_of
-from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cli.node import data_dir_option
 from podnet.manage import server_config
 
 
 @click.group()
-@click.option(
-    "--data-dir",
-    envvar="PODNET_DATA_DIR",
-    default=default_data_dir,
-    show_default=SHOWN,
-    show_envvar=True,
-    help="podnet's state directory (podnet.db).",
-)
+@data_dir_option()
 @click.option(
     "--busy-timeout",
     type=float,

@@ -24,7 +24,7 @@ from podnet.cli.netargs import (
     pairs,
     yaml_text,
 )
-from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cli.node import data_dir_option
 from podnet.networks.errors import NetworkError
 
 __all__ = ["network"]
@@ -47,8 +47,7 @@ NETWORK_TEMPLATE = """### This is a YAML representation of the network.
 ### Note that only the configuration can be changed."""
 
 @click.group()
-@click.option("--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
-              show_envvar=True, help="podnet's state directory (podnet.db).")
+@data_dir_option()
 @click.option("--busy-timeout", type=float, default=5.0, show_default=True,
               help="Seconds to wait for the store's write lock.")
 @click.option("--init", is_flag=True,

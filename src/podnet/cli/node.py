@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from podnet import nodeconf
@@ -18,3 +20,10 @@ def default_data_dir() -> str:
         return nodeconf.load().data_dir
     except nodeconf.NodeConfError as err:
         raise click.ClickException(err.msg) from None
+
+
+def data_dir_option(help_text: str = "podnet's state directory (podnet.db).") -> Any:
+    """``--data-dir``: the node's store unless given (``PODNET_DATA_DIR``, else
+    :func:`default_data_dir`), for every command that opens it."""
+    return click.option("--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir,
+                        show_default=SHOWN, show_envvar=True, help=help_text)  # fmt: skip

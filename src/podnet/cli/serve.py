@@ -13,14 +13,11 @@ import click
 from podnet.api import tokens
 from podnet.api.tokens import check_certificate
 from podnet.checked import one_line
-from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cli import node
 from podnet.manage.manager import Manager
 from podnet.store import open_store
 
-data_dir_option = click.option(
-    "--data-dir", envvar="PODNET_DATA_DIR", default=default_data_dir, show_default=SHOWN,
-    show_envvar=True, help="podnet's state directory (podnet.db, unix.socket).",
-)  # fmt: skip
+data_dir_option = node.data_dir_option("podnet's state directory (podnet.db, unix.socket).")
 
 
 @click.command()

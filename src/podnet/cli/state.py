@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from podnet import checked
-from podnet.cli.node import SHOWN, default_data_dir
+from podnet.cli.node import data_dir_option
 from podnet.ipam.allocator import usable_count
 from podnet.nodeconf import no_store
 
@@ -167,14 +167,7 @@ def _open(data_dir: str) -> Store:
 
 def _command(view: str, load: Callable[[Store], list[Record]], help_text: str) -> click.Command:
     @click.command(name=view, help=help_text)
-    @click.option(
-        "--data-dir",
-        envvar="PODNET_DATA_DIR",
-        default=default_data_dir,
-        show_default=SHOWN,
-        show_envvar=True,
-        help="The plugin's dataDir.",
-    )
+    @data_dir_option("The plugin's dataDir.")
     @click.option(
         "-o",
         "--output",
