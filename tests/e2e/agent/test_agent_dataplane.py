@@ -464,6 +464,17 @@ def test_a_route_the_kernel_refuses_is_logged_the_others_proceed(cluster: Cluste
     assert ok and "INFO route 10.244.40.0/24 via 198.51.100.7 for Node odd added" in log, log
 
 
+def _all_routes(ns: str) -> dict[str, list[str]]:
+    """Every route of ``ns`` per family (``-4``, ``-6``), all tables, but the kernel's own
+    routes of IPv6 link-local addresses: those come when an interface's address has passed
+    DAD, at a moment of the kernel's choosing, and no agent makes them."""
+    out = {}
+    for f in ("-4", "-6"):
+        lines = sh("ip", "-n", ns, f, "route", "show", "table", "all").stdout.splitlines()
+        out[f] = [x.strip() for x in lines if not ("fe80:" in x and "proto kernel" in x)]
+    return out
+
+
 def test_podcidrs_over_the_nodes_own_network_or_no_pod_range_refused(cluster: Cluster) -> None:
     """A Node's podCIDR that would take the node's own traffic into the pod network is refused
     (said once, no route, no cluster destination) and the good Node proceeds: one inside the
@@ -480,8 +491,7 @@ def test_podcidrs_over_the_nodes_own_network_or_no_pod_range_refused(cluster: Cl
     sh("ip", "-n", ns, "route", "add", "local", "10.70.0.0/24", "dev", "lo")
     sh("ip", "-n", ns, "route", "add", "default", "via", "10.80.0.1", "dev", "eth0", "onlink")
     sh("ip", "-n", ns, "-6", "route", "add", "default", "via", OUT6)
-    before = {f: [x.strip() for x in sh("ip", "-n", ns, f, "route", "show", "table", "all").stdout.splitlines()]
-              for f in ("-4", "-6")}
+    before = _all_routes(ns)
     me = node_obj("a", [A4, A6], ["192.0.2.11", "2001:db8:1::11"])
     good = node_obj("b", [B4, B6], ["192.0.2.12", "2001:db8:1::12"])
     ip4, ip6 = ["192.0.2.12"], ["2001:db8:1::12"]
@@ -515,8 +525,7 @@ def test_podcidrs_over_the_nodes_own_network_or_no_pod_range_refused(cluster: Cl
     for family, ours in (("cluster_v4", f"{A4}, {B4}"), ("cluster_v6", f"{A6}, {B6}")):
         elements = sh("ip", "netns", "exec", ns, "nft", "list", "set", "inet", "podnet", family).stdout
         assert f"elements = {{ {ours} }}" in " ".join(elements.split()), elements
-    after = {f: [x.strip() for x in sh("ip", "-n", ns, f, "route", "show", "table", "all").stdout.splitlines()]
-             for f in ("-4", "-6")}
+    after = _all_routes(ns)
     for family in ("-4", "-6"):  # nothing but the good Node's routes came
         assert sorted(set(after[family]) - set(before[family])) == (
             [f"{B4} via 192.0.2.12 dev eth0 proto 113"] if family == "-4"
