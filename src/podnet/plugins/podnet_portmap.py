@@ -9,8 +9,8 @@ No portMappings: ADD passes through and DEL does nothing, without running any fi
 The hostPorts it publishes are recorded in the node's podnet store (``dataDir``, default
 ``/var/lib/podnet``; table ``portmap_claims``) before its rules go in, and forgotten after they
 are gone: podnet's hostPorts and network forwards and podnet-portmap's see each other (a clash
-is code 101 naming the holder, either way), and ``podnetctl ports`` lists
-them all. Among podnet-portmap's own containers the reference's behaviour is kept (no check).
+is code 101 naming the holder, either way), and ``podnetctl ports`` lists them all. Among
+podnet-portmap's own containers the reference's behaviour is kept (no check).
 """
 
 from __future__ import annotations
@@ -50,10 +50,8 @@ class PortmapConf:
         external = raw.get("externalSetMarkChain")
         if external is not None and (not isinstance(external, str) or not external
                                      or len(external) > 28 or not _word(external)):
-            raise InvalidConfig(
-                f"externalSetMarkChain: must be an iptables chain name (1-28 characters), "
-                f"got {external!r}"
-            )  # fmt: skip
+            raise InvalidConfig("externalSetMarkChain: must be an iptables chain name "
+                                f"(1-28 characters), got {external!r}")  # fmt: skip
         if external is not None and "markMasqBit" in raw:
             raise InvalidConfig("markMasqBit: cannot be set together with externalSetMarkChain")
         conditions = {}
