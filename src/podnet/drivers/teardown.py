@@ -74,11 +74,11 @@ def detach(call: Call, conf: StoreConf, release: Release | None) -> None:
 
     Until the deletion starts, DEL runs on its critical path (the deletion's RCU grace period
     then hides the rest): the modules for the hostPort elements are imported only after it."""
-    from podnet.link import veth
+    from podnet.link import hostend
 
     host_if = names.host_ifname(call.container_id, call.ifname)
     entries: list[PortMapping] = []
-    deleting = veth.prespawn_delete()  # started now, given the name once the lock is ours
+    deleting = hostend.prespawn_delete()  # started now, given the name once the lock is ours
     released: Callable[[], None] | None = None
     try:
         with open_store(conf.data_dir, busy_timeout=conf.busy_timeout) as store:
@@ -86,17 +86,17 @@ def detach(call: Call, conf: StoreConf, release: Release | None) -> None:
                 # Only once the write lock is ours: a DEL refused with 11 changes nothing.
                 pod = store.pods.get(call.container_id)
                 if pod is not None and names_this(pod, call, conf):
-                    veth.start_delete_host(host_if, deleting)
+                    hostend.start_delete_host(host_if, deleting)
                     from podnet import reconcile
 
                     rows = store.pods.portmaps(call.container_id)
                     entries = reconcile.renderable(rows, call.log.warn)
                     reconcile.delete(store, entries, call.container_id, call.log.warn)
                     store.pods.delete(call.container_id)
-                elif pod is None and veth.alias_of(host_if) in ("", link_alias(conf)):
+                elif pod is None and hostend.alias_of(host_if) in ("", link_alias(conf)):
                     # no row: a call killed before its COMMIT may have left this veth behind —
                     # with this store's alias, or none yet (killed between 'link add' and 'alias')
-                    veth.start_delete_host(host_if, deleting)
+                    hostend.start_delete_host(host_if, deleting)
             if release is not None:
                 released = release(call, conf, store, pod)
     finally:
@@ -104,7 +104,7 @@ def detach(call: Call, conf: StoreConf, release: Release | None) -> None:
             if deleting.deferred:
                 deleting.abandon()
             else:
-                veth.finish_delete(deleting, host_if)
+                hostend.finish_delete(deleting, host_if)
         finally:
             if released is not None:
                 released()
@@ -123,7 +123,7 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
     from podnet import errors, reconcile
     from podnet.cni.netconf import parse_valid_attachments
     from podnet.errors import CNIError
-    from podnet.link import veth
+    from podnet.link import hostend
     from podnet.store.pods import OWNER_PODNET
 
     valid = parse_valid_attachments(call.config)
@@ -151,7 +151,7 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
             for cid in stale:
                 store.pods.delete(cid)
         try:
-            ours = veth.list_host_links(names.HOST_PREFIX, link_alias(conf))
+            ours = hostend.list_host_links(names.HOST_PREFIX, link_alias(conf))
             leaked = [n for n in ours if n not in keep]
         except CNIError as err:
             failures.append(f"listing links: {err.msg}: {err.details}")
@@ -159,12 +159,12 @@ def gc(driver: Driver, call: Call, conf: StoreConf) -> None:
         deletions = []
         for name in leaked:
             try:
-                deletions.append((veth.start_delete_host(name), name))
+                deletions.append((hostend.start_delete_host(name), name))
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
         for d, name in deletions:
             try:
-                veth.finish_delete(d, name)
+                hostend.finish_delete(d, name)
             except CNIError as err:
                 failures.append(f"{err.msg}: {err.details}")
     driver.gc_also(call, conf, failures)

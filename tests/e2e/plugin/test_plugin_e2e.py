@@ -186,7 +186,7 @@ def test_del_starts_the_veth_deletion_before_the_hostport_modules(lab: Lab, tmp_
                       env={"PODNET_TEST_FEED_LOG": str(log)})
     assert rc == 0 and out is None, out
     loaded = set(log.read_text().split())
-    assert {"podnet.store.db", "podnet.link.veth"} <= loaded  # the probe saw the real feed
+    assert {"podnet.store.db", "podnet.link.hostend"} <= loaded  # the probe saw the real feed
     early = sorted(m for m in loaded if m in ("podnet.reconcile", "podnet.values", "podnet.undo",
                                               "podnet.link.sysctl", "podnet.store.networks")
                    or m.startswith("podnet.firewall"))
